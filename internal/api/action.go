@@ -1,0 +1,98 @@
+package api
+
+import (
+	"strings"
+)
+
+// Actions lists the computer-use actions in the input API, workflow steps
+// and MCP tools, plus the workflow-only ones (exec).
+var Actions = []string{
+	"screenshot", "left_click", "right_click", "middle_click", "double_click",
+	"triple_click", "mouse_move", "left_click_drag", "left_mouse_down",
+	"left_mouse_up", "scroll", "type", "key", "hold_key", "cursor_position",
+	"wait", "zoom", "exec",
+}
+
+// MaxWait bounds wait and hold_key durations, in seconds.
+const MaxWait = 600
+
+// ValidateAction checks one action. width and height, when non-zero, bound
+// coordinates to the screen. workflow allows the workflow-only actions.
+func ValidateAction(p string, a Action, width, height int, workflow bool) error {
+	known := false
+	for _, n := range Actions {
+		if a.Action == n {
+			known = true
+		}
+	}
+	if a.Action == "" {
+		return Invalid(join(p, "action"), "required")
+	}
+	if !known || (a.Action == "exec" && !workflow) {
+		return Invalid(join(p, "action"), "unknown action %q", a.Action)
+	}
+	needCoord := false
+	switch a.Action {
+	case "left_click_drag":
+		needCoord = true
+		if err := validateCoord(join(p, "start_coordinate"), a.StartCoordinate, width, height, true); err != nil {
+			return err
+		}
+	case "mouse_move":
+		needCoord = true
+	case "scroll":
+		if err := oneOf(join(p, "scroll_direction"), a.ScrollDirection, "up", "down", "left", "right"); err != nil {
+			return err
+		}
+		if a.ScrollAmount < 0 || a.ScrollAmount > 100 {
+			return Invalid(join(p, "scroll_amount"), "%d is out of range 0..100", a.ScrollAmount)
+		}
+	case "type", "key", "hold_key":
+		if a.Text == "" {
+			return Invalid(join(p, "text"), "required for %s", a.Action)
+		}
+		if a.Action == "type" && strings.ContainsRune(a.Text, 0) {
+			return Invalid(join(p, "text"), "contains a NUL byte")
+		}
+	case "zoom":
+		if len(a.Region) != 4 {
+			return Invalid(join(p, "region"), "want [x0, y0, x1, y1]")
+		}
+		if a.Region[0] < 0 || a.Region[1] < 0 || a.Region[2] <= a.Region[0] || a.Region[3] <= a.Region[1] {
+			return Invalid(join(p, "region"), "%v is not a rectangle [x0, y0, x1, y1] with x1 > x0 and y1 > y0", a.Region)
+		}
+		if width > 0 && (a.Region[2] > width || a.Region[3] > height) {
+			return Invalid(join(p, "region"), "%v is outside the %dx%d screen", a.Region, width, height)
+		}
+	case "exec":
+		if strings.TrimSpace(a.Command) == "" {
+			return Invalid(join(p, "command"), "required for exec")
+		}
+	}
+	if a.Duration < 0 || a.Duration > MaxWait {
+		return Invalid(join(p, "duration"), "%g is out of range 0..%d seconds", a.Duration, MaxWait)
+	}
+	if a.Action == "wait" && a.Duration == 0 {
+		return Invalid(join(p, "duration"), "required for wait")
+	}
+	return validateCoord(join(p, "coordinate"), a.Coordinate, width, height, needCoord)
+}
+
+func validateCoord(field string, c []int, width, height int, required bool) error {
+	if c == nil {
+		if required {
+			return Invalid(field, "required: [x, y]")
+		}
+		return nil
+	}
+	if len(c) != 2 {
+		return Invalid(field, "want [x, y], got %d numbers", len(c))
+	}
+	if c[0] < 0 || c[1] < 0 {
+		return Invalid(field, "%v is off screen", c)
+	}
+	if width > 0 && (c[0] >= width || c[1] >= height) {
+		return Invalid(field, "%v is off the %dx%d screen", c, width, height)
+	}
+	return nil
+}

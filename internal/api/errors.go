@@ -1,0 +1,48 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error categories. Every error that reaches the API wraps one of these; the
+// server maps them to HTTP status codes in one place.
+var (
+	ErrInvalid       = errors.New("invalid")
+	ErrNotFound      = errors.New("not found")
+	ErrAlreadyExists = errors.New("already exists")
+	ErrConflict      = errors.New("conflict")
+	ErrUnsupported   = errors.New("not supported")
+	ErrUnavailable   = errors.New("unavailable")
+)
+
+// FieldError is a validation error that names the offending field path, such
+// as spec.display.resolution.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Detail
+	}
+	return e.Field + ": " + e.Detail
+}
+
+// Unwrap makes every FieldError an ErrInvalid.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// Invalid returns a FieldError for field.
+func Invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// FieldOf returns the field named by err, if it is or wraps a FieldError.
+func FieldOf(err error) string {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Field
+	}
+	return ""
+}

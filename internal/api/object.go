@@ -1,0 +1,153 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Object is any stored resource.
+type Object interface {
+	GetTypeMeta() *TypeMeta
+	GetMeta() *ObjectMeta
+	// GetSpec returns a pointer to the spec, for generation bookkeeping.
+	GetSpec() any
+	// GetStatus returns a pointer to the status.
+	GetStatus() any
+}
+
+func (o *Template) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
+func (o *Template) GetMeta() *ObjectMeta   { return &o.Metadata }
+func (o *Template) GetSpec() any           { return &o.Spec }
+func (o *Template) GetStatus() any         { return &o.Status }
+
+func (o *Sandbox) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
+func (o *Sandbox) GetMeta() *ObjectMeta   { return &o.Metadata }
+func (o *Sandbox) GetSpec() any           { return &o.Spec }
+func (o *Sandbox) GetStatus() any         { return &o.Status }
+
+func (o *SandboxPool) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
+func (o *SandboxPool) GetMeta() *ObjectMeta   { return &o.Metadata }
+func (o *SandboxPool) GetSpec() any           { return &o.Spec }
+func (o *SandboxPool) GetStatus() any         { return &o.Status }
+
+func (o *Agent) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
+func (o *Agent) GetMeta() *ObjectMeta   { return &o.Metadata }
+func (o *Agent) GetSpec() any           { return &o.Spec }
+func (o *Agent) GetStatus() any         { return &o.Status }
+
+func (o *DisplayService) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
+func (o *DisplayService) GetMeta() *ObjectMeta   { return &o.Metadata }
+func (o *DisplayService) GetSpec() any           { return &o.Spec }
+func (o *DisplayService) GetStatus() any         { return &o.Status }
+
+func (o *Event) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
+func (o *Event) GetMeta() *ObjectMeta   { return &o.Metadata }
+func (o *Event) GetSpec() any           { return nil }
+func (o *Event) GetStatus() any         { return nil }
+
+// KindInfo names a kind the way users type it.
+type KindInfo struct {
+	Kind     string
+	Plural   string
+	Singular string
+	Short    []string
+	new      func() Object
+}
+
+// Kinds lists the stored kinds in the order the CLI shows them.
+var Kinds = []KindInfo{
+	{KindTemplate, "templates", "template", []string{"tpl"}, func() Object { return &Template{} }},
+	{KindSandbox, "sandboxes", "sandbox", []string{"sb", "vm", "vms"}, func() Object { return &Sandbox{} }},
+	{KindSandboxPool, "sandboxpools", "sandboxpool", []string{"pools", "pool", "sp"}, func() Object { return &SandboxPool{} }},
+	{KindAgent, "agents", "agent", []string{"ag"}, func() Object { return &Agent{} }},
+	{KindDisplayService, "displayservices", "displayservice", []string{"ds"}, func() Object { return &DisplayService{} }},
+}
+
+// EventKind names the audit log, which can be read and watched but not
+// written through the API.
+var EventKind = KindInfo{KindEvent, "events", "event", []string{"ev"}, func() Object { return &Event{} }}
+
+// LookupKind resolves a kind by its Kind, plural, singular or short name
+// (case-insensitive).
+func LookupKind(name string) (KindInfo, bool) {
+	n := strings.ToLower(name)
+	for _, k := range append(Kinds[:len(Kinds):len(Kinds)], EventKind) {
+		if n == strings.ToLower(k.Kind) || n == k.Plural || n == k.Singular {
+			return k, true
+		}
+		for _, s := range k.Short {
+			if n == s {
+				return k, true
+			}
+		}
+	}
+	return KindInfo{}, false
+}
+
+// New returns an empty object of the kind with its TypeMeta set.
+func New(kind string) (Object, error) {
+	k, ok := LookupKind(kind)
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown kind %q", ErrInvalid, kind)
+	}
+	o := k.new()
+	*o.GetTypeMeta() = TypeMeta{APIVersion: Version, Kind: k.Kind}
+	return o, nil
+}
+
+// DeepCopy returns an independent copy of o.
+func DeepCopy[T Object](o T) T {
+	b, err := json.Marshal(o)
+	if err != nil {
+		panic(fmt.Sprintf("deep copy %T: %v", o, err))
+	}
+	c, err := New(o.GetTypeMeta().Kind)
+	if err != nil {
+		panic(fmt.Sprintf("deep copy %T: %v", o, err))
+	}
+	if err := json.Unmarshal(b, c); err != nil {
+		panic(fmt.Sprintf("deep copy %T: %v", o, err))
+	}
+	return c.(T)
+}
+
+// IntOrString holds a number or a string, as in targetPort: 5900 or auto.
+type IntOrString struct {
+	IsString bool
+	IntVal   int
+	StrVal   string
+}
+
+// IsZero reports whether the value is unset.
+func (v IntOrString) IsZero() bool { return !v.IsString && v.IntVal == 0 }
+
+// String returns the value as text.
+func (v IntOrString) String() string {
+	if v.IsString {
+		return v.StrVal
+	}
+	return strconv.Itoa(v.IntVal)
+}
+
+// MarshalJSON writes a number or a string.
+func (v IntOrString) MarshalJSON() ([]byte, error) {
+	if v.IsString {
+		return json.Marshal(v.StrVal)
+	}
+	return json.Marshal(v.IntVal)
+}
+
+// UnmarshalJSON reads a number or a string.
+func (v *IntOrString) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		v.IsString = true
+		return json.Unmarshal(b, &v.StrVal)
+	}
+	v.IsString = false
+	if err := json.Unmarshal(b, &v.IntVal); err != nil {
+		return fmt.Errorf("expected an integer or a string")
+	}
+	return nil
+}

@@ -1,0 +1,496 @@
+// Package api holds hvkube's resource types, their defaults, validation and
+// decoding, and the error categories shared by the store, server and CLI. It
+// does no I/O.
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Group versions. Version is what hvkube writes; LegacyVersion is accepted on
+// input so that the original HCS-Kube YAML applies unchanged.
+const (
+	Version       = "hvkube/v1"
+	LegacyVersion = "hcskube/v1"
+)
+
+// Kinds.
+const (
+	KindTemplate       = "Template"
+	KindSandbox        = "Sandbox"
+	KindSandboxPool    = "SandboxPool"
+	KindAgent          = "Agent"
+	KindDisplayService = "DisplayService"
+	KindEvent          = "Event"
+)
+
+// TypeMeta names an object's schema.
+type TypeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// ObjectMeta is the metadata every stored object carries. The server owns
+// uid, resourceVersion, generation and the timestamps; values sent by clients
+// for them are ignored (resourceVersion excepted: when set on an update it is
+// a precondition).
+type ObjectMeta struct {
+	Name              string            `json:"name"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+	UID               string            `json:"uid,omitempty"`
+	ResourceVersion   string            `json:"resourceVersion,omitempty"`
+	Generation        int64             `json:"generation,omitempty"`
+	CreationTimestamp time.Time         `json:"creationTimestamp,omitzero"`
+	DeletionTimestamp *time.Time        `json:"deletionTimestamp,omitempty"`
+	// Finalizers hold deletion back until the controllers that own outside
+	// state (a VM, a disk) have cleaned it up and removed their entry.
+	Finalizers []string `json:"finalizers,omitempty"`
+	// OwnerReferences name the object that created this one (a pool owns its
+	// sandboxes).
+	OwnerReferences []OwnerReference `json:"ownerReferences,omitempty"`
+}
+
+// OwnerReference points at the object that owns another.
+type OwnerReference struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	UID  string `json:"uid,omitempty"`
+}
+
+// Resources is what a desktop VM asks of the host.
+type Resources struct {
+	CPU      int  `json:"cpu,omitempty"`
+	MemoryMB int  `json:"memoryMB,omitempty"`
+	GPU      bool `json:"gpu,omitempty"`
+}
+
+// ---- Template ----
+
+// Template is a desktop image: the thing sandboxes are cloned from.
+type Template struct {
+	TypeMeta
+	Metadata ObjectMeta     `json:"metadata"`
+	Spec     TemplateSpec   `json:"spec"`
+	Status   TemplateStatus `json:"status,omitzero"`
+}
+
+// TemplateSpec describes a template image.
+type TemplateSpec struct {
+	// QEMU names the image for the qemu backend.
+	QEMU *QEMUImage `json:"qemu,omitempty"`
+	// HyperV names the image for the hyperv backend.
+	HyperV *HyperVImage `json:"hyperv,omitempty"`
+	// VHDXPath is seed 001's top-level form of hyperv.vhdxPath.
+	VHDXPath          string          `json:"vhdxPath,omitempty"`
+	Resources         Resources       `json:"resources,omitzero"`
+	Display           TemplateDisplay `json:"display,omitzero"`
+	Guest             GuestInfo       `json:"guest,omitzero"`
+	InstalledSoftware []string        `json:"installedSoftware,omitempty"`
+}
+
+// QEMUImage locates a qemu template image: either Image, the name of an image
+// built by `make image` under the server's image directory, or explicit
+// absolute paths.
+type QEMUImage struct {
+	Image      string `json:"image,omitempty"`
+	Kernel     string `json:"kernel,omitempty"`
+	Initrd     string `json:"initrd,omitempty"`
+	Disk       string `json:"disk,omitempty"`
+	KernelArgs string `json:"kernelArgs,omitempty"`
+}
+
+// HyperVImage locates a Hyper-V template image.
+type HyperVImage struct {
+	VHDXPath   string `json:"vhdxPath"`
+	Generation int    `json:"generation,omitempty"`
+}
+
+// TemplateDisplay is the template's screen.
+type TemplateDisplay struct {
+	Resolution string `json:"resolution,omitempty"`
+}
+
+// GuestInfo describes the guest operating system.
+type GuestInfo struct {
+	OS   string `json:"os,omitempty"`
+	User string `json:"user,omitempty"`
+}
+
+// Template phases.
+const (
+	TemplatePending  = "Pending"
+	TemplateBuilding = "Building"
+	TemplateReady    = "Ready"
+	TemplateFailed   = "Failed"
+)
+
+// TemplateStatus reports whether the template's snapshot is built.
+type TemplateStatus struct {
+	Phase              string            `json:"phase,omitempty"`
+	Reason             string            `json:"reason,omitempty"`
+	Message            string            `json:"message,omitempty"`
+	ObservedGeneration int64             `json:"observedGeneration,omitempty"`
+	Snapshot           *TemplateSnapshot `json:"snapshot,omitempty"`
+}
+
+// TemplateSnapshot describes a built template snapshot.
+type TemplateSnapshot struct {
+	ID              string    `json:"id,omitempty"`
+	CreatedAt       time.Time `json:"createdAt,omitzero"`
+	BootSeconds     float64   `json:"bootSeconds,omitempty"`
+	MemoryBytes     int64     `json:"memoryBytes,omitempty"`
+	DiskBytes       int64     `json:"diskBytes,omitempty"`
+	Resolution      string    `json:"resolution,omitempty"`
+	BackendSnapshot string    `json:"backendSnapshot,omitempty"`
+}
+
+// ---- Sandbox ----
+
+// Sandbox is one isolated desktop VM.
+type Sandbox struct {
+	TypeMeta
+	Metadata ObjectMeta    `json:"metadata"`
+	Spec     SandboxSpec   `json:"spec"`
+	Status   SandboxStatus `json:"status,omitzero"`
+}
+
+// SandboxSpec is what a sandbox should be.
+type SandboxSpec struct {
+	// TemplateRef names the Template; empty means the server's default.
+	TemplateRef string      `json:"templateRef,omitempty"`
+	Resources   Resources   `json:"resources,omitzero"`
+	Display     Display     `json:"display,omitzero"`
+	Volumes     []Volume    `json:"volumes,omitempty"`
+	Startup     []Command   `json:"startup,omitempty"`
+	HealthCheck HealthCheck `json:"healthCheck,omitzero"`
+	Lifecycle   Lifecycle   `json:"lifecycle,omitzero"`
+}
+
+// Display is a sandbox's screen and how it is served.
+type Display struct {
+	Resolution string `json:"resolution,omitempty"`
+	ColorDepth int    `json:"colorDepth,omitempty"`
+	// Protocol is vnc, rdp or enhanced-mode.
+	Protocol string `json:"protocol,omitempty"`
+	// Port is the display port on the host; 0 means assigned automatically.
+	Port int `json:"port,omitempty"`
+}
+
+// Volume maps a host folder into the sandbox.
+type Volume struct {
+	Name        string `json:"name"`
+	HostPath    string `json:"hostPath"`
+	SandboxPath string `json:"sandboxPath"`
+	ReadOnly    bool   `json:"readOnly,omitempty"`
+}
+
+// Command is a program and its arguments; arguments are passed as a list,
+// never joined into a shell line.
+type Command struct {
+	Command string   `json:"command"`
+	Args    []string `json:"args,omitempty"`
+}
+
+// HealthCheck says how to tell a sandbox is healthy.
+type HealthCheck struct {
+	// Type is guest (the guest agent answers), process or tcp.
+	Type            string `json:"type,omitempty"`
+	ProcessName     string `json:"processName,omitempty"`
+	Port            int    `json:"port,omitempty"`
+	IntervalSeconds int    `json:"intervalSeconds,omitempty"`
+}
+
+// Lifecycle bounds a sandbox's life.
+type Lifecycle struct {
+	Ephemeral          bool `json:"ephemeral,omitempty"`
+	TimeoutMinutes     int  `json:"timeoutMinutes,omitempty"`
+	IdleTimeoutMinutes int  `json:"idleTimeoutMinutes,omitempty"`
+}
+
+// Sandbox phases.
+const (
+	SandboxPending     = "Pending"
+	SandboxCreating    = "Creating"
+	SandboxRunning     = "Running"
+	SandboxPaused      = "Paused"
+	SandboxSaved       = "Saved"
+	SandboxTerminating = "Terminating"
+	SandboxTerminated  = "Terminated"
+	SandboxError       = "Error"
+)
+
+// SandboxStatus is what a sandbox is.
+type SandboxStatus struct {
+	Phase              string     `json:"phase,omitempty"`
+	Reason             string     `json:"reason,omitempty"`
+	Message            string     `json:"message,omitempty"`
+	ObservedGeneration int64      `json:"observedGeneration,omitempty"`
+	Template           string     `json:"template,omitempty"`
+	BackendID          string     `json:"backendID,omitempty"`
+	DisplayPort        int        `json:"displayPort,omitempty"`
+	Display            string     `json:"display,omitempty"`
+	Resolution         string     `json:"resolution,omitempty"`
+	IPAddress          string     `json:"ipAddress,omitempty"`
+	CurrentAgent       string     `json:"currentAgent,omitempty"`
+	LastHeartbeat      *time.Time `json:"lastHeartbeat,omitempty"`
+	StartedAt          *time.Time `json:"startedAt,omitempty"`
+	ReadyAt            *time.Time `json:"readyAt,omitempty"`
+	TerminatedAt       *time.Time `json:"terminatedAt,omitempty"`
+	LastResumedAt      *time.Time `json:"lastResumedAt,omitempty"`
+	PID                int        `json:"pid,omitempty"`
+}
+
+// ---- SandboxPool ----
+
+// SandboxPool keeps a number of sandboxes from one template warm.
+type SandboxPool struct {
+	TypeMeta
+	Metadata ObjectMeta        `json:"metadata"`
+	Spec     SandboxPoolSpec   `json:"spec"`
+	Status   SandboxPoolStatus `json:"status,omitzero"`
+}
+
+// SandboxPoolSpec is what a pool should hold.
+type SandboxPoolSpec struct {
+	Replicas   int             `json:"replicas"`
+	MinReady   int             `json:"minReady,omitempty"`
+	MaxPerHost int             `json:"maxPerHost,omitempty"`
+	Template   SandboxTemplate `json:"template"`
+	Scaling    Scaling         `json:"scaling,omitzero"`
+	// WarmTier is where idle sandboxes wait: paused (in RAM) or saved (on disk).
+	WarmTier string `json:"warmTier,omitempty"`
+	// MaxAge replaces idle sandboxes older than this (a Go duration, "1h").
+	MaxAge string `json:"maxAge,omitempty"`
+	// RefillRate caps how many sandboxes the pool starts per second; 0 is no cap.
+	RefillRate int `json:"refillRate,omitempty"`
+	// ReleasePolicy is what happens to a sandbox when its agent is done:
+	// reset (back to clean), save (keep state) or destroy.
+	ReleasePolicy string `json:"releasePolicy,omitempty"`
+}
+
+// SandboxTemplate is the pod-template-like part of a pool.
+type SandboxTemplate struct {
+	Metadata TemplateMeta `json:"metadata,omitzero"`
+	Spec     SandboxSpec  `json:"spec"`
+}
+
+// TemplateMeta is the metadata a pool stamps on its sandboxes.
+type TemplateMeta struct {
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// Scaling is a pool's autoscaling policy.
+type Scaling struct {
+	Type             string `json:"type,omitempty"`
+	Metric           string `json:"metric,omitempty"`
+	ScaleUpThreshold int    `json:"scaleUpThreshold,omitempty"`
+	// ScaleDownDelay is in seconds.
+	ScaleDownDelay int `json:"scaleDownDelay,omitempty"`
+	MaxReplicas    int `json:"maxReplicas,omitempty"`
+}
+
+// SandboxPoolStatus counts a pool's sandboxes.
+type SandboxPoolStatus struct {
+	Replicas           int         `json:"replicas"`
+	Ready              int         `json:"ready"`
+	Warm               int         `json:"warm"`
+	Busy               int         `json:"busy"`
+	ObservedGeneration int64       `json:"observedGeneration,omitempty"`
+	Conditions         []Condition `json:"conditions,omitempty"`
+}
+
+// Condition is one observed aspect of an object.
+type Condition struct {
+	Type               string    `json:"type"`
+	Status             string    `json:"status"`
+	Reason             string    `json:"reason,omitempty"`
+	Message            string    `json:"message,omitempty"`
+	LastTransitionTime time.Time `json:"lastTransitionTime,omitzero"`
+}
+
+// ---- Agent ----
+
+// Agent is one task run on a sandbox.
+type Agent struct {
+	TypeMeta
+	Metadata ObjectMeta  `json:"metadata"`
+	Spec     AgentSpec   `json:"spec"`
+	Status   AgentStatus `json:"status,omitzero"`
+}
+
+// AgentSpec is the task and where it may run.
+type AgentSpec struct {
+	SandboxSelector *SandboxSelector `json:"sandboxSelector,omitempty"`
+	SandboxName     string           `json:"sandboxName,omitempty"`
+	// Type is mcp-agent, workflow or custom (playwright and selenium later).
+	Type        string     `json:"type,omitempty"`
+	Task        Task       `json:"task,omitzero"`
+	Custom      *Command   `json:"custom,omitempty"`
+	MCP         *MCPConfig `json:"mcp,omitempty"`
+	Completion  Completion `json:"completion,omitzero"`
+	Output      Output     `json:"output,omitzero"`
+	RequiresGPU bool       `json:"requiresGpu,omitempty"`
+}
+
+// SandboxSelector picks sandboxes by label. Pool is shorthand for
+// matchLabels {pool: NAME}.
+type SandboxSelector struct {
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+	Pool        string            `json:"pool,omitempty"`
+}
+
+// Task is what the agent is asked to do.
+type Task struct {
+	Workflow string          `json:"workflow,omitempty"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	Steps    []Action        `json:"steps,omitempty"`
+	// TimeoutSeconds is seed 001's per-task timeout; completion.timeoutMinutes wins when both are set.
+	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
+}
+
+// Action is one computer-use action. The input API, workflow steps and the
+// MCP tools share these names and fields, so a recorded run replays as a
+// workflow.
+type Action struct {
+	Action          string   `json:"action"`
+	Coordinate      []int    `json:"coordinate,omitempty"`
+	StartCoordinate []int    `json:"start_coordinate,omitempty"`
+	Text            string   `json:"text,omitempty"`
+	ScrollDirection string   `json:"scroll_direction,omitempty"`
+	ScrollAmount    int      `json:"scroll_amount,omitempty"`
+	Duration        float64  `json:"duration,omitempty"`
+	Region          []int    `json:"region,omitempty"`
+	Command         string   `json:"command,omitempty"`
+	Args            []string `json:"args,omitempty"`
+}
+
+// MCPConfig points an mcp-agent at its tools.
+type MCPConfig struct {
+	Endpoint string   `json:"endpoint,omitempty"`
+	Tools    []string `json:"tools,omitempty"`
+}
+
+// Completion says when an agent is done and how often it may be retried.
+type Completion struct {
+	// Type is mcp-done (the agent calls the completion tool) or exit.
+	Type           string `json:"type,omitempty"`
+	MaxRetries     int    `json:"maxRetries,omitempty"`
+	TimeoutMinutes int    `json:"timeoutMinutes,omitempty"`
+}
+
+// Output says what to keep from a run.
+type Output struct {
+	Screenshots     bool     `json:"screenshots,omitempty"`
+	ScreenRecording bool     `json:"screenRecording,omitempty"`
+	Logs            bool     `json:"logs,omitempty"`
+	Artifacts       []string `json:"artifacts,omitempty"`
+}
+
+// Agent phases.
+const (
+	AgentPending   = "Pending"
+	AgentScheduled = "Scheduled"
+	AgentRunning   = "Running"
+	AgentCompleted = "Completed"
+	AgentFailed    = "Failed"
+	AgentCancelled = "Cancelled"
+)
+
+// AgentStatus is where an agent is in its run.
+type AgentStatus struct {
+	Phase              string       `json:"phase,omitempty"`
+	Reason             string       `json:"reason,omitempty"`
+	Message            string       `json:"message,omitempty"`
+	ObservedGeneration int64        `json:"observedGeneration,omitempty"`
+	Sandbox            string       `json:"sandbox,omitempty"`
+	Attempts           int          `json:"attempts,omitempty"`
+	ScheduledAt        *time.Time   `json:"scheduledAt,omitempty"`
+	StartedAt          *time.Time   `json:"startedAt,omitempty"`
+	CompletedAt        *time.Time   `json:"completedAt,omitempty"`
+	Result             *AgentResult `json:"result,omitempty"`
+}
+
+// AgentResult is what an agent produced.
+type AgentResult struct {
+	Success         bool            `json:"success"`
+	Output          json.RawMessage `json:"output,omitempty"`
+	Artifacts       []string        `json:"artifacts,omitempty"`
+	Screenshots     []string        `json:"screenshots,omitempty"`
+	DurationSeconds float64         `json:"durationSeconds,omitempty"`
+}
+
+// ---- DisplayService ----
+
+// DisplayService exposes the displays of the sandboxes it selects.
+type DisplayService struct {
+	TypeMeta
+	Metadata ObjectMeta           `json:"metadata"`
+	Spec     DisplayServiceSpec   `json:"spec"`
+	Status   DisplayServiceStatus `json:"status,omitzero"`
+}
+
+// DisplayServiceSpec selects sandboxes and says how to reach their screens.
+type DisplayServiceSpec struct {
+	Selector map[string]string `json:"selector,omitempty"`
+	Ports    []ServicePort     `json:"ports,omitempty"`
+	// Type is ClusterIP (loopback only), NodePort or LoadBalancer (host address).
+	Type    string  `json:"type,omitempty"`
+	Gateway Gateway `json:"gateway,omitzero"`
+}
+
+// ServicePort is one exposed display port.
+type ServicePort struct {
+	Name       string      `json:"name,omitempty"`
+	Protocol   string      `json:"protocol,omitempty"`
+	Port       int         `json:"port,omitempty"`
+	TargetPort IntOrString `json:"targetPort,omitzero"`
+}
+
+// Gateway is the WebSocket display gateway for browsers.
+type Gateway struct {
+	Enabled bool   `json:"enabled,omitempty"`
+	Path    string `json:"path,omitempty"`
+	// Auth is jwt or none.
+	Auth string `json:"auth,omitempty"`
+}
+
+// DisplayServiceStatus lists the reachable displays.
+type DisplayServiceStatus struct {
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+}
+
+// Endpoint is one sandbox display.
+type Endpoint struct {
+	Sandbox string `json:"sandbox"`
+	URL     string `json:"url"`
+}
+
+// ---- Event ----
+
+// Event is one entry in the audit log.
+type Event struct {
+	TypeMeta       `json:",inline"`
+	Metadata       ObjectMeta      `json:"metadata"`
+	InvolvedObject ObjectReference `json:"involvedObject"`
+	// Type is Normal or Warning.
+	Type      string    `json:"type"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// ObjectReference names an object.
+type ObjectReference struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	UID  string `json:"uid,omitempty"`
+}
+
+// Event types.
+const (
+	EventNormal  = "Normal"
+	EventWarning = "Warning"
+)

@@ -1,0 +1,489 @@
+package api
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	dnsLabel   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	labelName  = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	labelValue = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`)
+	dnsPrefix  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+	winAbs     = regexp.MustCompile(`^([A-Za-z]:[\\/]|\\\\[^\\/]+[\\/][^\\/]+)`)
+)
+
+// Size limits.
+const (
+	MaxNameLength   = 63
+	MinScreenWidth  = 320
+	MaxScreenWidth  = 7680
+	MinScreenHeight = 200
+	MaxScreenHeight = 4320
+	MaxCPU          = 256
+	MaxMemoryMB     = 4 << 20
+	MaxRetries      = 100
+)
+
+// Validate checks o and returns the first problem as a FieldError naming its
+// path. Call Default first: Validate expects defaulted objects.
+func Validate(o Object) error {
+	if err := ValidateName("metadata.name", o.GetMeta().Name); err != nil {
+		return err
+	}
+	if err := validateLabels("metadata.labels", o.GetMeta().Labels); err != nil {
+		return err
+	}
+	if err := validateAnnotations("metadata.annotations", o.GetMeta().Annotations); err != nil {
+		return err
+	}
+	switch o := o.(type) {
+	case *Template:
+		return validateTemplate(&o.Spec)
+	case *Sandbox:
+		return validateSandboxSpec("spec", &o.Spec)
+	case *SandboxPool:
+		return validatePool(&o.Spec)
+	case *Agent:
+		return validateAgent(&o.Spec)
+	case *DisplayService:
+		return validateDisplayService(&o.Spec)
+	}
+	return Invalid("kind", "unknown kind %q", o.GetTypeMeta().Kind)
+}
+
+// ValidateName checks a DNS-label object name.
+func ValidateName(field, name string) error {
+	switch {
+	case name == "":
+		return Invalid(field, "required")
+	case len(name) > MaxNameLength:
+		return Invalid(field, "%q is %d characters long: at most %d", name, len(name), MaxNameLength)
+	case !dnsLabel.MatchString(name):
+		return Invalid(field, "%q is not a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+func validateLabels(field string, labels map[string]string) error {
+	for _, k := range sortedStringKeys(labels) {
+		if err := validateLabelKey(field, k); err != nil {
+			return err
+		}
+		v := labels[k]
+		if len(v) > MaxNameLength || !labelValue.MatchString(v) {
+			return Invalid(field+"."+k, "invalid label value %q: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", v)
+		}
+	}
+	return nil
+}
+
+func validateAnnotations(field string, ann map[string]string) error {
+	total := 0
+	for _, k := range sortedStringKeys(ann) {
+		if err := validateLabelKey(field, k); err != nil {
+			return err
+		}
+		total += len(k) + len(ann[k])
+	}
+	if total > 256<<10 {
+		return Invalid(field, "annotations are %d bytes: at most 256 KiB", total)
+	}
+	return nil
+}
+
+func validateLabelKey(field, k string) error {
+	prefix, name, hasPrefix := strings.Cut(k, "/")
+	if !hasPrefix {
+		name, prefix = prefix, ""
+	}
+	if hasPrefix && (prefix == "" || len(prefix) > 253 || !dnsPrefix.MatchString(prefix)) {
+		return Invalid(field+"."+k, "invalid key prefix %q: want a DNS subdomain", prefix)
+	}
+	if name == "" || len(name) > MaxNameLength || !labelName.MatchString(name) {
+		return Invalid(field+"."+k, "invalid key %q: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k)
+	}
+	return nil
+}
+
+// ParseResolution parses "WIDTHxHEIGHT".
+func ParseResolution(s string) (w, h int, err error) {
+	ws, hs, ok := strings.Cut(strings.ToLower(s), "x")
+	if ok {
+		w, err = strconv.Atoi(ws)
+		if err == nil {
+			h, err = strconv.Atoi(hs)
+		}
+	}
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("%q is not WIDTHxHEIGHT, e.g. 1280x800", s)
+	}
+	if w < MinScreenWidth || w > MaxScreenWidth || h < MinScreenHeight || h > MaxScreenHeight {
+		return 0, 0, fmt.Errorf("%q is out of range: width %d..%d, height %d..%d", s, MinScreenWidth, MaxScreenWidth, MinScreenHeight, MaxScreenHeight)
+	}
+	return w, h, nil
+}
+
+func validateResolution(field, s string, required bool) error {
+	if s == "" {
+		if required {
+			return Invalid(field, "required")
+		}
+		return nil
+	}
+	if _, _, err := ParseResolution(s); err != nil {
+		return Invalid(field, "%v", err)
+	}
+	return nil
+}
+
+func validateResources(field string, r Resources) error {
+	if r.CPU < 0 || r.CPU > MaxCPU {
+		return Invalid(field+".cpu", "%d is out of range 0..%d", r.CPU, MaxCPU)
+	}
+	if r.MemoryMB < 0 || r.MemoryMB > MaxMemoryMB {
+		return Invalid(field+".memoryMB", "%d is out of range 0..%d", r.MemoryMB, MaxMemoryMB)
+	}
+	if r.MemoryMB > 0 && r.MemoryMB < 64 {
+		return Invalid(field+".memoryMB", "%d MB is too small: at least 64", r.MemoryMB)
+	}
+	return nil
+}
+
+// ValidateHostPath checks an absolute host path: POSIX (/srv/x) or Windows
+// (C:\x, \\server\share\x), with no ".." segment.
+func ValidateHostPath(field, p string) error {
+	if p == "" {
+		return Invalid(field, "required")
+	}
+	if strings.ContainsRune(p, 0) {
+		return Invalid(field, "contains a NUL byte")
+	}
+	if !strings.HasPrefix(p, "/") && !winAbs.MatchString(p) {
+		return Invalid(field, "%q is not an absolute path", p)
+	}
+	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == ".." {
+			return Invalid(field, "%q contains '..'", p)
+		}
+	}
+	return nil
+}
+
+func oneOf(field, v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return Invalid(field, "unsupported value %q: want one of %s", v, strings.Join(allowed, ", "))
+}
+
+func nonNegative(field string, v int) error {
+	if v < 0 {
+		return Invalid(field, "%d is negative", v)
+	}
+	return nil
+}
+
+func validatePort(field string, p int, allowZero bool) error {
+	if (p == 0 && allowZero) || (p >= 1 && p <= 65535) {
+		return nil
+	}
+	return Invalid(field, "%d is not a port number (1..65535)", p)
+}
+
+func validateTemplate(s *TemplateSpec) error {
+	if s.QEMU == nil && s.HyperV == nil && s.VHDXPath == "" {
+		return Invalid("spec.qemu", "a template needs an image: spec.qemu (image, or disk with kernel and initrd) or spec.hyperv.vhdxPath")
+	}
+	if q := s.QEMU; q != nil {
+		if q.Image == "" && q.Disk == "" {
+			return Invalid("spec.qemu.image", "required unless spec.qemu.disk is set")
+		}
+		if q.Image != "" {
+			if q.Disk != "" || q.Kernel != "" || q.Initrd != "" {
+				return Invalid("spec.qemu.image", "set either image or disk/kernel/initrd, not both")
+			}
+			if err := ValidateName("spec.qemu.image", q.Image); err != nil {
+				return err
+			}
+		}
+		for _, f := range []struct{ name, v string }{{"disk", q.Disk}, {"kernel", q.Kernel}, {"initrd", q.Initrd}} {
+			if f.v == "" {
+				continue
+			}
+			if err := ValidateHostPath("spec.qemu."+f.name, f.v); err != nil {
+				return err
+			}
+		}
+		if q.Initrd != "" && q.Kernel == "" {
+			return Invalid("spec.qemu.kernel", "required when spec.qemu.initrd is set")
+		}
+	}
+	if s.HyperV != nil {
+		if err := ValidateHostPath("spec.hyperv.vhdxPath", s.HyperV.VHDXPath); err != nil {
+			return err
+		}
+		if g := s.HyperV.Generation; g != 0 && g != 1 && g != 2 {
+			return Invalid("spec.hyperv.generation", "%d: want 1 or 2", g)
+		}
+	}
+	if s.VHDXPath != "" {
+		if err := ValidateHostPath("spec.vhdxPath", s.VHDXPath); err != nil {
+			return err
+		}
+	}
+	if err := validateResources("spec.resources", s.Resources); err != nil {
+		return err
+	}
+	if err := validateResolution("spec.display.resolution", s.Display.Resolution, true); err != nil {
+		return err
+	}
+	if err := oneOf("spec.guest.os", s.Guest.OS, "linux", "windows"); err != nil {
+		return err
+	}
+	for i, sw := range s.InstalledSoftware {
+		if strings.TrimSpace(sw) == "" {
+			return Invalid(fmt.Sprintf("spec.installedSoftware[%d]", i), "empty")
+		}
+	}
+	return nil
+}
+
+func validateSandboxSpec(p string, s *SandboxSpec) error {
+	if s.TemplateRef != "" {
+		if err := ValidateName(p+".templateRef", s.TemplateRef); err != nil {
+			return err
+		}
+	}
+	if err := validateResources(p+".resources", s.Resources); err != nil {
+		return err
+	}
+	d := s.Display
+	if err := validateResolution(p+".display.resolution", d.Resolution, false); err != nil {
+		return err
+	}
+	switch d.ColorDepth {
+	case 0, 8, 16, 24, 32:
+	default:
+		return Invalid(p+".display.colorDepth", "%d: want 8, 16, 24 or 32", d.ColorDepth)
+	}
+	if err := oneOf(p+".display.protocol", d.Protocol, "vnc", "rdp", "enhanced-mode"); err != nil {
+		return err
+	}
+	if err := validatePort(p+".display.port", d.Port, true); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, v := range s.Volumes {
+		vp := fmt.Sprintf("%s.volumes[%d]", p, i)
+		if err := ValidateName(vp+".name", v.Name); err != nil {
+			return err
+		}
+		if seen[v.Name] {
+			return Invalid(vp+".name", "duplicate volume name %q", v.Name)
+		}
+		seen[v.Name] = true
+		if err := ValidateHostPath(vp+".hostPath", v.HostPath); err != nil {
+			return err
+		}
+		if err := ValidateHostPath(vp+".sandboxPath", v.SandboxPath); err != nil {
+			return err
+		}
+	}
+	for i, c := range s.Startup {
+		if strings.TrimSpace(c.Command) == "" {
+			return Invalid(fmt.Sprintf("%s.startup[%d].command", p, i), "required")
+		}
+	}
+	h := s.HealthCheck
+	if err := oneOf(p+".healthCheck.type", h.Type, "guest", "process", "tcp"); err != nil {
+		return err
+	}
+	if h.Type == "process" && h.ProcessName == "" {
+		return Invalid(p+".healthCheck.processName", "required when type is process")
+	}
+	if h.Type == "tcp" {
+		if err := validatePort(p+".healthCheck.port", h.Port, false); err != nil {
+			return err
+		}
+	}
+	if h.IntervalSeconds < 1 || h.IntervalSeconds > 3600 {
+		return Invalid(p+".healthCheck.intervalSeconds", "%d is out of range 1..3600", h.IntervalSeconds)
+	}
+	l := s.Lifecycle
+	if err := nonNegative(p+".lifecycle.timeoutMinutes", l.TimeoutMinutes); err != nil {
+		return err
+	}
+	return nonNegative(p+".lifecycle.idleTimeoutMinutes", l.IdleTimeoutMinutes)
+}
+
+func validatePool(s *SandboxPoolSpec) error {
+	if err := nonNegative("spec.replicas", s.Replicas); err != nil {
+		return err
+	}
+	if err := nonNegative("spec.minReady", s.MinReady); err != nil {
+		return err
+	}
+	if s.MinReady > s.Replicas {
+		return Invalid("spec.minReady", "%d is greater than spec.replicas (%d)", s.MinReady, s.Replicas)
+	}
+	if err := nonNegative("spec.maxPerHost", s.MaxPerHost); err != nil {
+		return err
+	}
+	if err := validateLabels("spec.template.metadata.labels", s.Template.Metadata.Labels); err != nil {
+		return err
+	}
+	if err := validateAnnotations("spec.template.metadata.annotations", s.Template.Metadata.Annotations); err != nil {
+		return err
+	}
+	if err := validateSandboxSpec("spec.template.spec", &s.Template.Spec); err != nil {
+		return err
+	}
+	sc := s.Scaling
+	if err := oneOf("spec.scaling.type", sc.Type, "queue-based", "none"); err != nil {
+		return err
+	}
+	if err := oneOf("spec.scaling.metric", sc.Metric, "pending-agents"); err != nil {
+		return err
+	}
+	if err := nonNegative("spec.scaling.scaleUpThreshold", sc.ScaleUpThreshold); err != nil {
+		return err
+	}
+	if err := nonNegative("spec.scaling.scaleDownDelay", sc.ScaleDownDelay); err != nil {
+		return err
+	}
+	if sc.MaxReplicas != 0 && sc.MaxReplicas < s.Replicas {
+		return Invalid("spec.scaling.maxReplicas", "%d is less than spec.replicas (%d)", sc.MaxReplicas, s.Replicas)
+	}
+	if err := oneOf("spec.warmTier", s.WarmTier, "paused", "saved"); err != nil {
+		return err
+	}
+	if s.MaxAge != "" {
+		d, err := time.ParseDuration(s.MaxAge)
+		if err != nil || d < 0 {
+			return Invalid("spec.maxAge", "%q is not a duration such as 30m or 2h", s.MaxAge)
+		}
+	}
+	if err := nonNegative("spec.refillRate", s.RefillRate); err != nil {
+		return err
+	}
+	return oneOf("spec.releasePolicy", s.ReleasePolicy, "reset", "save", "destroy")
+}
+
+func validateAgent(s *AgentSpec) error {
+	switch {
+	case s.SandboxSelector == nil && s.SandboxName == "":
+		return Invalid("spec.sandboxSelector", "required: set sandboxSelector (matchLabels or pool) or sandboxName")
+	case s.SandboxSelector != nil && s.SandboxName != "":
+		return Invalid("spec.sandboxName", "set either sandboxName or sandboxSelector, not both")
+	case s.SandboxName != "":
+		if err := ValidateName("spec.sandboxName", s.SandboxName); err != nil {
+			return err
+		}
+	default:
+		sel := s.SandboxSelector
+		if sel.Pool != "" {
+			if err := ValidateName("spec.sandboxSelector.pool", sel.Pool); err != nil {
+				return err
+			}
+		}
+		if len(sel.MatchLabels) == 0 {
+			return Invalid("spec.sandboxSelector.matchLabels", "required: at least one label")
+		}
+		if err := validateLabels("spec.sandboxSelector.matchLabels", sel.MatchLabels); err != nil {
+			return err
+		}
+	}
+	switch s.Type {
+	case "mcp-agent", "workflow", "custom":
+	case "playwright", "selenium":
+		return Invalid("spec.type", "%q is not supported yet: use mcp-agent, workflow or custom", s.Type)
+	default:
+		return Invalid("spec.type", "unsupported value %q: want one of mcp-agent, workflow, custom", s.Type)
+	}
+	if s.Type == "workflow" && len(s.Task.Steps) == 0 {
+		return Invalid("spec.task.steps", "a workflow agent needs at least one step")
+	}
+	for i, st := range s.Task.Steps {
+		if err := ValidateAction(fmt.Sprintf("spec.task.steps[%d]", i), st, 0, 0, true); err != nil {
+			return err
+		}
+	}
+	if s.Type == "custom" && (s.Custom == nil || strings.TrimSpace(s.Custom.Command) == "") {
+		return Invalid("spec.custom.command", "required for a custom agent")
+	}
+	if err := nonNegative("spec.task.timeoutSeconds", s.Task.TimeoutSeconds); err != nil {
+		return err
+	}
+	if m := s.MCP; m != nil && m.Endpoint != "" {
+		if !strings.HasPrefix(m.Endpoint, "http://") && !strings.HasPrefix(m.Endpoint, "https://") {
+			return Invalid("spec.mcp.endpoint", "%q is not an http(s) URL", m.Endpoint)
+		}
+	}
+	c := s.Completion
+	if err := oneOf("spec.completion.type", c.Type, "mcp-done", "exit"); err != nil {
+		return err
+	}
+	if c.MaxRetries < 0 || c.MaxRetries > MaxRetries {
+		return Invalid("spec.completion.maxRetries", "%d is out of range 0..%d", c.MaxRetries, MaxRetries)
+	}
+	if c.TimeoutMinutes < 0 {
+		return Invalid("spec.completion.timeoutMinutes", "%d is negative", c.TimeoutMinutes)
+	}
+	for i, a := range s.Output.Artifacts {
+		if strings.TrimSpace(a) == "" {
+			return Invalid(fmt.Sprintf("spec.output.artifacts[%d]", i), "empty")
+		}
+	}
+	return nil
+}
+
+func validateDisplayService(s *DisplayServiceSpec) error {
+	if err := validateLabels("spec.selector", s.Selector); err != nil {
+		return err
+	}
+	if err := oneOf("spec.type", s.Type, "ClusterIP", "NodePort", "LoadBalancer"); err != nil {
+		return err
+	}
+	for i, p := range s.Ports {
+		pp := fmt.Sprintf("spec.ports[%d]", i)
+		if err := oneOf(pp+".protocol", p.Protocol, "vnc", "rdp"); err != nil {
+			return err
+		}
+		if err := validatePort(pp+".port", p.Port, true); err != nil {
+			return err
+		}
+		if p.TargetPort.IsString {
+			if p.TargetPort.StrVal != "auto" {
+				return Invalid(pp+".targetPort", "%q: want a port number or auto", p.TargetPort.StrVal)
+			}
+		} else if err := validatePort(pp+".targetPort", p.TargetPort.IntVal, false); err != nil {
+			return err
+		}
+	}
+	g := s.Gateway
+	if g.Enabled {
+		if !strings.HasPrefix(g.Path, "/") {
+			return Invalid("spec.gateway.path", "%q must start with /", g.Path)
+		}
+		if err := oneOf("spec.gateway.auth", g.Auth, "jwt", "none"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedStringKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+func newDeleteCmd(e *env) *cobra.Command {
+	var files []string
+	var recursive bool
+	cmd := &cobra.Command{
+		Use:   "delete (KIND NAME... | -f FILE|DIR|-)",
+		Short: "Delete objects by name or by the files that made them",
+		Long: `Delete objects. Deleting an agent cancels it; deleting a sandbox stops
+and removes its VM (the object stays, Terminating, until the VM is gone).`,
+		Example: `  hvkube delete agent book-flight-task-123
+  hvkube delete pool/browser-workers
+  hvkube delete -f examples/`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			type target struct{ kind, name string }
+			var targets []target
+			switch {
+			case len(files) > 0 && len(args) > 0:
+				return fmt.Errorf("delete takes either KIND NAME or -f, not both")
+			case len(files) > 0:
+				objs, err := readObjects(e.in, files, recursive)
+				if err != nil {
+					return err
+				}
+				for _, o := range objs {
+					targets = append(targets, target{o.GetTypeMeta().Kind, o.GetMeta().Name})
+				}
+			case len(args) == 0:
+				return fmt.Errorf("delete needs KIND NAME or -f FILE")
+			default:
+				kind, names, err := splitKindArgs(args)
+				if err != nil {
+					return err
+				}
+				if kind.Kind == api.KindEvent {
+					return fmt.Errorf("events cannot be deleted")
+				}
+				if len(names) == 0 {
+					return fmt.Errorf("delete needs a name: hvkube delete %s NAME", kind.Singular)
+				}
+				for _, n := range names {
+					targets = append(targets, target{kind.Kind, n})
+				}
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			failed := 0
+			for _, t := range targets {
+				done, err := c.Delete(cmd.Context(), t.kind, t.name)
+				if err != nil {
+					fmt.Fprintf(e.errOut, "error: %v\n", err)
+					failed++
+					continue
+				}
+				verb := "deleted"
+				if !done {
+					verb = "deletion requested"
+				}
+				fmt.Fprintf(e.out, "%s %q %s\n", strings.ToLower(t.kind), t.name, verb)
+			}
+			if failed > 0 {
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "file, directory or - whose objects to delete")
+	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "read directories recursively")
+	return cmd
+}

@@ -1,0 +1,335 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// resourceKind resolves the {resource} path segment.
+func resourceKind(r *http.Request) (api.KindInfo, error) {
+	res := r.PathValue("resource")
+	k, ok := api.LookupKind(res)
+	if !ok || k.Kind == api.KindEvent {
+		return api.KindInfo{}, fmt.Errorf("unknown resource type %q: %w", res, api.ErrNotFound)
+	}
+	return k, nil
+}
+
+// List is the Kubernetes-shaped list body.
+type List struct {
+	APIVersion string       `json:"apiVersion"`
+	Kind       string       `json:"kind"`
+	Metadata   ListMeta     `json:"metadata"`
+	Items      []api.Object `json:"items"`
+}
+
+// ListMeta carries the revision a list was read at.
+type ListMeta struct {
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	k, err := resourceKind(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sel, err := api.ParseSelector(r.URL.Query().Get("labelSelector"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if isWatch(r) {
+		s.watch(w, r, k.Kind, sel)
+		return
+	}
+	items, rv, err := s.opts.Store.List(r.Context(), k.Kind, sel)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, List{APIVersion: api.Version, Kind: k.Kind + "List", Metadata: ListMeta{ResourceVersion: strconv.FormatInt(rv, 10)}, Items: items})
+}
+
+func isWatch(r *http.Request) bool {
+	v := r.URL.Query().Get("watch")
+	return v == "true" || v == "1"
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	k, err := resourceKind(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	o, err := s.opts.Store.Get(r.Context(), k.Kind, r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// decodeFor reads the body as one object of kind k, defaulted and validated,
+// with its status cleared: clients do not write status.
+func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, k api.KindInfo) (api.Object, error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	o, err := api.DecodeOne(body, api.DecodeOptions{AgentShortForm: k.Kind == api.KindAgent})
+	if err != nil {
+		return nil, err
+	}
+	if got := o.GetTypeMeta().Kind; got != k.Kind {
+		return nil, api.Invalid("kind", "%s does not belong at /api/v1/%s (want %s)", got, k.Plural, k.Kind)
+	}
+	clearStatus(o)
+	api.Default(o)
+	if err := api.Validate(o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func clearStatus(o api.Object) {
+	switch o := o.(type) {
+	case *api.Template:
+		o.Status = api.TemplateStatus{}
+	case *api.Sandbox:
+		o.Status = api.SandboxStatus{}
+	case *api.SandboxPool:
+		o.Status = api.SandboxPoolStatus{}
+	case *api.Agent:
+		o.Status = api.AgentStatus{}
+	case *api.DisplayService:
+		o.Status = api.DisplayServiceStatus{}
+	}
+	o.GetMeta().DeletionTimestamp = nil
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	k, err := resourceKind(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	o, err := s.decodeFor(w, r, k)
+	if err != nil {
+		s.failBody(w, r, err)
+		return
+	}
+	o.GetMeta().ResourceVersion = ""
+	out, err := s.opts.Store.Create(r.Context(), o)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// ApplyResultHeader tells a PUT's caller whether the object was created,
+// configured or unchanged.
+const ApplyResultHeader = "Hvkube-Apply-Result"
+
+func (s *Server) put(w http.ResponseWriter, r *http.Request) {
+	k, err := resourceKind(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	o, err := s.decodeFor(w, r, k)
+	if err != nil {
+		s.failBody(w, r, err)
+		return
+	}
+	if name := r.PathValue("name"); o.GetMeta().Name != name {
+		s.fail(w, r, api.Invalid("metadata.name", "%q does not match the name in the URL (%q)", o.GetMeta().Name, name))
+		return
+	}
+	out, res, err := s.opts.Store.Apply(r.Context(), o)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set(ApplyResultHeader, string(res))
+	code := http.StatusOK
+	if res == store.Created {
+		code = http.StatusCreated
+	}
+	writeJSON(w, code, out)
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	k, err := resourceKind(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out, deleted, err := s.opts.Store.Delete(r.Context(), k.Kind, r.PathValue("name"), store.DeleteOptions{ResourceVersion: r.URL.Query().Get("resourceVersion")})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	code := http.StatusOK
+	if !deleted {
+		code = http.StatusAccepted // finalizers hold it until its VM is gone
+	}
+	writeJSON(w, code, out)
+}
+
+// ScaleRequest is the body of PATCH /sandboxpools/{name}/scale: either
+// {"replicas": N} or a Kubernetes Scale {"spec": {"replicas": N}}.
+type ScaleRequest struct {
+	Replicas *int `json:"replicas,omitempty"`
+	Spec     *struct {
+		Replicas *int `json:"replicas,omitempty"`
+	} `json:"spec,omitempty"`
+}
+
+func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.failBody(w, r, err)
+		return
+	}
+	var req ScaleRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.fail(w, r, api.Invalid("replicas", "want {\"replicas\": N}: %v", err))
+		return
+	}
+	n := req.Replicas
+	if n == nil && req.Spec != nil {
+		n = req.Spec.Replicas
+	}
+	if n == nil {
+		s.fail(w, r, api.Invalid("replicas", "required"))
+		return
+	}
+	var out api.Object
+	err = s.opts.Store.Tx(r.Context(), func(tx *store.Tx) error {
+		cur, err := tx.Get(api.KindSandboxPool, r.PathValue("name"))
+		if err != nil {
+			return err
+		}
+		p := cur.(*api.SandboxPool)
+		old := p.Spec.Replicas
+		p.Spec.Replicas = *n
+		if err := api.Validate(p); err != nil {
+			var fe *api.FieldError
+			if errors.As(err, &fe) && fe.Field == "spec.minReady" {
+				return api.Invalid("replicas", "%d is less than spec.minReady (%d)", *n, p.Spec.MinReady)
+			}
+			if errors.As(err, &fe) && fe.Field == "spec.replicas" {
+				return api.Invalid("replicas", "%s", fe.Detail)
+			}
+			return err
+		}
+		out, _, err = tx.Update(p)
+		if err != nil {
+			return err
+		}
+		if old != *n {
+			return tx.Emit(out, api.EventNormal, "Scaled", fmt.Sprintf("replicas %d -> %d", old, *n))
+		}
+		return nil
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// AgentResult is GET /agents/{name}/result, in seed 000's shape.
+type AgentResult struct {
+	Name            string          `json:"name"`
+	Status          string          `json:"status"`
+	Success         bool            `json:"success"`
+	Output          json.RawMessage `json:"output,omitempty"`
+	Artifacts       []string        `json:"artifacts"`
+	Screenshots     []string        `json:"screenshots,omitempty"`
+	DurationSeconds float64         `json:"duration_seconds"`
+	Sandbox         string          `json:"sandbox,omitempty"`
+	Attempts        int             `json:"attempts,omitempty"`
+	Message         string          `json:"message,omitempty"`
+}
+
+func (s *Server) agentResult(w http.ResponseWriter, r *http.Request) {
+	o, err := s.opts.Store.Get(r.Context(), api.KindAgent, r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ResultOf(o.(*api.Agent)))
+}
+
+// ResultOf shapes an agent's status as seed 000's result.
+func ResultOf(a *api.Agent) AgentResult {
+	phase := a.Status.Phase
+	if phase == "" {
+		phase = api.AgentPending
+	}
+	res := AgentResult{
+		Name:      a.Metadata.Name,
+		Status:    strings.ToLower(phase),
+		Artifacts: []string{},
+		Sandbox:   a.Status.Sandbox,
+		Attempts:  a.Status.Attempts,
+		Message:   a.Status.Message,
+	}
+	if rr := a.Status.Result; rr != nil {
+		res.Success = rr.Success
+		res.Output = rr.Output
+		if rr.Artifacts != nil {
+			res.Artifacts = rr.Artifacts
+		}
+		res.Screenshots = rr.Screenshots
+		res.DurationSeconds = rr.DurationSeconds
+	}
+	return res
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.EventFilter{Name: q.Get("name")}
+	if kind := q.Get("kind"); kind != "" {
+		k, ok := api.LookupKind(kind)
+		if !ok {
+			s.fail(w, r, api.Invalid("kind", "unknown kind %q", kind))
+			return
+		}
+		f.Kind = k.Kind
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100000 {
+			s.fail(w, r, api.Invalid("limit", "%q is not a number in 1..100000", l))
+			return
+		}
+		f.Limit = n
+	}
+	if isWatch(r) {
+		s.watchEvents(w, r, f)
+		return
+	}
+	evs, err := s.opts.Store.ListEvents(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	items := make([]api.Object, len(evs))
+	for i, e := range evs {
+		items[i] = e
+	}
+	writeJSON(w, http.StatusOK, List{APIVersion: api.Version, Kind: "EventList", Items: items})
+}

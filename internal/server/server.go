@@ -1,0 +1,221 @@
+// Package server serves hvkube's REST API: objects of every kind under
+// /api/v1, watches as newline-delimited JSON (or server-sent events), the
+// audit log, the sandbox display and control endpoints, and health checks.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// DefaultMaxBody bounds request bodies.
+const DefaultMaxBody = 4 << 20
+
+// Options configure a Server.
+type Options struct {
+	Store  *store.Store
+	Logger *slog.Logger
+	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
+	// API call.
+	Token string
+	// MaxBody bounds request bodies; DefaultMaxBody when 0.
+	MaxBody int64
+	// Sandboxes runs sandbox operations (pause, screen, input, …); nil
+	// answers them with 501.
+	Sandboxes Sandboxes
+	// Ready reports whether the server is ready to serve (controllers
+	// started, backend reachable); nil means ready once the store answers.
+	Ready func(ctx context.Context) error
+	// Version is reported by /version.
+	Version string
+}
+
+// Server is the HTTP API.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New builds the server and its routes.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBody == 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+// Handler returns the server's root handler.
+func (s *Server) Handler() http.Handler { return s.authenticate(s.mux) }
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /healthz", s.healthz)
+	m.HandleFunc("GET /readyz", s.readyz)
+	m.HandleFunc("GET /version", s.version)
+
+	m.HandleFunc("GET /api/v1/events", s.listEvents)
+	m.HandleFunc("GET /api/v1/{resource}", s.list)
+	m.HandleFunc("POST /api/v1/{resource}", s.create)
+	m.HandleFunc("GET /api/v1/{resource}/{name}", s.get)
+	m.HandleFunc("PUT /api/v1/{resource}/{name}", s.put)
+	m.HandleFunc("DELETE /api/v1/{resource}/{name}", s.delete)
+	m.HandleFunc("PATCH /api/v1/sandboxpools/{name}/scale", s.scale)
+	m.HandleFunc("GET /api/v1/agents/{name}/result", s.agentResult)
+	s.sandboxRoutes()
+	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no API route for %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// authenticate checks the bearer token on everything but the health checks.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.opts.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + s.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz", "/readyz":
+			next.ServeHTTP(w, r)
+			return
+		}
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube"`)
+			writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token: set HVKUBE_TOKEN"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	err := s.opts.Store.Ping(ctx)
+	if err == nil && s.opts.Ready != nil {
+		err = s.opts.Ready(ctx)
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("not ready: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+func (s *Server) version(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version, "apiVersion": api.Version})
+}
+
+// errorBody is the JSON shape of every error.
+type errorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+// statusOf maps error categories to HTTP status codes, in one place.
+func statusOf(err error) int {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, api.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, api.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, api.ErrAlreadyExists), errors.Is(err, api.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, api.ErrUnsupported):
+		return http.StatusNotImplemented
+	case errors.Is(err, api.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := statusOf(err)
+	if code >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
+	} else {
+		s.log.Debug("request rejected", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
+	}
+	writeError(w, code, err)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	msg := err.Error()
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		msg = fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)
+	}
+	writeJSON(w, code, errorBody{Error: msg, Field: api.FieldOf(err)})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.Encode(v)
+}
+
+// readBody reads a request body within the size limit, rejecting content
+// types that are neither JSON nor YAML.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	ct := strings.ToLower(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
+	switch ct {
+	case "", "application/json", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml",
+		"text/plain", "application/merge-patch+json":
+	default:
+		return nil, &httpError{code: http.StatusUnsupportedMediaType, err: fmt.Errorf("unsupported content type %q: send application/json or application/yaml", ct)}
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// httpError carries an explicit status code.
+type httpError struct {
+	code int
+	err  error
+}
+
+func (e *httpError) Error() string { return e.err.Error() }
+func (e *httpError) Unwrap() error { return e.err }
+
+func (s *Server) failBody(w http.ResponseWriter, r *http.Request, err error) {
+	var he *httpError
+	if errors.As(err, &he) {
+		writeError(w, he.code, he.err)
+		return
+	}
+	s.fail(w, r, err)
+}

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// A watch answers with the current objects as ADDED events, then every later
+// change, one JSON object per line:
+//
+//	{"type":"ADDED","object":{...}}
+//	{"type":"MODIFIED","object":{...}}
+//	{"type":"DELETED","object":{...}}
+//
+// With "Accept: text/event-stream" the same events come as server-sent
+// events (event: ADDED / data: {...}). A reader that falls too far behind
+// gets {"type":"ERROR","object":{"error":...}} and the stream ends; it should
+// list and watch again.
+type streamWriter struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	sse bool
+}
+
+func newStream(w http.ResponseWriter, r *http.Request) *streamWriter {
+	sw := &streamWriter{w: w, rc: http.NewResponseController(w), sse: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
+	if sw.sse {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+	} else {
+		w.Header().Set("Content-Type", "application/json; stream=watch")
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	sw.rc.Flush()
+	return sw
+}
+
+func (sw *streamWriter) send(typ string, obj any, flush bool) error {
+	line, err := json.Marshal(struct {
+		Type   string `json:"type"`
+		Object any    `json:"object"`
+	}{typ, obj})
+	if err != nil {
+		return err
+	}
+	if sw.sse {
+		_, err = fmt.Fprintf(sw.w, "event: %s\ndata: %s\n\n", typ, line)
+	} else {
+		line = append(line, '\n')
+		_, err = sw.w.Write(line)
+	}
+	if err == nil && flush {
+		err = sw.rc.Flush()
+	}
+	return err
+}
+
+// heartbeat keeps idle watches from being cut by proxies.
+const heartbeat = 30 * time.Second
+
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel api.Selector) {
+	items, wt, err := s.opts.Store.ListAndWatch(r.Context(), kind, sel)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sw := newStream(w, r)
+	for i, it := range items {
+		if err := sw.send(store.Added, it, i == len(items)-1); err != nil {
+			return
+		}
+	}
+	s.pump(r, sw, wt)
+}
+
+func (s *Server) watchEvents(w http.ResponseWriter, r *http.Request, f store.EventFilter) {
+	_, wt, err := s.opts.Store.ListAndWatch(r.Context(), api.KindEvent, api.Selector{})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sw := newStream(w, r)
+	prior, err := s.opts.Store.ListEvents(r.Context(), f)
+	if err != nil {
+		return
+	}
+	last := ""
+	for i, e := range prior {
+		sw.send(store.Added, e, i == len(prior)-1)
+		last = e.Metadata.ResourceVersion
+	}
+	lastID := store.ParseRV(last)
+	s.pumpFiltered(r, sw, wt, func(o api.Object) bool {
+		e := o.(*api.Event)
+		if store.ParseRV(e.Metadata.ResourceVersion) <= lastID {
+			return false // already sent with the listed events
+		}
+		return (f.Kind == "" || e.InvolvedObject.Kind == f.Kind) && (f.Name == "" || e.InvolvedObject.Name == f.Name)
+	})
+}
+
+func (s *Server) pump(r *http.Request, sw *streamWriter, wt *store.Watcher) {
+	s.pumpFiltered(r, sw, wt, func(api.Object) bool { return true })
+}
+
+func (s *Server) pumpFiltered(r *http.Request, sw *streamWriter, wt *store.Watcher, keep func(api.Object) bool) {
+	tick := time.NewTicker(heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+			var err error
+			if sw.sse {
+				_, err = fmt.Fprint(sw.w, ": keep-alive\n\n")
+			} else {
+				_, err = fmt.Fprint(sw.w, "\n")
+			}
+			if err != nil || sw.rc.Flush() != nil {
+				return
+			}
+		case ev, ok := <-wt.Events():
+			if !ok {
+				if err := wt.Err(); err != nil {
+					sw.send("ERROR", errorBody{Error: err.Error()}, true)
+				}
+				return
+			}
+			if !keep(ev.Object) {
+				continue
+			}
+			if err := sw.send(ev.Type, ev.Object, len(wt.Events()) == 0); err != nil {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+// setSpec copies src's spec into dst (same kind).
+func setSpec(dst, src api.Object) {
+	src = api.DeepCopy(src)
+	reflect.ValueOf(dst.GetSpec()).Elem().Set(reflect.ValueOf(src.GetSpec()).Elem())
+}
+
+// setStatus copies src's status into dst (same kind).
+func setStatus(dst, src api.Object) {
+	src = api.DeepCopy(src)
+	reflect.ValueOf(dst.GetStatus()).Elem().Set(reflect.ValueOf(src.GetStatus()).Elem())
+}
+
+// Get returns the stored object, or an error wrapping api.ErrNotFound.
+func (s *Store) Get(ctx context.Context, kind, name string) (api.Object, error) {
+	return getObject(ctx, s.r, kind, name)
+}
+
+// List returns the objects of a kind whose labels match sel, ordered by name,
+// and the store revision they were read at.
+func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, int64, error) {
+	tx, err := s.r.BeginTx(ctx, &sqlReadOnly)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+	}
+	defer tx.Rollback()
+	return listObjects(ctx, tx, kind, sel)
+}
+
+// Create stores a new object; see Tx.Create.
+func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
+	var out api.Object
+	err := s.Tx(ctx, func(tx *Tx) error {
+		var err error
+		out, err = tx.Create(o)
+		if err == nil {
+			err = tx.Emit(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
+		}
+		return err
+	})
+	return out, err
+}
+
+// Update writes o over the stored object; see Tx.Update.
+func (s *Store) Update(ctx context.Context, o api.Object) (api.Object, bool, error) {
+	var out api.Object
+	var changed bool
+	err := s.Tx(ctx, func(tx *Tx) error {
+		var err error
+		out, changed, err = tx.Update(o)
+		return err
+	})
+	return out, changed, err
+}
+
+// UpdateStatus replaces the stored object's status; see Tx.UpdateStatus.
+func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, error) {
+	var out api.Object
+	err := s.Tx(ctx, func(tx *Tx) error {
+		var err error
+		out, err = tx.UpdateStatus(o)
+		return err
+	})
+	return out, err
+}
+
+// ApplyResult says what Apply did.
+type ApplyResult string
+
+// Apply results, as kubectl prints them.
+const (
+	Created    ApplyResult = "created"
+	Configured ApplyResult = "configured"
+	Unchanged  ApplyResult = "unchanged"
+)
+
+// Apply creates o or, if it exists, updates it (create-or-update, as PUT
+// does). The resourceVersion precondition applies to the update.
+func (s *Store) Apply(ctx context.Context, o api.Object) (api.Object, ApplyResult, error) {
+	var out api.Object
+	var res ApplyResult
+	err := s.Tx(ctx, func(tx *Tx) error {
+		_, err := tx.Get(o.GetTypeMeta().Kind, o.GetMeta().Name)
+		switch {
+		case err == nil:
+			var changed bool
+			out, changed, err = tx.Update(o)
+			if err != nil {
+				return err
+			}
+			res = Unchanged
+			if changed {
+				res = Configured
+				return tx.Emit(out, api.EventNormal, "Configured", fmt.Sprintf("%s %s configured", o.GetTypeMeta().Kind, o.GetMeta().Name))
+			}
+			return nil
+		case isNotFound(err):
+			if o.GetMeta().ResourceVersion != "" {
+				return fmt.Errorf("%s %q does not exist but a resourceVersion was given: %w", strings.ToLower(o.GetTypeMeta().Kind), o.GetMeta().Name, api.ErrConflict)
+			}
+			out, err = tx.Create(o)
+			if err != nil {
+				return err
+			}
+			res = Created
+			return tx.Emit(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
+		default:
+			return err
+		}
+	})
+	return out, res, err
+}
+
+// Delete removes an object; see Tx.Delete.
+func (s *Store) Delete(ctx context.Context, kind, name string, opts DeleteOptions) (api.Object, bool, error) {
+	var out api.Object
+	var deleted bool
+	err := s.Tx(ctx, func(tx *Tx) error {
+		var err error
+		out, deleted, err = tx.Delete(kind, name, opts)
+		if err != nil {
+			return err
+		}
+		msg := fmt.Sprintf("%s %s deleted", kind, name)
+		if !deleted {
+			msg = fmt.Sprintf("%s %s is being deleted", kind, name)
+		}
+		return tx.Emit(out, api.EventNormal, "Deleted", msg)
+	})
+	return out, deleted, err
+}
+
+// RecordEvent adds an event to the audit log in its own transaction.
+func (s *Store) RecordEvent(ctx context.Context, o api.Object, eventType, reason, message string) error {
+	return s.Tx(ctx, func(tx *Tx) error { return tx.Emit(o, eventType, reason, message) })
+}
+
+// EventFilter narrows ListEvents.
+type EventFilter struct {
+	Kind  string // involved object's kind; empty is any
+	Name  string // involved object's name; empty is any
+	Since time.Time
+	Limit int // newest N; 0 means 1000
+}
+
+// ListEvents returns events oldest first.
+func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]*api.Event, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	q := `SELECT id, kind, name, uid, type, reason, message, ts FROM events WHERE 1=1`
+	var args []any
+	if f.Kind != "" {
+		q += ` AND kind = ?`
+		args = append(args, f.Kind)
+	}
+	if f.Name != "" {
+		q += ` AND name = ?`
+		args = append(args, f.Name)
+	}
+	if !f.Since.IsZero() {
+		q += ` AND ts >= ?`
+		args = append(args, f.Since.UTC().Format(time.RFC3339Nano))
+	}
+	q += ` ORDER BY id DESC LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	defer rows.Close()
+	var out []*api.Event
+	for rows.Next() {
+		var id int64
+		var ts string
+		ev := &api.Event{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindEvent}}
+		if err := rows.Scan(&id, &ev.InvolvedObject.Kind, &ev.InvolvedObject.Name, &ev.InvolvedObject.UID, &ev.Type, &ev.Reason, &ev.Message, &ts); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		ev.Timestamp, _ = time.Parse(time.RFC3339Nano, ts)
+		fillEventMeta(ev, id)
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+// Revision returns the store's current revision.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	var rv int64
+	err := s.r.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv)
+	return rv, err
+}
+
+// ParseRV parses a resourceVersion string; 0 for empty.
+func ParseRV(rv string) int64 {
+	n, _ := strconv.ParseInt(rv, 10, 64)
+	return n
+}

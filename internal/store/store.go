@@ -1,0 +1,507 @@
+// Package store keeps hvkube's objects and events in SQLite: WAL, one writer
+// connection and a pool of readers, embedded migrations, optimistic
+// concurrency on resourceVersion, and a watch stream of committed changes.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver, so the server also builds for Windows
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configure Open.
+type Options struct {
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Logger; slog.Default when nil.
+	Logger *slog.Logger
+	// MaxEvents bounds the audit log; older events are pruned. 0 means 50,000.
+	MaxEvents int
+}
+
+// Store is the SQLite-backed object store. It is safe for concurrent use.
+type Store struct {
+	w   *sql.DB // exactly one connection: SQLite has one writer anyway
+	r   *sql.DB // readers
+	now func() time.Time
+	log *slog.Logger
+
+	maxEvents int
+
+	// writeMu serialises write transactions so that watchers see changes in
+	// commit order.
+	writeMu sync.Mutex
+
+	mu       sync.Mutex // guards the following fields
+	watchers map[*Watcher]struct{}
+	closed   bool
+	inserted int // events since the last prune
+}
+
+// DBFile is the database's file name inside the data directory.
+const DBFile = "hvkube.db"
+
+// Open opens (creating if needed) the store in dir and applies migrations.
+func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	path := filepath.Join(dir, DBFile)
+	// Pragmas go in the DSN so that every pooled connection gets them.
+	dsn := "file:" + filepath.ToSlash(path) +
+		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)" +
+		"&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	w, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	r, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(8)
+	r.SetMaxIdleConns(8)
+	s := &Store{w: w, r: r, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, watchers: map[*Watcher]struct{}{}}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxEvents == 0 {
+		s.maxEvents = 50000
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops every watcher and closes the database. It is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for w := range s.watchers {
+		w.stop(nil)
+	}
+	s.watchers = nil
+	s.mu.Unlock()
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	return s.r.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("migrations table: %w", err)
+	}
+	entries, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(entries)
+	for _, e := range entries {
+		base := filepath.Base(e)
+		num, _, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if err != nil {
+			return fmt.Errorf("migration %s: bad name", base)
+		}
+		var n int
+		if err := s.w.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
+			return fmt.Errorf("migration %d: %w", version, err)
+		}
+		if n > 0 {
+			continue
+		}
+		body, err := migrations.ReadFile(e)
+		if err != nil {
+			return err
+		}
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migration %d: %w", version, err)
+		}
+		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", version, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, version, s.now().UTC().Format(time.RFC3339)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", version, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d: %w", version, err)
+		}
+		s.log.Info("applied store migration", "version", version)
+	}
+	return nil
+}
+
+// Tx is a write transaction. Its methods must only be called from the
+// function passed to Store.Tx, and must not do slow work (no VM calls): the
+// transaction holds SQLite's one write lock.
+type Tx struct {
+	s       *Store
+	tx      *sql.Tx
+	ctx     context.Context
+	pending []WatchEvent
+	events  int
+}
+
+// Tx runs fn in one write transaction: every change fn makes commits
+// together or not at all. Watchers hear of the changes after the commit.
+func (s *Store) Tx(ctx context.Context, fn func(tx *Tx) error) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	sqlTx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	tx := &Tx{s: s, tx: sqlTx, ctx: ctx}
+	if err := fn(tx); err != nil {
+		sqlTx.Rollback()
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	s.publish(tx.pending)
+	if tx.events > 0 {
+		s.maybePrune(ctx, tx.events)
+	}
+	return nil
+}
+
+func (tx *Tx) nextRV() (int64, error) {
+	var rv int64
+	if err := tx.tx.QueryRowContext(tx.ctx, `UPDATE revision SET rv = rv + 1 WHERE id = 1 RETURNING rv`).Scan(&rv); err != nil {
+		return 0, fmt.Errorf("next revision: %w", err)
+	}
+	return rv, nil
+}
+
+// Get reads one object inside the transaction.
+func (tx *Tx) Get(kind, name string) (api.Object, error) {
+	return getObject(tx.ctx, tx.tx, kind, name)
+}
+
+// List reads the objects of a kind matching sel inside the transaction.
+func (tx *Tx) List(kind string, sel api.Selector) ([]api.Object, error) {
+	objs, _, err := listObjects(tx.ctx, tx.tx, kind, sel)
+	return objs, err
+}
+
+// Create stores a new object. It sets uid, resourceVersion, generation 1 and
+// creationTimestamp; the object's status is kept as given (controllers create
+// objects with a status). ErrAlreadyExists if the name is taken.
+func (tx *Tx) Create(o api.Object) (api.Object, error) {
+	o = api.DeepCopy(o)
+	kind := o.GetTypeMeta().Kind
+	m := o.GetMeta()
+	if _, err := getObject(tx.ctx, tx.tx, kind, m.Name); err == nil {
+		return nil, fmt.Errorf("%s %q %w", strings.ToLower(kind), m.Name, api.ErrAlreadyExists)
+	} else if !errors.Is(err, api.ErrNotFound) {
+		return nil, err
+	}
+	rv, err := tx.nextRV()
+	if err != nil {
+		return nil, err
+	}
+	o.GetTypeMeta().APIVersion = api.Version
+	m.UID = uuid.NewString()
+	m.ResourceVersion = strconv.FormatInt(rv, 10)
+	m.Generation = 1
+	m.CreationTimestamp = tx.s.now().UTC()
+	m.DeletionTimestamp = nil
+	if err := tx.put(o, rv, true); err != nil {
+		return nil, err
+	}
+	tx.pending = append(tx.pending, WatchEvent{Type: Added, Object: o})
+	return api.DeepCopy(o), nil
+}
+
+// Update writes o's metadata (labels, annotations, finalizers, owners) and
+// spec over the stored object, keeping its status. If o carries a
+// resourceVersion it must match the stored one (ErrConflict otherwise). A
+// spec change increments generation. An update that changes nothing writes
+// nothing and returns the stored object with changed=false. An object being
+// deleted whose last finalizer is removed is deleted.
+func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
+	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
+	cur, err := getObject(tx.ctx, tx.tx, kind, m.Name)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := checkPrecondition(cur, m.ResourceVersion); err != nil {
+		return nil, false, err
+	}
+	next := api.DeepCopy(cur)
+	nm := next.GetMeta()
+	nm.Labels, nm.Annotations = m.Labels, m.Annotations
+	nm.Finalizers, nm.OwnerReferences = m.Finalizers, m.OwnerReferences
+	specChanged := !jsonEqual(cur.GetSpec(), o.GetSpec())
+	if specChanged {
+		setSpec(next, o)
+		nm.Generation++
+	}
+	if !specChanged && jsonEqual(cur.GetMeta(), nm) {
+		return cur, false, nil
+	}
+	if nm.DeletionTimestamp != nil && len(nm.Finalizers) == 0 {
+		if err := tx.remove(next); err != nil {
+			return nil, false, err
+		}
+		return next, true, nil
+	}
+	return tx.write(next)
+}
+
+// UpdateStatus replaces the stored object's status with o's. The
+// resourceVersion precondition applies as in Update. Nothing else changes.
+func (tx *Tx) UpdateStatus(o api.Object) (api.Object, error) {
+	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
+	cur, err := getObject(tx.ctx, tx.tx, kind, m.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPrecondition(cur, m.ResourceVersion); err != nil {
+		return nil, err
+	}
+	if jsonEqual(cur.GetStatus(), o.GetStatus()) {
+		return cur, nil
+	}
+	next := api.DeepCopy(cur)
+	setStatus(next, o)
+	out, _, err := tx.write(next)
+	return out, err
+}
+
+// DeleteOptions are preconditions for Delete.
+type DeleteOptions struct {
+	// ResourceVersion, when set, must match the stored object.
+	ResourceVersion string
+}
+
+// Delete removes the object. If it has finalizers it is only marked
+// (deletionTimestamp) and stays until they are removed; deleted then reports
+// false. ErrNotFound if there is no such object.
+func (tx *Tx) Delete(kind, name string, opts DeleteOptions) (obj api.Object, deleted bool, err error) {
+	cur, err := getObject(tx.ctx, tx.tx, kind, name)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := checkPrecondition(cur, opts.ResourceVersion); err != nil {
+		return nil, false, err
+	}
+	if len(cur.GetMeta().Finalizers) > 0 {
+		if cur.GetMeta().DeletionTimestamp != nil {
+			return cur, false, nil
+		}
+		next := api.DeepCopy(cur)
+		t := tx.s.now().UTC()
+		next.GetMeta().DeletionTimestamp = &t
+		out, _, err := tx.write(next)
+		return out, false, err
+	}
+	if err := tx.remove(cur); err != nil {
+		return nil, false, err
+	}
+	return cur, true, nil
+}
+
+func (tx *Tx) write(o api.Object) (api.Object, bool, error) {
+	rv, err := tx.nextRV()
+	if err != nil {
+		return nil, false, err
+	}
+	o.GetMeta().ResourceVersion = strconv.FormatInt(rv, 10)
+	if err := tx.put(o, rv, false); err != nil {
+		return nil, false, err
+	}
+	tx.pending = append(tx.pending, WatchEvent{Type: Modified, Object: o})
+	return api.DeepCopy(o), true, nil
+}
+
+func (tx *Tx) remove(o api.Object) error {
+	rv, err := tx.nextRV()
+	if err != nil {
+		return err
+	}
+	m := o.GetMeta()
+	if _, err := tx.tx.ExecContext(tx.ctx, `DELETE FROM objects WHERE kind = ? AND name = ?`, o.GetTypeMeta().Kind, m.Name); err != nil {
+		return fmt.Errorf("delete %s: %w", m.Name, err)
+	}
+	m.ResourceVersion = strconv.FormatInt(rv, 10)
+	tx.pending = append(tx.pending, WatchEvent{Type: Deleted, Object: o})
+	return nil
+}
+
+func (tx *Tx) put(o api.Object, rv int64, insert bool) error {
+	data, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	m := o.GetMeta()
+	kind := o.GetTypeMeta().Kind
+	if insert {
+		_, err = tx.tx.ExecContext(tx.ctx, `INSERT INTO objects (kind, name, uid, rv, data) VALUES (?, ?, ?, ?, ?)`, kind, m.Name, m.UID, rv, data)
+	} else {
+		_, err = tx.tx.ExecContext(tx.ctx, `UPDATE objects SET rv = ?, data = ? WHERE kind = ? AND name = ?`, rv, data, kind, m.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s %s: %w", kind, m.Name, err)
+	}
+	return nil
+}
+
+// Emit records an event in the audit log, committed with the transaction.
+func (tx *Tx) Emit(o api.Object, eventType, reason, message string) error {
+	ev := &api.Event{
+		TypeMeta:       api.TypeMeta{APIVersion: api.Version, Kind: api.KindEvent},
+		InvolvedObject: api.ObjectReference{Kind: o.GetTypeMeta().Kind, Name: o.GetMeta().Name, UID: o.GetMeta().UID},
+		Type:           eventType,
+		Reason:         reason,
+		Message:        message,
+		Timestamp:      tx.s.now().UTC(),
+	}
+	res, err := tx.tx.ExecContext(tx.ctx, `INSERT INTO events (kind, name, uid, type, reason, message, ts) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.InvolvedObject.UID, eventType, reason, message, ev.Timestamp.Format(time.RFC3339Nano))
+	if err != nil {
+		return fmt.Errorf("record event: %w", err)
+	}
+	id, _ := res.LastInsertId()
+	fillEventMeta(ev, id)
+	tx.events++
+	tx.pending = append(tx.pending, WatchEvent{Type: Added, Object: ev})
+	return nil
+}
+
+func fillEventMeta(ev *api.Event, id int64) {
+	ev.Metadata = api.ObjectMeta{
+		Name:              fmt.Sprintf("%s.%d", ev.InvolvedObject.Name, id),
+		ResourceVersion:   strconv.FormatInt(id, 10),
+		CreationTimestamp: ev.Timestamp,
+	}
+}
+
+func (s *Store) maybePrune(ctx context.Context, added int) {
+	s.mu.Lock()
+	s.inserted += added
+	due := s.inserted >= 1000
+	if due {
+		s.inserted = 0
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?`, s.maxEvents); err != nil {
+		s.log.Warn("prune events", "err", err)
+	}
+}
+
+func checkPrecondition(cur api.Object, rv string) error {
+	if rv != "" && rv != cur.GetMeta().ResourceVersion {
+		return fmt.Errorf("%s %q was modified (resourceVersion %s, yours %s): re-read and try again: %w",
+			strings.ToLower(cur.GetTypeMeta().Kind), cur.GetMeta().Name, cur.GetMeta().ResourceVersion, rv, api.ErrConflict)
+	}
+	return nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func getObject(ctx context.Context, q querier, kind, name string) (api.Object, error) {
+	var data []byte
+	err := q.QueryRowContext(ctx, `SELECT data FROM objects WHERE kind = ? AND name = ?`, kind, name).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%s %q %w", strings.ToLower(kind), name, api.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s: %w", kind, name, err)
+	}
+	return decodeRow(kind, data)
+}
+
+func listObjects(ctx context.Context, q querier, kind string, sel api.Selector) ([]api.Object, int64, error) {
+	var rv int64
+	if err := q.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv); err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+	}
+	rows, err := q.QueryContext(ctx, `SELECT data FROM objects WHERE kind = ? ORDER BY name`, kind)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+	}
+	defer rows.Close()
+	out := []api.Object{}
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+		}
+		o, err := decodeRow(kind, data)
+		if err != nil {
+			return nil, 0, err
+		}
+		if sel.Matches(o.GetMeta().Labels) {
+			out = append(out, o)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+	}
+	return out, rv, nil
+}
+
+func decodeRow(kind string, data []byte) (api.Object, error) {
+	o, err := api.New(kind)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(data, o); err != nil {
+		return nil, fmt.Errorf("decode stored %s: %w", kind, err)
+	}
+	return o, nil
+}
+
+func jsonEqual(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
+}

@@ -1,0 +1,264 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+func openTest(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func pool(name string, replicas int) *api.SandboxPool {
+	p := &api.SandboxPool{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandboxPool}}
+	p.Metadata.Name = name
+	p.Metadata.Labels = map[string]string{"team": "qa"}
+	p.Spec.Replicas = replicas
+	api.Default(p)
+	return p
+}
+
+func TestCreateGetUpdateDelete(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	created, err := s.Create(ctx, pool("web", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := created.GetMeta()
+	if m.UID == "" || m.ResourceVersion == "" || m.Generation != 1 || m.CreationTimestamp.IsZero() {
+		t.Fatalf("server fields not set: %+v", m)
+	}
+	if _, err := s.Create(ctx, pool("web", 2)); !errors.Is(err, api.ErrAlreadyExists) {
+		t.Fatalf("second create: got %v, want ErrAlreadyExists", err)
+	}
+	got, err := s.Get(ctx, api.KindSandboxPool, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetMeta().UID != m.UID {
+		t.Fatalf("uid changed")
+	}
+
+	// Same spec: unchanged, no write.
+	_, changed, err := s.Update(ctx, pool("web", 2))
+	if err != nil || changed {
+		t.Fatalf("no-op update: changed=%v err=%v", changed, err)
+	}
+	// Label change: new rv, same generation.
+	p := pool("web", 2)
+	p.Metadata.Labels["team"] = "ops"
+	up, changed, err := s.Update(ctx, p)
+	if err != nil || !changed {
+		t.Fatalf("label update: changed=%v err=%v", changed, err)
+	}
+	if up.GetMeta().Generation != 1 || up.GetMeta().ResourceVersion == m.ResourceVersion {
+		t.Fatalf("label update: generation %d rv %s", up.GetMeta().Generation, up.GetMeta().ResourceVersion)
+	}
+	// Spec change: generation 2.
+	up, _, err = s.Update(ctx, pool("web", 3))
+	if err != nil || up.GetMeta().Generation != 2 {
+		t.Fatalf("spec update: %v generation %d", err, up.GetMeta().Generation)
+	}
+	// Stale resourceVersion: conflict.
+	stale := pool("web", 4)
+	stale.Metadata.ResourceVersion = m.ResourceVersion
+	if _, _, err := s.Update(ctx, stale); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("stale update: got %v, want ErrConflict", err)
+	}
+	// Status updates keep the spec and the generation.
+	st := api.DeepCopy(up.(*api.SandboxPool))
+	st.Status.Ready = 3
+	st.Spec.Replicas = 99
+	out, err := s.UpdateStatus(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := out.(*api.SandboxPool); o.Status.Ready != 3 || o.Spec.Replicas != 3 || o.Metadata.Generation != 2 {
+		t.Fatalf("status update: %+v", o)
+	}
+
+	if _, deleted, err := s.Delete(ctx, api.KindSandboxPool, "web", DeleteOptions{}); err != nil || !deleted {
+		t.Fatalf("delete: %v %v", deleted, err)
+	}
+	if _, err := s.Get(ctx, api.KindSandboxPool, "web"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	evs, err := s.ListEvents(ctx, EventFilter{Kind: api.KindSandboxPool, Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range evs {
+		reasons = append(reasons, e.Reason)
+	}
+	if fmt.Sprint(reasons) != "[Created Deleted]" {
+		t.Fatalf("events: %v", reasons)
+	}
+}
+
+func TestFinalizersHoldDeletion(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	p := pool("held", 1)
+	p.Metadata.Finalizers = []string{"hvkube/vm"}
+	if _, err := s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	obj, deleted, err := s.Delete(ctx, api.KindSandboxPool, "held", DeleteOptions{})
+	if err != nil || deleted || obj.GetMeta().DeletionTimestamp == nil {
+		t.Fatalf("delete with finalizer: deleted=%v err=%v", deleted, err)
+	}
+	cur, _ := s.Get(ctx, api.KindSandboxPool, "held")
+	cur.GetMeta().Finalizers = nil
+	if _, _, err := s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, api.KindSandboxPool, "held"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("object survived its last finalizer: %v", err)
+	}
+}
+
+// TestConcurrentUpdatesOneWinnerPerVersion has 50 goroutines race to update
+// one object with optimistic concurrency: every resourceVersion they read is
+// won by exactly one writer, and no update is lost.
+func TestConcurrentUpdatesOneWinnerPerVersion(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	if _, err := s.Create(ctx, pool("hot", 0)); err != nil {
+		t.Fatal(err)
+	}
+	const workers = 50
+	var mu sync.Mutex
+	winners := map[string]int{} // rv read -> winners
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				cur, err := s.Get(ctx, api.KindSandboxPool, "hot")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				p := cur.(*api.SandboxPool)
+				read := p.Metadata.ResourceVersion
+				p.Spec.Replicas++
+				_, _, err = s.Update(ctx, p)
+				if errors.Is(err, api.ErrConflict) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				winners[read]++
+				mu.Unlock()
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	for rv, n := range winners {
+		if n != 1 {
+			t.Errorf("resourceVersion %s had %d winners", rv, n)
+		}
+	}
+	if len(winners) != workers {
+		t.Errorf("got %d winning versions, want %d", len(winners), workers)
+	}
+	cur, _ := s.Get(ctx, api.KindSandboxPool, "hot")
+	if got := cur.(*api.SandboxPool).Spec.Replicas; got != workers {
+		t.Errorf("replicas = %d, want %d (lost updates)", got, workers)
+	}
+}
+
+func TestListSelectorAndTxRollback(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	for i, team := range []string{"qa", "ops", "qa"} {
+		p := pool(fmt.Sprintf("p%d", i), 1)
+		p.Metadata.Labels["team"] = team
+		if _, err := s.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sel, _ := api.ParseSelector("team=qa")
+	items, _, err := s.List(ctx, api.KindSandboxPool, sel)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("list team=qa: %d items, %v", len(items), err)
+	}
+	boom := errors.New("boom")
+	err = s.Tx(ctx, func(tx *Tx) error {
+		if _, err := tx.Create(pool("rolled-back", 1)); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("tx error: %v", err)
+	}
+	if _, err := s.Get(ctx, api.KindSandboxPool, "rolled-back"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("rolled-back create is visible: %v", err)
+	}
+}
+
+func TestListAndWatch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := openTest(t)
+	if _, err := s.Create(ctx, pool("before", 1)); err != nil {
+		t.Fatal(err)
+	}
+	items, w, err := s.ListAndWatch(ctx, api.KindSandboxPool, api.Selector{})
+	if err != nil || len(items) != 1 {
+		t.Fatalf("list: %d %v", len(items), err)
+	}
+	_, evw, err := s.ListAndWatch(ctx, api.KindEvent, api.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Create(ctx, pool("after", 1))
+	s.Update(ctx, pool("after", 2))
+	s.Delete(ctx, api.KindSandboxPool, "after", DeleteOptions{})
+	var got []string
+	for len(got) < 3 {
+		select {
+		case ev := <-w.Events():
+			got = append(got, ev.Type+" "+ev.Object.GetMeta().Name)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("timed out; got %v", got)
+		}
+	}
+	if fmt.Sprint(got) != "[ADDED after MODIFIED after DELETED after]" {
+		t.Fatalf("watch: %v", got)
+	}
+	select {
+	case ev := <-evw.Events():
+		if ev.Object.(*api.Event).Reason != "Created" {
+			t.Fatalf("event watch: %+v", ev.Object)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event on the event watch")
+	}
+	cancel()
+	for range w.Events() {
+	}
+	if w.Err() != nil {
+		t.Fatalf("clean stop: %v", w.Err())
+	}
+}

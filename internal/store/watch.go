@@ -1,0 +1,136 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+var sqlReadOnly = sql.TxOptions{ReadOnly: true}
+
+// Watch event types.
+const (
+	Added    = "ADDED"
+	Modified = "MODIFIED"
+	Deleted  = "DELETED"
+)
+
+// WatchEvent is one committed change.
+type WatchEvent struct {
+	Type   string     `json:"type"`
+	Object api.Object `json:"object"`
+}
+
+// ErrWatchOverflow ends a watch whose reader fell too far behind; the reader
+// must list again.
+var ErrWatchOverflow = errors.New("watch: reader fell behind; list and watch again")
+
+// WatchBuffer is how many unread events a watcher may have before it is
+// stopped with ErrWatchOverflow.
+const WatchBuffer = 4096
+
+// Watcher delivers committed changes of one kind (or events).
+type Watcher struct {
+	kind string
+	sel  api.Selector
+	ch   chan WatchEvent
+
+	once sync.Once
+	err  error
+	done chan struct{}
+}
+
+// Events is the stream of changes. It is closed when the watch ends; Err
+// then says why.
+func (w *Watcher) Events() <-chan WatchEvent { return w.ch }
+
+// Err is nil while the watch runs and after a clean Stop.
+func (w *Watcher) Err() error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+		return nil
+	}
+}
+
+func (w *Watcher) stop(err error) {
+	w.once.Do(func() {
+		w.err = err
+		close(w.done)
+		close(w.ch)
+	})
+}
+
+// ListAndWatch returns the current objects of kind matching sel and a
+// Watcher of every later change, with no gap and no overlap between the two.
+// The watcher ends when ctx ends. Pass api.KindEvent to watch the audit log
+// (the list is then empty).
+func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, *Watcher, error) {
+	w := &Watcher{kind: kind, sel: sel, ch: make(chan WatchEvent, WatchBuffer), done: make(chan struct{})}
+	// Holding the write lock means nothing commits between the list and
+	// the registration.
+	s.writeMu.Lock()
+	var items []api.Object
+	if kind != api.KindEvent {
+		var err error
+		items, _, err = s.List(ctx, kind, sel)
+		if err != nil {
+			s.writeMu.Unlock()
+			return nil, nil, err
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.writeMu.Unlock()
+		return nil, nil, fmt.Errorf("watch %s: store closed", kind)
+	}
+	s.watchers[w] = struct{}{}
+	s.mu.Unlock()
+	s.writeMu.Unlock()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-w.done:
+		}
+		s.mu.Lock()
+		delete(s.watchers, w)
+		s.mu.Unlock()
+		w.stop(nil)
+	}()
+	return items, w, nil
+}
+
+// publish hands committed changes to watchers. It never blocks: a watcher
+// whose buffer is full is stopped with ErrWatchOverflow.
+func (s *Store) publish(evs []WatchEvent) {
+	if len(evs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.watchers {
+		for _, ev := range evs {
+			if ev.Object.GetTypeMeta().Kind != w.kind {
+				continue
+			}
+			if ev.Object.GetTypeMeta().Kind != api.KindEvent && !w.sel.Matches(ev.Object.GetMeta().Labels) {
+				continue
+			}
+			select {
+			case <-w.done:
+			case w.ch <- WatchEvent{Type: ev.Type, Object: ev.Object}:
+			default:
+				delete(s.watchers, w)
+				w.stop(ErrWatchOverflow)
+			}
+		}
+	}
+}
+
+func isNotFound(err error) bool { return errors.Is(err, api.ErrNotFound) }
