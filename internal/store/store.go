@@ -166,7 +166,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("migration %d: %w", version, err)
 		}
-		s.log.Info("applied store migration", "version", version)
+		s.log.Debug("applied store migration", "version", version)
 	}
 	return nil
 }

@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/server"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func init() { time.Local = time.UTC } // describe prints local times
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// startServer runs a real API server whose store clock is fixed at t0.
+func startServer(t *testing.T) string {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(server.New(server.Options{Store: st, Version: "test"}).Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		st.Close()
+	})
+	return srv.URL
+}
+
+// run executes the CLI as a user would, five minutes after t0.
+func run(t *testing.T, url string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Main(context.Background(), Options{
+		Version: "test",
+		Now:     func() time.Time { return t0.Add(5*time.Minute + 30*time.Second) },
+		Stdin:   strings.NewReader(""),
+		Stdout:  &out,
+		Stderr:  &errOut,
+	}, append([]string{"--server", url}, args...))
+	return out.String(), errOut.String(), code
+}
+
+var uidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	got = uidRE.ReplaceAllString(got, "UID")
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// TestDoneWhen walks the session a new user runs after make run.
+func TestDoneWhen(t *testing.T) {
+	url := startServer(t)
+	steps := []struct {
+		golden string
+		args   []string
+	}{
+		{"apply", []string{"apply", "-f", "../../examples/"}},
+		{"apply-again", []string{"apply", "-f", "../../examples/"}},
+		{"get-pools", []string{"get", "pools"}},
+		{"get-agents-yaml", []string{"get", "agents", "-o", "yaml"}},
+		{"scale", []string{"scale", "browser-workers", "--replicas", "3"}},
+		{"get-pools-wide", []string{"get", "sandboxpools", "-o", "wide"}},
+		{"get-agents", []string{"get", "agents"}},
+		{"get-sandboxes", []string{"get", "sb"}},
+		{"get-templates", []string{"get", "tpl"}},
+		{"get-displayservices", []string{"get", "ds"}},
+		{"describe-pool", []string{"describe", "pool", "browser-workers"}},
+		{"delete-agent", []string{"delete", "agent", "book-flight-task-123"}},
+		{"get-events", []string{"get", "events"}},
+	}
+	for _, s := range steps {
+		out, errOut, code := run(t, url, s.args...)
+		if code != 0 {
+			t.Fatalf("hvkube %s: exit %d: %s", strings.Join(s.args, " "), code, errOut)
+		}
+		golden(t, s.golden, out)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	url := startServer(t)
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"get", "widgets"}, `unknown resource type "widgets"`},
+		{[]string{"get", "agent", "nope"}, `agent "nope" not found`},
+		{[]string{"get", "pools", "-o", "xml"}, `unknown output format "xml"`},
+		{[]string{"get", "pools", "-l", "a b c"}, "labelSelector"},
+		{[]string{"delete", "agent", "nope"}, `agent "nope" not found`},
+		{[]string{"scale", "nope", "--replicas", "2"}, `sandboxpool "nope" not found`},
+		{[]string{"scale", "agent", "x", "--replicas", "2"}, "only sandboxpools can be scaled"},
+		{[]string{"scale", "nope"}, "--replicas"},
+		{[]string{"apply", "-f", "testdata/does-not-exist.yaml"}, "no such file"},
+		{[]string{"apply"}, "apply needs -f"},
+	}
+	for _, tt := range tests {
+		out, errOut, code := run(t, url, tt.args...)
+		if code != 1 {
+			t.Errorf("hvkube %v: exit %d, want 1", tt.args, code)
+		}
+		if !strings.Contains(errOut, tt.wantErr) || !strings.HasPrefix(errOut, "error: ") {
+			t.Errorf("hvkube %v: stderr %q, want it to contain %q", tt.args, errOut, tt.wantErr)
+		}
+		if out != "" {
+			t.Errorf("hvkube %v: stdout %q, want nothing", tt.args, out)
+		}
+	}
+}
+
+func TestApplyBadFileChangesNothing(t *testing.T) {
+	url := startServer(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("apiVersion: hvkube/v1\nkind: Agent\nmetadata: {name: a}\nspec: {sandboxName: x}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("apiVersion: hvkube/v1\nkind: Agent\nmetadata: {name: b}\nspec: {sandboxNmae: x}\n"), 0o644)
+	_, errOut, code := run(t, url, "apply", "-f", dir)
+	if code != 1 || !strings.Contains(errOut, "spec.sandboxNmae: unknown field") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	out, _, _ := run(t, url, "get", "agents", "-o", "name")
+	if out != "" {
+		t.Fatalf("a decode error still applied objects: %q", out)
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"}, {90 * time.Second, "90s"}, {150 * time.Second, "2m30s"}, {45 * time.Minute, "45m"},
+		{4*time.Hour + 20*time.Minute, "4h20m"}, {30 * time.Hour, "30h"}, {3*24*time.Hour + 5*time.Hour, "3d5h"},
+		{40 * 24 * time.Hour, "40d"}, {3 * 365 * 24 * time.Hour, "3y"},
+	}
+	for _, tt := range tests {
+		if got := humanDuration(tt.d); got != tt.want {
+			t.Errorf("humanDuration(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,346 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+type testServer struct {
+	*httptest.Server
+	st *store.Store
+}
+
+func start(t *testing.T, opts Options) *testServer {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Store = st
+	srv := httptest.NewServer(New(opts).Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		st.Close()
+	})
+	return &testServer{Server: srv, st: st}
+}
+
+func (ts *testServer) do(t *testing.T, method, path, ctype, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+const poolYAML = `apiVersion: hvkube/v1
+kind: SandboxPool
+metadata:
+  name: browser-workers
+spec:
+  replicas: 5
+  minReady: 2
+  template:
+    metadata:
+      labels: {pool: browser-workers}
+    spec:
+      display: {resolution: 1280x800}
+`
+
+func TestCRUD(t *testing.T) {
+	ts := start(t, Options{})
+	code, _, body := ts.do(t, "POST", "/api/v1/sandboxpools", "application/yaml", poolYAML)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var p api.SandboxPool
+	json.Unmarshal(body, &p)
+	if p.Metadata.UID == "" || p.Spec.WarmTier != "paused" || p.APIVersion != api.Version {
+		t.Fatalf("created: %s", body)
+	}
+	if code, _, _ := ts.do(t, "POST", "/api/v1/sandboxpools", "application/yaml", poolYAML); code != http.StatusConflict {
+		t.Fatalf("duplicate create: %d", code)
+	}
+	code, _, body = ts.do(t, "GET", "/api/v1/pools/browser-workers", "", "")
+	if code != 200 || !strings.Contains(string(body), `"name":"browser-workers"`) {
+		t.Fatalf("get: %d %s", code, body)
+	}
+	// PUT: unchanged, then configured.
+	code, h, _ := ts.do(t, "PUT", "/api/v1/sandboxpools/browser-workers", "application/yaml", poolYAML)
+	if code != 200 || h.Get(ApplyResultHeader) != "unchanged" {
+		t.Fatalf("put same: %d %s", code, h.Get(ApplyResultHeader))
+	}
+	code, h, _ = ts.do(t, "PUT", "/api/v1/sandboxpools/browser-workers", "application/yaml", strings.Replace(poolYAML, "replicas: 5", "replicas: 6", 1))
+	if code != 200 || h.Get(ApplyResultHeader) != "configured" {
+		t.Fatalf("put changed: %d %s", code, h.Get(ApplyResultHeader))
+	}
+	code, _, body = ts.do(t, "PATCH", "/api/v1/sandboxpools/browser-workers/scale", "application/json", `{"replicas":3}`)
+	if code != 200 || !strings.Contains(string(body), `"replicas":3`) {
+		t.Fatalf("scale: %d %s", code, body)
+	}
+	code, _, body = ts.do(t, "GET", "/api/v1/sandboxpools?labelSelector=nope%3Dx", "", "")
+	if code != 200 || !strings.Contains(string(body), `"kind":"SandboxPoolList"`) || !strings.Contains(string(body), `"items":[]`) {
+		t.Fatalf("list with selector: %d %s", code, body)
+	}
+	code, _, _ = ts.do(t, "DELETE", "/api/v1/sandboxpools/browser-workers", "", "")
+	if code != 200 {
+		t.Fatalf("delete: %d", code)
+	}
+	if code, _, _ := ts.do(t, "GET", "/api/v1/sandboxpools/browser-workers", "", ""); code != 404 {
+		t.Fatalf("get after delete: %d", code)
+	}
+	code, _, body = ts.do(t, "GET", "/api/v1/events?kind=pool&name=browser-workers", "", "")
+	if code != 200 || strings.Count(string(body), `"reason"`) != 4 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+}
+
+func TestAgentShortFormAndResult(t *testing.T) {
+	ts := start(t, Options{})
+	code, _, body := ts.do(t, "POST", "/api/v1/agents", "application/json",
+		`{"name":"book-flight-123","sandboxSelector":{"pool":"browser-workers"},"task":{"workflow":"book-flight","input":{"destination":"New York"}}}`)
+	if code != 201 {
+		t.Fatalf("short form: %d %s", code, body)
+	}
+	code, _, body = ts.do(t, "GET", "/api/v1/agents/book-flight-123/result", "", "")
+	if code != 200 {
+		t.Fatalf("result: %d %s", code, body)
+	}
+	var res map[string]any
+	json.Unmarshal(body, &res)
+	if res["status"] != "pending" || res["duration_seconds"] != 0.0 {
+		t.Fatalf("result: %s", body)
+	}
+}
+
+func TestSandboxOpsNeedBackend(t *testing.T) {
+	ts := start(t, Options{})
+	ts.do(t, "POST", "/api/v1/sandboxes", "application/yaml", "apiVersion: hvkube/v1\nkind: Sandbox\nmetadata: {name: desk}\nspec: {}\n")
+	for _, r := range []struct{ method, path string }{
+		{"POST", "/api/v1/sandboxes/desk/pause"},
+		{"GET", "/api/v1/sandboxes/desk/screen"},
+		{"POST", "/api/v1/sandboxes/desk/input"},
+	} {
+		code, _, body := ts.do(t, r.method, r.path, "", "")
+		if code != http.StatusNotImplemented || !strings.Contains(string(body), "backend") {
+			t.Errorf("%s %s: %d %s", r.method, r.path, code, body)
+		}
+	}
+	if code, _, _ := ts.do(t, "POST", "/api/v1/sandboxes/ghost/pause", "", ""); code != 404 {
+		t.Errorf("unknown sandbox: %d", code)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	ts := start(t, Options{Token: "s3cret"})
+	if code, _, _ := ts.do(t, "GET", "/healthz", "", ""); code != 200 {
+		t.Fatalf("healthz needs no token: %d", code)
+	}
+	if code, _, _ := ts.do(t, "GET", "/api/v1/agents", "", ""); code != 401 {
+		t.Fatalf("no token: %d", code)
+	}
+	req, _ := http.NewRequest("GET", ts.URL+"/api/v1/agents", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("with token: %v %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+}
+
+func TestWatchStream(t *testing.T) {
+	ts := start(t, Options{})
+	ts.do(t, "POST", "/api/v1/sandboxpools", "application/yaml", poolYAML)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/v1/sandboxpools?watch=true", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func() string {
+		select {
+		case l := <-lines:
+			var ev struct {
+				Type   string `json:"type"`
+				Object struct {
+					Metadata api.ObjectMeta `json:"metadata"`
+				} `json:"object"`
+			}
+			if err := json.Unmarshal([]byte(l), &ev); err != nil {
+				t.Fatalf("bad line %q: %v", l, err)
+			}
+			return ev.Type + " " + ev.Object.Metadata.Name
+		case <-time.After(5 * time.Second):
+			t.Fatal("timed out")
+			return ""
+		}
+	}
+	if got := next(); got != "ADDED browser-workers" {
+		t.Fatalf("initial: %s", got)
+	}
+	ts.do(t, "PATCH", "/api/v1/sandboxpools/browser-workers/scale", "application/json", `{"replicas":4}`)
+	if got := next(); got != "MODIFIED browser-workers" {
+		t.Fatalf("after scale: %s", got)
+	}
+	ts.do(t, "DELETE", "/api/v1/sandboxpools/browser-workers", "", "")
+	if got := next(); got != "DELETED browser-workers" {
+		t.Fatalf("after delete: %s", got)
+	}
+}
+
+// TestBadInput sends bad requests and checks the status code, the field the
+// error names, and that the store did not change.
+func TestBadInput(t *testing.T) {
+	ts := start(t, Options{MaxBody: 64 << 10})
+	if code, _, b := ts.do(t, "POST", "/api/v1/sandboxpools", "application/yaml", poolYAML); code != 201 {
+		t.Fatalf("setup: %d %s", code, b)
+	}
+	const sb = "apiVersion: hvkube/v1\nkind: Sandbox\nmetadata:\n  name: desk\n"
+	const ag = "apiVersion: hvkube/v1\nkind: Agent\nmetadata:\n  name: job\n"
+	const tpl = "apiVersion: hvkube/v1\nkind: Template\nmetadata:\n  name: tpl\n"
+	const ds = "apiVersion: hvkube/v1\nkind: DisplayService\nmetadata:\n  name: view\n"
+	pool := func(spec string) string {
+		return "apiVersion: hvkube/v1\nkind: SandboxPool\nmetadata:\n  name: other\nspec:\n" + spec
+	}
+	tests := []struct {
+		name, method, path, ctype, body string
+		code                            int
+		field                           string
+	}{
+		{"not YAML", "POST", "/api/v1/sandboxes", "application/yaml", "{{{ not: [yaml", 400, ""},
+		{"binary", "POST", "/api/v1/sandboxes", "", "\x00\xff\xfe", 400, ""},
+		{"empty body", "POST", "/api/v1/sandboxes", "application/yaml", "", 400, ""},
+		{"bad JSON", "POST", "/api/v1/sandboxes", "application/json", `{"apiVersion":`, 400, ""},
+		{"JSON scalar", "POST", "/api/v1/sandboxes", "application/json", `[1]`, 400, ""},
+		{"missing apiVersion", "POST", "/api/v1/sandboxes", "application/yaml", "kind: Sandbox\nmetadata: {name: desk}\n", 400, "apiVersion"},
+		{"unknown apiVersion", "POST", "/api/v1/sandboxes", "application/yaml", "apiVersion: hvkube/v9\nkind: Sandbox\nmetadata: {name: desk}\n", 400, "apiVersion"},
+		{"unknown kind", "POST", "/api/v1/sandboxes", "application/yaml", "apiVersion: hvkube/v1\nkind: Pod\nmetadata: {name: desk}\n", 400, "kind"},
+		{"kind mismatch", "POST", "/api/v1/sandboxes", "application/yaml", ag + "spec: {sandboxName: x}\n", 400, "kind"},
+		{"missing name", "POST", "/api/v1/sandboxes", "application/yaml", "apiVersion: hvkube/v1\nkind: Sandbox\nmetadata: {}\n", 400, "metadata.name"},
+		{"name too long", "POST", "/api/v1/sandboxes", "application/yaml", "apiVersion: hvkube/v1\nkind: Sandbox\nmetadata: {name: " + strings.Repeat("x", 64) + "}\n", 400, "metadata.name"},
+		{"name not DNS", "POST", "/api/v1/sandboxes", "application/yaml", "apiVersion: hvkube/v1\nkind: Sandbox\nmetadata: {name: my_desk}\n", 400, "metadata.name"},
+		{"unknown top field", "POST", "/api/v1/sandboxes", "application/yaml", sb + "sepc: {}\n", 400, "sepc"},
+		{"unknown nested field", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  display:\n    resolutoin: 1x1\n", 400, "spec.display.resolutoin"},
+		{"wrong type string", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  resources:\n    cpu: two\n", 400, "spec.resources.cpu"},
+		{"wrong type list", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  volumes: {name: x}\n", 400, "spec.volumes"},
+		{"bad resolution", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  display:\n    resolution: 1920*1080\n", 400, "spec.display.resolution"},
+		{"tiny resolution", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  display:\n    resolution: 10x10\n", 400, "spec.display.resolution"},
+		{"bad protocol", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  display:\n    protocol: spice\n", 400, "spec.display.protocol"},
+		{"bad port", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  display:\n    port: 70000\n", 400, "spec.display.port"},
+		{"negative memory", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  resources:\n    memoryMB: -1\n", 400, "spec.resources.memoryMB"},
+		{"relative hostPath", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  volumes:\n  - {name: w, hostPath: workflows, sandboxPath: /w}\n", 400, "spec.volumes[0].hostPath"},
+		{"dotdot hostPath", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  volumes:\n  - {name: w, hostPath: 'C:\\data\\..\\Windows', sandboxPath: /w}\n", 400, "spec.volumes[0].hostPath"},
+		{"duplicate volume", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  volumes:\n  - {name: w, hostPath: /a, sandboxPath: /w}\n  - {name: w, hostPath: /b, sandboxPath: /v}\n", 400, "spec.volumes[1].name"},
+		{"empty startup", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  startup:\n  - {command: ''}\n", 400, "spec.startup[0].command"},
+		{"bad health type", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  healthCheck: {type: ping}\n", 400, "spec.healthCheck.type"},
+		{"process without name", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  healthCheck: {type: process}\n", 400, "spec.healthCheck.processName"},
+		{"negative timeout", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  lifecycle: {timeoutMinutes: -5}\n", 400, "spec.lifecycle.timeoutMinutes"},
+		{"bad label value", "POST", "/api/v1/sandboxes", "application/yaml", sb + "  labels: {app: 'a b'}\n", 400, "metadata.labels.app"},
+		{"negative replicas", "POST", "/api/v1/sandboxpools", "application/yaml", pool("  replicas: -2\n  template: {spec: {}}\n"), 400, "spec.replicas"},
+		{"minReady > replicas", "POST", "/api/v1/sandboxpools", "application/yaml", pool("  replicas: 1\n  minReady: 3\n  template: {spec: {}}\n"), 400, "spec.minReady"},
+		{"bad warm tier", "POST", "/api/v1/sandboxpools", "application/yaml", pool("  replicas: 1\n  warmTier: frozen\n  template: {spec: {}}\n"), 400, "spec.warmTier"},
+		{"bad maxAge", "POST", "/api/v1/sandboxpools", "application/yaml", pool("  replicas: 1\n  maxAge: forever\n  template: {spec: {}}\n"), 400, "spec.maxAge"},
+		{"bad release policy", "POST", "/api/v1/sandboxpools", "application/yaml", pool("  replicas: 1\n  releasePolicy: keep\n  template: {spec: {}}\n"), 400, "spec.releasePolicy"},
+		{"pool template field", "POST", "/api/v1/sandboxpools", "application/yaml", pool("  replicas: 1\n  template:\n    spec:\n      display: {resolution: wide}\n"), 400, "spec.template.spec.display.resolution"},
+		{"agent without target", "POST", "/api/v1/agents", "application/yaml", ag + "spec: {type: mcp-agent}\n", 400, "spec.sandboxSelector"},
+		{"agent bad type", "POST", "/api/v1/agents", "application/yaml", ag + "spec: {sandboxName: d, type: robot}\n", 400, "spec.type"},
+		{"agent bad step", "POST", "/api/v1/agents", "application/yaml", ag + "spec:\n  sandboxName: d\n  type: workflow\n  task:\n    steps:\n    - {action: teleport}\n", 400, "spec.task.steps[0].action"},
+		{"agent step coordinate", "POST", "/api/v1/agents", "application/yaml", ag + "spec:\n  sandboxName: d\n  task:\n    steps:\n    - {action: left_click, coordinate: [-1, 5]}\n", 400, "spec.task.steps[0].coordinate"},
+		{"agent retries", "POST", "/api/v1/agents", "application/yaml", ag + "spec: {sandboxName: d, completion: {maxRetries: -1}}\n", 400, "spec.completion.maxRetries"},
+		{"short form bad pool", "POST", "/api/v1/agents", "application/json", `{"name":"t","sandboxSelector":{"pool":"Bad Pool"}}`, 400, "spec.sandboxSelector.pool"},
+		{"template without image", "POST", "/api/v1/templates", "application/yaml", tpl + "spec: {}\n", 400, "spec.qemu"},
+		{"template relative disk", "POST", "/api/v1/templates", "application/yaml", tpl + "spec:\n  qemu: {disk: disk.qcow2}\n", 400, "spec.qemu.disk"},
+		{"service bad type", "POST", "/api/v1/displayservices", "application/yaml", ds + "spec: {type: External}\n", 400, "spec.type"},
+		{"service bad targetPort", "POST", "/api/v1/displayservices", "application/yaml", ds + "spec:\n  ports:\n  - {port: 5900, targetPort: any}\n", 400, "spec.ports[0].targetPort"},
+		{"put name mismatch", "PUT", "/api/v1/sandboxes/other", "application/yaml", sb + "spec: {}\n", 400, "metadata.name"},
+		{"scale negative", "PATCH", "/api/v1/sandboxpools/browser-workers/scale", "application/json", `{"replicas":-1}`, 400, "replicas"},
+		{"scale below minReady", "PATCH", "/api/v1/sandboxpools/browser-workers/scale", "application/json", `{"replicas":1}`, 400, "replicas"},
+		{"scale not a number", "PATCH", "/api/v1/sandboxpools/browser-workers/scale", "application/json", `{"replicas":"many"}`, 400, "replicas"},
+		{"scale missing", "PATCH", "/api/v1/sandboxpools/browser-workers/scale", "application/json", `{}`, 400, "replicas"},
+		{"scale unknown pool", "PATCH", "/api/v1/sandboxpools/nope/scale", "application/json", `{"replicas":1}`, 404, ""},
+		{"bad selector", "GET", "/api/v1/sandboxes?labelSelector=a%20b%20c", "", "", 400, "labelSelector"},
+		{"unknown resource", "GET", "/api/v1/widgets", "", "", 404, ""},
+		{"unsupported media type", "POST", "/api/v1/sandboxes", "multipart/form-data", "x", 415, ""},
+		{"body too large", "POST", "/api/v1/sandboxes", "application/yaml", sb + "spec:\n  startup:\n  - command: " + strings.Repeat("x", 70<<10) + "\n", 413, ""},
+		{"stale resourceVersion", "PUT", "/api/v1/sandboxpools/browser-workers", "application/yaml", strings.Replace(poolYAML, "name: browser-workers\n", "name: browser-workers\n  resourceVersion: \"999\"\n", 1), 409, ""},
+		{"events bad limit", "GET", "/api/v1/events?limit=-4", "", "", 400, "limit"},
+	}
+	before := snapshot(t, ts)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, h, body := ts.do(t, tt.method, tt.path, tt.ctype, tt.body)
+			if code != tt.code {
+				t.Fatalf("status %d, want %d: %s", code, tt.code, body)
+			}
+			if ct := h.Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("content type %q", ct)
+			}
+			var e struct {
+				Error string `json:"error"`
+				Field string `json:"field"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+				t.Fatalf("error body %q: %v", body, err)
+			}
+			if e.Field != tt.field {
+				t.Fatalf("field %q, want %q (error: %s)", e.Field, tt.field, e.Error)
+			}
+			if tt.field != "" && !strings.Contains(e.Error, tt.field) {
+				t.Fatalf("message %q does not name %s", e.Error, tt.field)
+			}
+		})
+	}
+	if after := snapshot(t, ts); after != before {
+		t.Fatalf("bad input changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+	if len(tests) < 30 {
+		t.Fatalf("only %d bad inputs", len(tests))
+	}
+}
+
+// snapshot is every object in the store plus the revision.
+func snapshot(t *testing.T, ts *testServer) string {
+	var sb strings.Builder
+	rv, err := ts.st.Revision(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&sb, "rv=%d ", rv)
+	for _, k := range api.Kinds {
+		items, _, err := ts.st.List(context.Background(), k.Kind, api.Selector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(items)
+		sb.Write(b)
+	}
+	return sb.String()
+}
