@@ -50,6 +50,18 @@ func SelectorFromMap(m map[string]string) Selector {
 	return sel
 }
 
+// Equalities returns the key=value terms; a store can use them to narrow a
+// query before Matches checks the whole selector.
+func (s Selector) Equalities() map[string]string {
+	out := map[string]string{}
+	for _, t := range s.terms {
+		if t.op == "=" {
+			out[t.key] = t.values[0]
+		}
+	}
+	return out
+}
+
 // Empty reports whether the selector matches everything.
 func (s Selector) Empty() bool { return len(s.terms) == 0 }
 

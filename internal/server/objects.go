@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,23 @@ type List struct {
 	Items      []api.Object `json:"items"`
 }
 
+// writeRawList writes a List whose items are the store's JSON as is: no
+// decoding and re-encoding of thousands of objects.
+func writeRawList(w http.ResponseWriter, kind string, rv int64, items []json.RawMessage) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	fmt.Fprintf(bw, `{"apiVersion":%q,"kind":%q,"metadata":{"resourceVersion":"%d"},"items":[`, api.Version, kind, rv)
+	for i, it := range items {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.Write(it)
+	}
+	bw.WriteString("]}\n")
+	bw.Flush()
+}
+
 // ListMeta carries the revision a list was read at.
 type ListMeta struct {
 	ResourceVersion string `json:"resourceVersion,omitempty"`
@@ -50,12 +68,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.watch(w, r, k.Kind, sel)
 		return
 	}
-	items, rv, err := s.opts.Store.List(r.Context(), k.Kind, sel)
+	items, rv, err := s.opts.Store.ListRaw(r.Context(), k.Kind, sel)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, List{APIVersion: api.Version, Kind: k.Kind + "List", Metadata: ListMeta{ResourceVersion: strconv.FormatInt(rv, 10)}, Items: items})
+	writeRawList(w, k.Kind+"List", rv, items)
 }
 
 func isWatch(r *http.Request) bool {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -37,6 +38,16 @@ func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.
 	}
 	defer tx.Rollback()
 	return listObjects(ctx, tx, kind, sel)
+}
+
+// ListRaw is List without decoding: each item is the object's stored JSON.
+func (s *Store) ListRaw(ctx context.Context, kind string, sel api.Selector) ([]json.RawMessage, int64, error) {
+	tx, err := s.r.BeginTx(ctx, &sqlReadOnly)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+	}
+	defer tx.Rollback()
+	return listRaw(ctx, tx, kind, sel)
 }
 
 // Create stores a new object; see Tx.Create.

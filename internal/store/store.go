@@ -377,10 +377,14 @@ func (tx *Tx) put(o api.Object, rv int64, insert bool) error {
 	}
 	m := o.GetMeta()
 	kind := o.GetTypeMeta().Kind
+	labels := []byte("{}")
+	if len(m.Labels) > 0 {
+		labels, _ = json.Marshal(m.Labels)
+	}
 	if insert {
-		_, err = tx.tx.ExecContext(tx.ctx, `INSERT INTO objects (kind, name, uid, rv, data) VALUES (?, ?, ?, ?, ?)`, kind, m.Name, m.UID, rv, data)
+		_, err = tx.tx.ExecContext(tx.ctx, `INSERT INTO objects (kind, name, uid, rv, data, labels) VALUES (?, ?, ?, ?, ?, ?)`, kind, m.Name, m.UID, rv, data, labels)
 	} else {
-		_, err = tx.tx.ExecContext(tx.ctx, `UPDATE objects SET rv = ?, data = ? WHERE kind = ? AND name = ?`, rv, data, kind, m.Name)
+		_, err = tx.tx.ExecContext(tx.ctx, `UPDATE objects SET rv = ?, data = ?, labels = ? WHERE kind = ? AND name = ?`, rv, data, labels, kind, m.Name)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s %s: %w", kind, m.Name, err)
@@ -460,28 +464,57 @@ func getObject(ctx context.Context, q querier, kind, name string) (api.Object, e
 }
 
 func listObjects(ctx context.Context, q querier, kind string, sel api.Selector) ([]api.Object, int64, error) {
-	var rv int64
-	if err := q.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv); err != nil {
-		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
-	}
-	rows, err := q.QueryContext(ctx, `SELECT data FROM objects WHERE kind = ? ORDER BY name`, kind)
+	raws, rv, err := listRaw(ctx, q, kind, sel)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+		return nil, 0, err
 	}
-	defer rows.Close()
-	out := []api.Object{}
-	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			return nil, 0, fmt.Errorf("list %s: %w", kind, err)
-		}
+	out := make([]api.Object, 0, len(raws))
+	for _, data := range raws {
 		o, err := decodeRow(kind, data)
 		if err != nil {
 			return nil, 0, err
 		}
-		if sel.Matches(o.GetMeta().Labels) {
-			out = append(out, o)
+		out = append(out, o)
+	}
+	return out, rv, nil
+}
+
+// listRaw returns the stored JSON of the matching objects without decoding
+// them; labels are read from their own column to filter.
+func listRaw(ctx context.Context, q querier, kind string, sel api.Selector) ([]json.RawMessage, int64, error) {
+	var rv int64
+	if err := q.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv); err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+	}
+	query := `SELECT data, labels FROM objects WHERE kind = ?`
+	args := []any{kind}
+	// Label keys are restricted to [A-Za-z0-9._/-], so quoting them in a
+	// JSON path is safe; the values are bound parameters.
+	for k, v := range sel.Equalities() {
+		query += ` AND json_extract(labels, '$."` + k + `"') = ?`
+		args = append(args, v)
+	}
+	rows, err := q.QueryContext(ctx, query+` ORDER BY name`, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+	}
+	defer rows.Close()
+	out := []json.RawMessage{}
+	for rows.Next() {
+		var data, labelJSON []byte
+		if err := rows.Scan(&data, &labelJSON); err != nil {
+			return nil, 0, fmt.Errorf("list %s: %w", kind, err)
 		}
+		if !sel.Empty() {
+			var labels map[string]string
+			if err := json.Unmarshal(labelJSON, &labels); err != nil {
+				return nil, 0, fmt.Errorf("list %s: labels: %w", kind, err)
+			}
+			if !sel.Matches(labels) {
+				continue
+			}
+		}
+		out = append(out, data)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("list %s: %w", kind, err)

@@ -202,6 +202,21 @@ func TestListSelectorAndTxRollback(t *testing.T) {
 	if err != nil || len(items) != 2 {
 		t.Fatalf("list team=qa: %d items, %v", len(items), err)
 	}
+	pre := pool("prefixed", 1)
+	pre.Metadata.Labels["app.hvkube.io/role"] = "desk"
+	if _, err := s.Create(ctx, pre); err != nil {
+		t.Fatal(err)
+	}
+	for sel, want := range map[string]int{"app.hvkube.io/role=desk": 1, "app.hvkube.io/role=desk,team=qa": 1, "team=qa,team!=qa": 0, "team in (ops)": 1, "team": 4} {
+		s2, err := api.ParseSelector(sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, _, err := s.List(ctx, api.KindSandboxPool, s2)
+		if err != nil || len(items) != want {
+			t.Errorf("list %q: %d items, want %d (%v)", sel, len(items), want, err)
+		}
+	}
 	boom := errors.New("boom")
 	err = s.Tx(ctx, func(tx *Tx) error {
 		if _, err := tx.Create(pool("rolled-back", 1)); err != nil {

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing hvkube needs on Debian
+# bookworm, skipping what is already there: QEMU, the image build tools and
+# the Go modules. Uses sudo when not root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  qemu-system-x86   # the VM backend
+  qemu-utils        # qemu-img: overlays and image conversion
+  qemu-guest-agent  # the guest agent protocol tests talk to a real one on the host
+  debootstrap       # guest image build
+  e2fsprogs         # mkfs.ext4 -d: guest disk without loop devices
+  curl unzip ca-certificates
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo_cmd=sudo
+  fi
+  echo "deps: installing ${missing[*]}"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+GO=$(scripts/ensure-go.sh)
+"$GO" mod download

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Starts the hvkube server on the embedded defaults, runs the demo against
+# it, and keeps the server in the foreground until Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=bin/hvkube
+addr="${HVKUBE_ADDR:-127.0.0.1:8080}"
+export HVKUBE_SERVER="http://${addr}"
+
+if curl -fsS "${HVKUBE_SERVER}/healthz" >/dev/null 2>&1; then
+  echo "run: a server already answers at ${HVKUBE_SERVER}; stop it first (or set HVKUBE_ADDR to another address)" >&2
+  exit 1
+fi
+
+log="${TMPDIR:-/tmp}/hvkube-serve.log"
+"$bin" serve --addr "$addr" >"$log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+trap 'exit 130' INT TERM
+
+for _ in $(seq 1 100); do
+  curl -fsS "${HVKUBE_SERVER}/readyz" >/dev/null 2>&1 && break
+  kill -0 "$server" 2>/dev/null || { echo "run: the server did not start:" >&2; cat "$log" >&2; exit 1; }
+  sleep 0.1
+done
+echo "hvkube server running at ${HVKUBE_SERVER} (log: ${log})"
+
+scripts/demo.sh
+
+echo
+echo "The server keeps running at ${HVKUBE_SERVER}; try 'bin/hvkube get sandboxes'. Press Ctrl-C to stop it."
+wait "$server"
