@@ -15,15 +15,22 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/qemu"
+	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
 type serveConfig struct {
-	addr      string
-	dataDir   string
-	tokenFile string
-	logLevel  string
+	addr            string
+	dataDir         string
+	tokenFile       string
+	logLevel        string
+	backend         string
+	imageDir        string
+	defaultTemplate string
 }
 
 func newServeCmd() *cobra.Command {
@@ -49,6 +56,9 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.dataDir, "data-dir", defaultDataDir(), "directory for the database and sandbox files (env HVKUBE_DATA_DIR)")
 	f.StringVar(&cfg.tokenFile, "token-file", "", "file holding the API bearer token (or set HVKUBE_TOKEN)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, none, or auto (qemu when it is installed)")
+	f.StringVar(&cfg.imageDir, "image-dir", qemu.DefaultImageDir(), "where `make image` leaves guest images (templates name them in spec.qemu.image)")
+	f.StringVar(&cfg.defaultTemplate, "default-template", "linux-desktop", "template for sandboxes that name no templateRef")
 	return cmd
 }
 
@@ -107,6 +117,24 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
+// openBackend picks the VM backend; nil means none.
+func openBackend(ctx context.Context, cfg serveConfig, log *slog.Logger) (backend.Backend, error) {
+	switch cfg.backend {
+	case "none":
+		log.Warn("running without a VM backend: sandboxes stay Pending")
+		return nil, nil
+	case "qemu", "auto":
+		be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(cfg.dataDir, "qemu"), ImageDir: cfg.imageDir, Logger: log})
+		if err != nil && cfg.backend == "auto" && errors.Is(err, api.ErrUnavailable) {
+			log.Warn("running without a VM backend", "err", err)
+			return nil, nil
+		}
+		return be, err
+	default:
+		return nil, fmt.Errorf("--backend %q: want qemu, none or auto", cfg.backend)
+	}
+}
+
 func serve(ctx context.Context, cfg serveConfig) error {
 	level, err := parseLevel(cfg.logLevel)
 	if err != nil {
@@ -131,7 +159,21 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	defer st.Close()
 
-	srv := server.New(server.Options{Store: st, Logger: log, Token: token, Version: version})
+	opts := server.Options{Store: st, Logger: log, Token: token, Version: version}
+	be, err := openBackend(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if be != nil {
+		defer be.Close()
+		mgr := controller.New(controller.Options{Store: st, Backend: be, DefaultTemplate: cfg.defaultTemplate, Logger: log})
+		if err := mgr.Start(ctx); err != nil {
+			return err
+		}
+		opts.Sandboxes = mgr
+		opts.Ready = mgr.Ready
+	}
+	srv := server.New(opts)
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

@@ -38,6 +38,15 @@ func (r Result) Percentile(p float64) time.Duration {
 	return s[rank]
 }
 
+// percentile is the nearest-rank p-th percentile of values.
+func percentile(values []int64, p float64) int64 {
+	r := Result{}
+	for _, v := range values {
+		r.Samples = append(r.Samples, time.Duration(v))
+	}
+	return int64(r.Percentile(p))
+}
+
 // Report is a set of results from one run.
 type Report struct {
 	Title   string

@@ -144,6 +144,8 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, api.ErrInvalid):
 		return http.StatusBadRequest
+	case errors.Is(err, context.Canceled):
+		return 499 // the client went away
 	case errors.Is(err, api.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, api.ErrAlreadyExists), errors.Is(err, api.ErrConflict):

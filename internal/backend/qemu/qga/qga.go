@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -87,6 +88,11 @@ func WithDialer(dial func(ctx context.Context) (net.Conn, error)) Option {
 // Client talks to one guest agent. It is safe for concurrent use; requests
 // run one at a time.
 type Client struct {
+	// liveMu guards live, the connection as Abort sees it: Abort must not
+	// wait for the request lock.
+	liveMu sync.Mutex
+	live   net.Conn
+
 	dial      func(ctx context.Context) (net.Conn, error)
 	chunkSize int
 
@@ -132,10 +138,22 @@ func (c *Client) lock(ctx context.Context) error {
 
 func (c *Client) unlock() { c.sem <- struct{}{} }
 
+// Abort closes the connection at once, failing a request in progress
+// instead of waiting for it; the next request dials again. Use it when the
+// guest cannot answer (paused, saved or gone).
+func (c *Client) Abort() {
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	if c.live != nil {
+		c.live.Close()
+	}
+}
+
 // Close closes the connection, letting other clients reach the agent, and
-// makes later calls fail with ErrClosed. It waits for a request in progress
-// to end. It is idempotent.
+// makes later calls fail with ErrClosed. A request in progress fails. It is
+// idempotent.
 func (c *Client) Close() error {
+	c.Abort()
 	<-c.sem
 	defer c.unlock()
 	c.closed = true
@@ -157,6 +175,9 @@ func (c *Client) dropConnLocked() {
 		c.conn.Close()
 	}
 	c.conn, c.br, c.dirty = nil, nil, false
+	c.liveMu.Lock()
+	c.live = nil
+	c.liveMu.Unlock()
 }
 
 // do runs one request: it connects and resynchronises as needed, sends the
@@ -249,6 +270,9 @@ func (c *Client) readyLocked(ctx context.Context) error {
 			return fmt.Errorf("connect: %w", err)
 		}
 		c.conn, c.br, c.dirty = conn, bufio.NewReaderSize(conn, 64<<10), true
+		c.liveMu.Lock()
+		c.live = conn
+		c.liveMu.Unlock()
 	}
 	if !c.dirty {
 		return nil

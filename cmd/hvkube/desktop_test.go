@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// requireImage skips when the desktop image is not built, unless make test
+// runs us (HVKUBE_REQUIRE_QEMU), where that is a failure.
+func requireImage(t *testing.T) {
+	t.Helper()
+	home, _ := os.UserHomeDir()
+	dir := os.Getenv("HVKUBE_CACHE_DIR")
+	if dir == "" {
+		dir = filepath.Join(home, ".cache", "hvkube")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "images", "linux-desktop", "current", "image.json")); err != nil {
+		if os.Getenv("HVKUBE_REQUIRE_QEMU") != "" {
+			t.Fatalf("the linux-desktop image is not built: run make image (%v)", err)
+		}
+		t.Skipf("the linux-desktop image is not built: run make image (%v)", err)
+	}
+}
+
+// hv runs the CLI against the server.
+func hv(t *testing.T, p *proc, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"--server", p.url()}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + errOut.String(), fmt.Errorf("hvkube %s: %w: %s", strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String(), nil
+}
+
+func mustHV(t *testing.T, p *proc, args ...string) string {
+	t.Helper()
+	out, err := hv(t, p, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDesktopEndToEnd is a user's first desktop: a template built from the
+// image, a sandbox cloned from it, a screenshot, typing, exec, a server
+// restart that adopts the running VM, and deletion.
+func TestDesktopEndToEnd(t *testing.T) {
+	requireImage(t)
+	dir := t.TempDir()
+	p := startServe(t, dir, nil)
+	mustHV(t, p, "apply", "-f", "../../examples/template.yaml")
+	out := mustHV(t, p, "wait", "template", "linux-desktop", "--for", "phase=Ready", "--timeout", "10m")
+	if !strings.Contains(out, "Building") || !strings.Contains(out, "template/linux-desktop Ready") {
+		t.Fatalf("wait showed no build progress:\n%s", out)
+	}
+	mustHV(t, p, "apply", "-f", "../../examples/sandbox.yaml")
+	mustHV(t, p, "wait", "sandbox", "browser-agent-1", "--for", "phase=Running", "--timeout", "5m")
+
+	shot := filepath.Join(t.TempDir(), "s.png")
+	mustHV(t, p, "screen", "browser-agent-1", "--save", shot)
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil || img.Bounds().Dx() != 1280 || img.Bounds().Dy() != 800 {
+		t.Fatalf("screenshot: %v %v", img.Bounds(), err)
+	}
+
+	mustHV(t, p, "input", "browser-agent-1", "--click", "400,300", "--type", "echo typed > /tmp/typed", "--key", "Return")
+	var got string
+	for i := 0; i < 50 && got != "typed\n"; i++ {
+		got, _ = hv(t, p, "exec", "browser-agent-1", "--", "cat", "/tmp/typed")
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got != "typed\n" {
+		t.Fatalf("typed text did not reach the terminal: %q", got)
+	}
+	// exec exits with the guest's exit code.
+	if _, err := hv(t, p, "exec", "browser-agent-1", "--", "sh", "-c", "exit 3"); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("exec exit code: %v", err)
+	}
+
+	sandboxBadInput(t, p)
+
+	// Restart the server: the VM keeps running and is adopted.
+	before := sandboxPID(t, p)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	p2 := startServe(t, dir, nil)
+	time.Sleep(500 * time.Millisecond)
+	if after := sandboxPID(t, p2); after != before {
+		t.Fatalf("after a restart the sandbox's pid is %d, want %d (adopted)", after, before)
+	}
+	if out := mustHV(t, p2, "get", "sandbox", "browser-agent-1"); !strings.Contains(out, "Running") {
+		t.Fatalf("after restart: %s", out)
+	}
+	mustHV(t, p2, "screen", "browser-agent-1", "--save", shot)
+	mustHV(t, p2, "pause", "browser-agent-1")
+	mustHV(t, p2, "resume", "browser-agent-1")
+
+	mustHV(t, p2, "delete", "sandbox", "browser-agent-1")
+	for i := 0; ; i++ {
+		if _, err := hv(t, p2, "get", "sandbox", "browser-agent-1"); err != nil {
+			break
+		}
+		if i > 300 {
+			t.Fatal("the sandbox was not deleted")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if alive := syscall.Kill(before, 0) == nil; alive {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", before)); strings.Contains(string(b), "hvkube-sandbox:browser-agent-1") {
+			t.Fatalf("QEMU %d still runs after the sandbox was deleted", before)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "qemu", "sandboxes")); len(entries) != 0 {
+		t.Fatalf("sandbox files left: %v", entries)
+	}
+}
+
+func sandboxPID(t *testing.T, p *proc) int {
+	t.Helper()
+	out := mustHV(t, p, "get", "sandbox", "browser-agent-1", "-o", "json")
+	var sb struct {
+		Status struct {
+			PID int `json:"pid"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &sb); err != nil {
+		t.Fatal(err)
+	}
+	return sb.Status.PID
+}
+
+// sandboxBadInput sends bad requests to the sandbox endpoints of a running
+// desktop: each gets a 4xx naming the field, and the sandbox is unchanged.
+func sandboxBadInput(t *testing.T, p *proc) {
+	t.Helper()
+	base := p.url() + "/api/v1/sandboxes/"
+	tests := []struct {
+		name, method, path, body string
+		code                     int
+		field                    string
+	}{
+		{"click off screen", "POST", "browser-agent-1/input", `{"action":"left_click","coordinate":[1280,10]}`, 400, "coordinate"},
+		{"negative coordinate", "POST", "browser-agent-1/input", `{"action":"mouse_move","coordinate":[-5,10]}`, 400, "coordinate"},
+		{"one coordinate", "POST", "browser-agent-1/input", `{"action":"mouse_move","coordinate":[5]}`, 400, "coordinate"},
+		{"unknown key", "POST", "browser-agent-1/input", `{"action":"key","text":"ctrl+hyperdrive"}`, 400, "text"},
+		{"empty text", "POST", "browser-agent-1/input", `{"action":"type","text":""}`, 400, "text"},
+		{"unknown action", "POST", "browser-agent-1/input", `{"action":"teleport"}`, 400, "action"},
+		{"unknown field", "POST", "browser-agent-1/input", `{"action":"left_click","coords":[1,1]}`, 400, "coords"},
+		{"wrong type", "POST", "browser-agent-1/input", `{"action":"left_click","coordinate":"1,1"}`, 400, "coordinate"},
+		{"bad scroll", "POST", "browser-agent-1/input", `{"action":"scroll","coordinate":[1,1],"scroll_direction":"inward"}`, 400, "scroll_direction"},
+		{"empty body", "POST", "browser-agent-1/input", ``, 400, ""},
+		{"unknown sandbox input", "POST", "ghost/input", `{"action":"mouse_move","coordinate":[1,1]}`, 404, ""},
+		{"unknown sandbox screen", "GET", "ghost/screen", ``, 404, ""},
+		{"bad format", "GET", "browser-agent-1/screen?format=gif", ``, 400, "format"},
+		{"bad width", "GET", "browser-agent-1/screen?width=0", ``, 400, "width"},
+		{"quality for png", "GET", "browser-agent-1/screen?quality=50", ``, 400, "quality"},
+		{"clipboard without text", "POST", "browser-agent-1/clipboard", `{}`, 400, "text"},
+		{"exec without command", "POST", "browser-agent-1/exec", `{"args":["x"]}`, 400, "command"},
+		{"exec bad env", "POST", "browser-agent-1/exec", `{"command":"env","env":["NOEQUALS"]}`, 400, "env[0]"},
+		{"exec bad timeout", "POST", "browser-agent-1/exec", `{"command":"true","timeoutSeconds":-1}`, 400, "timeoutSeconds"},
+	}
+	// The heartbeat moves lastHeartbeat on its own; the rest must not move.
+	state := func() string {
+		var sb struct {
+			Metadata struct {
+				Generation int64 `json:"generation"`
+			} `json:"metadata"`
+			Spec   json.RawMessage `json:"spec"`
+			Status struct {
+				Phase string `json:"phase"`
+				PID   int    `json:"pid"`
+			} `json:"status"`
+		}
+		json.Unmarshal([]byte(mustHV(t, p, "get", "sandbox", "browser-agent-1", "-o", "json")), &sb)
+		return fmt.Sprintf("%d %s %s %d", sb.Metadata.Generation, sb.Spec, sb.Status.Phase, sb.Status.PID)
+	}
+	before := state()
+	for _, tt := range tests {
+		req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e struct {
+			Error string `json:"error"`
+			Field string `json:"field"`
+		}
+		json.Unmarshal(b, &e)
+		if resp.StatusCode != tt.code || e.Field != tt.field || e.Error == "" {
+			t.Errorf("%s: %d %s, want %d naming %q", tt.name, resp.StatusCode, b, tt.code, tt.field)
+		}
+	}
+	if after := state(); after != before {
+		t.Errorf("bad input changed the sandbox:\n%s\n%s", before, after)
+	}
+}

@@ -1,0 +1,233 @@
+// Package backend is the contract between hvkube's controllers and the
+// hypervisors that run desktop VMs (qemu on Linux, hyperv on Windows).
+//
+// Terms. A template is a desktop image made ready to clone: booted once,
+// waited on until its desktop answers, and snapshotted (RAM and device
+// state) at that clean point. A sandbox is one VM cloned from a template.
+// Both are named by IDs that hvkube chooses (DNS labels); the backend keeps
+// whatever it needs under those IDs and can list them again after a restart
+// of the server, since VMs outlive it.
+//
+// Run states. A sandbox is Running (vCPUs run), Paused (in RAM, vCPUs
+// stopped: resume takes milliseconds), Saved (on disk, no process: restore
+// takes about a second) or Stopped (no process and no saved state; only
+// Reset or Delete apply). Creating a sandbox from a template lands it Paused.
+//
+// Every method takes a context that bounds the call only: a VM's life is
+// never tied to a request's context. Methods are safe for concurrent use;
+// calls for one ID are serialised by the backend. Missing IDs are reported
+// with errors wrapping api.ErrNotFound, invalid arguments with
+// api.ErrInvalid, and requests the host cannot meet (memory) with
+// api.ErrUnavailable.
+package backend
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+// Run states of a sandbox.
+const (
+	StateRunning = "Running"
+	StatePaused  = "Paused"
+	StateSaved   = "Saved"
+	StateStopped = "Stopped"
+)
+
+// TemplateSpec is what a backend needs to build a template.
+type TemplateSpec struct {
+	// ID names the template snapshot; a new spec (a new generation) gets a
+	// new ID, so old snapshots stay valid for the sandboxes cloned from them.
+	ID         string
+	Image      api.QEMUImage
+	HyperV     *api.HyperVImage
+	CPU        int
+	MemoryMB   int
+	Resolution string
+}
+
+// TemplateInfo describes a built template.
+type TemplateInfo struct {
+	ID          string
+	CreatedAt   time.Time
+	BootTime    time.Duration // cold boot to a ready desktop, when built
+	MemoryBytes int64
+	DiskBytes   int64
+	Resolution  string
+}
+
+// SandboxSpec is what a backend needs to create a sandbox.
+type SandboxSpec struct {
+	ID         string
+	UID        string // the Sandbox object's uid, kept to tell orphans apart
+	TemplateID string
+	CPU        int
+	MemoryMB   int
+	// Resolution, when it differs from the template's, is applied in the
+	// guest after the clone, or refused with api.ErrUnsupported.
+	Resolution string
+	Hostname   string
+}
+
+// Info is what Inspect and List report of a sandbox.
+type Info struct {
+	ID         string
+	UID        string
+	TemplateID string
+	State      string
+	PID        int
+	// Display is where its screen is served: "unix:/path/vnc.sock" or
+	// "tcp:127.0.0.1:5901".
+	Display    string
+	Resolution string
+	MemoryMB   int
+	CreatedAt  time.Time
+}
+
+// Capacity is what the host can still give.
+type Capacity struct {
+	TotalMemoryMB     int
+	AvailableMemoryMB int
+	// CommittedMemoryMB is the guest memory of the sandboxes that run.
+	CommittedMemoryMB int
+	// LimitMemoryMB is the most guest memory the backend will commit (80 %
+	// of host memory).
+	LimitMemoryMB int
+}
+
+// Progress reports a step of a long operation.
+type Progress func(step string)
+
+// Backend runs sandboxes. Optional abilities (screen, input, guest access)
+// are the separate interfaces below, found by type assertion.
+type Backend interface {
+	// Name is "qemu" or "hyperv".
+	Name() string
+
+	// BuildTemplate makes spec.ID ready to clone, cold-booting the image and
+	// snapshotting it when the desktop answers. It blocks for the whole
+	// build (seconds to a minute) and reports steps to progress. It is
+	// idempotent: a template that is already built returns its info at once.
+	BuildTemplate(ctx context.Context, spec TemplateSpec, progress Progress) (TemplateInfo, error)
+	// InspectTemplate returns a built template, or ErrNotFound.
+	InspectTemplate(ctx context.Context, id string) (TemplateInfo, error)
+	// DeleteTemplate removes a template's snapshot. Sandboxes cloned from it
+	// keep working only if the backend says so; callers delete templates
+	// that no sandbox uses. Deleting a missing template is not an error.
+	DeleteTemplate(ctx context.Context, id string) error
+
+	// Create clones a sandbox from a built template and returns it Paused.
+	// If the clone path fails the backend falls back to a cold boot (the
+	// sandbox then comes back Running). Create is idempotent: an ID that
+	// exists is returned as it is.
+	Create(ctx context.Context, spec SandboxSpec) (Info, error)
+	// Pause stops the vCPUs; pausing a paused sandbox does nothing.
+	Pause(ctx context.Context, id string) error
+	// Resume runs a Paused sandbox (or restores a Saved one), sets the guest
+	// clock, and returns when the guest agent answers. Resuming a running
+	// sandbox does nothing.
+	Resume(ctx context.Context, id string) error
+	// Save writes the sandbox's state to disk and ends its process; it is
+	// then Saved. Saving a saved sandbox does nothing.
+	Save(ctx context.Context, id string) error
+	// Restore brings a Saved sandbox back, Paused. Restoring a sandbox that
+	// has a process does nothing.
+	Restore(ctx context.Context, id string) error
+	// Reset returns the sandbox to its clean state (its template's snapshot,
+	// or its own checkpoint if it has one), Paused. Everything written since
+	// is gone.
+	Reset(ctx context.Context, id string) error
+	// Stop ends the sandbox's process without saving; its disk is kept
+	// until Delete. Stopping a stopped sandbox does nothing.
+	Stop(ctx context.Context, id string) error
+	// Delete ends the sandbox and removes everything it had: processes,
+	// sockets, files. Deleting a missing sandbox is not an error.
+	Delete(ctx context.Context, id string) error
+	// Inspect reports a sandbox as it really is.
+	Inspect(ctx context.Context, id string) (Info, error)
+	// List reports every sandbox the backend has, including those started
+	// before the server restarted (which it adopts).
+	List(ctx context.Context) ([]Info, error)
+	// Ready reports whether the sandbox's guest answers and its desktop is
+	// up (nil), or why not.
+	Ready(ctx context.Context, id string) error
+	// Capacity reports host memory. Create refuses with ErrUnavailable when
+	// a new sandbox would pass the limit.
+	Capacity(ctx context.Context) (Capacity, error)
+	// Close releases connections; VMs keep running.
+	Close() error
+}
+
+// ScreenshotOptions shape a screenshot.
+type ScreenshotOptions struct {
+	// Format is "png" (default) or "jpeg".
+	Format  string
+	Quality int // JPEG quality, 1..100
+	// Width and Height scale the image when non-zero.
+	Width, Height int
+}
+
+// Screen captures a sandbox's screen.
+type Screen interface {
+	// Screenshot returns the encoded image and its content type. The
+	// sandbox must be running or paused.
+	Screenshot(ctx context.Context, id string, opts ScreenshotOptions) ([]byte, string, error)
+	// ScreenSize returns the screen's current size in pixels.
+	ScreenSize(ctx context.Context, id string) (width, height int, err error)
+}
+
+// InputResult is what an input action returns (cursor_position answers with
+// the pointer's coordinates).
+type InputResult struct {
+	X, Y int
+}
+
+// Input drives a sandbox's mouse and keyboard with computer-use actions
+// (api.Action), validated against the screen size. Actions that need no
+// screen (screenshot, zoom, wait) are the caller's.
+type Input interface {
+	Input(ctx context.Context, id string, a api.Action) (InputResult, error)
+}
+
+// ExecRequest runs a program in the guest. Args are passed as a list, never
+// through a shell.
+type ExecRequest struct {
+	Path  string
+	Args  []string
+	Env   []string
+	Stdin []byte
+	// User runs it as the guest's desktop user with its display environment
+	// when true; as the agent's own user (root) otherwise.
+	AsDesktopUser bool
+}
+
+// ExecResult is a finished guest program.
+type ExecResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// Guest reaches inside a running sandbox.
+type Guest interface {
+	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
+	CopyIn(ctx context.Context, id, guestPath string, r io.Reader) error
+	CopyOut(ctx context.Context, id, guestPath string, w io.Writer) error
+	ClipboardGet(ctx context.Context, id string) (string, error)
+	ClipboardSet(ctx context.Context, id, text string) error
+}
+
+// Display serves a sandbox's live screen.
+type Display interface {
+	// DialDisplay connects to the sandbox's VNC server.
+	DialDisplay(ctx context.Context, id string) (io.ReadWriteCloser, error)
+}
+
+// Logs reads a sandbox's console log.
+type Logs interface {
+	// Logs returns the sandbox's console output so far; the caller closes it.
+	Logs(ctx context.Context, id string) (io.ReadCloser, error)
+}

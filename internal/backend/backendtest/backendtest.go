@@ -1,0 +1,373 @@
+// Package backendtest is the conformance suite every backend runs with a
+// one-line test:
+//
+//	func TestConformance(t *testing.T) { backendtest.Run(t, opts) }
+//
+// It drives a real desktop: builds a template, clones sandboxes from it,
+// and checks the contract of internal/backend through the screen, the
+// keyboard, the mouse and the guest.
+package backendtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image"
+	"image/png"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+)
+
+// Options describe the backend under test.
+type Options struct {
+	// New opens the backend on dir; calling it again on the same dir must
+	// adopt what the first one left running (a server restart).
+	New func(t *testing.T, dir string) backend.Backend
+	// Template is the template to build.
+	Template backend.TemplateSpec
+	// Kill ends a sandbox's VM from outside, as a crash would.
+	Kill func(t *testing.T, b backend.Backend, id string)
+	// Leftovers lists what a deleted sandbox left behind (processes,
+	// sockets, files); it must be empty after Delete.
+	Leftovers func(t *testing.T, b backend.Backend, id string) []string
+	// Timeout bounds the whole suite (default 20 minutes).
+	Timeout time.Duration
+}
+
+// Run runs the suite.
+func Run(t *testing.T, o Options) {
+	if o.Timeout == 0 {
+		o.Timeout = 20 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+	defer cancel()
+	dir := t.TempDir()
+	b := o.New(t, dir)
+	t.Cleanup(func() { b.Close() })
+
+	start := time.Now()
+	info, err := b.BuildTemplate(ctx, o.Template, func(step string) { t.Logf("template: %s", step) })
+	if err != nil {
+		t.Fatalf("build template: %v", err)
+	}
+	t.Logf("template %s built in %s (boot %s)", info.ID, time.Since(start).Round(time.Millisecond), info.BootTime.Round(time.Millisecond))
+	again, err := b.BuildTemplate(ctx, o.Template, nil)
+	if err != nil || again.ID != info.ID {
+		t.Fatalf("build template again (idempotent): %+v %v", again, err)
+	}
+	w, h, err := api.ParseResolution(info.Resolution)
+	if err != nil {
+		t.Fatalf("template resolution %q: %v", info.Resolution, err)
+	}
+
+	create := func(t *testing.T, id string) {
+		t.Helper()
+		got, err := b.Create(ctx, backend.SandboxSpec{ID: id, UID: "uid-" + id, TemplateID: info.ID})
+		if err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+		if got.State != backend.StatePaused {
+			t.Fatalf("create %s: state %s, want Paused", id, got.State)
+		}
+		t.Cleanup(func() { b.Delete(context.Background(), id) })
+	}
+	resume := func(t *testing.T, id string) {
+		t.Helper()
+		if err := b.Resume(ctx, id); err != nil {
+			t.Fatalf("resume %s: %v", id, err)
+		}
+	}
+	exec := func(t *testing.T, id, path string, args ...string) backend.ExecResult {
+		t.Helper()
+		g := b.(backend.Guest)
+		res, err := g.Exec(ctx, id, backend.ExecRequest{Path: path, Args: args})
+		if err != nil {
+			t.Fatalf("exec %s %v: %v", path, args, err)
+		}
+		return res
+	}
+	input := func(t *testing.T, id string, a api.Action) backend.InputResult {
+		t.Helper()
+		res, err := b.(backend.Input).Input(ctx, id, a)
+		if err != nil {
+			t.Fatalf("input %+v: %v", a, err)
+		}
+		return res
+	}
+
+	t.Run("CreateLandsPausedAndResumes", func(t *testing.T) {
+		create(t, "conf-life")
+		again, err := b.Create(ctx, backend.SandboxSpec{ID: "conf-life", TemplateID: info.ID})
+		if err != nil || again.State != backend.StatePaused {
+			t.Fatalf("create again (idempotent): %+v %v", again, err)
+		}
+		resume(t, "conf-life")
+		resume(t, "conf-life") // idempotent
+		got, err := b.Inspect(ctx, "conf-life")
+		if err != nil || got.State != backend.StateRunning || got.PID == 0 || got.Display == "" {
+			t.Fatalf("inspect after resume: %+v %v", got, err)
+		}
+		if err := b.Ready(ctx, "conf-life"); err != nil {
+			t.Fatalf("ready: %v", err)
+		}
+		if err := b.Pause(ctx, "conf-life"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Pause(ctx, "conf-life"); err != nil {
+			t.Fatalf("pause again: %v", err)
+		}
+		if got, _ := b.Inspect(ctx, "conf-life"); got.State != backend.StatePaused {
+			t.Fatalf("after pause: %s", got.State)
+		}
+		resume(t, "conf-life")
+		// A clone takes its own identity shortly after its first resume.
+		var host string
+		for i := 0; i < 100; i++ {
+			if host = strings.TrimSpace(string(exec(t, "conf-life", "hostname").Stdout)); host == "conf-life" {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if host != "conf-life" {
+			t.Fatalf("the clone's hostname is %q, want conf-life", host)
+		}
+	})
+
+	t.Run("Screenshot", func(t *testing.T) {
+		create(t, "conf-screen")
+		resume(t, "conf-screen")
+		data, ctype, err := b.(backend.Screen).Screenshot(ctx, "conf-screen", backend.ScreenshotOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctype != "image/png" {
+			t.Fatalf("content type %q", ctype)
+		}
+		img, err := png.Decode(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("not a PNG: %v", err)
+		}
+		if got := img.Bounds().Size(); got.X != w || got.Y != h {
+			t.Fatalf("screenshot is %dx%d, want %dx%d", got.X, got.Y, w, h)
+		}
+		if n := colours(img); n < 3 {
+			t.Fatalf("screenshot looks blank: %d colours", n)
+		}
+	})
+
+	t.Run("TypeIntoTerminal", func(t *testing.T) {
+		create(t, "conf-type")
+		resume(t, "conf-type")
+		input(t, "conf-type", api.Action{Action: "left_click", Coordinate: []int{w / 3, h / 3}})
+		input(t, "conf-type", api.Action{Action: "type", Text: "echo hvkube > /tmp/t"})
+		input(t, "conf-type", api.Action{Action: "key", Text: "Return"})
+		var got string
+		for i := 0; i < 50; i++ {
+			res := exec(t, "conf-type", "cat", "/tmp/t")
+			if got = string(res.Stdout); res.ExitCode == 0 && got != "" {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if got != "hvkube\n" {
+			t.Fatalf("/tmp/t = %q, want %q", got, "hvkube\n")
+		}
+	})
+
+	t.Run("ClickMovesPointer", func(t *testing.T) {
+		create(t, "conf-click")
+		resume(t, "conf-click")
+		for _, p := range [][2]int{{123, 77}, {w - 1, h - 1}, {0, 0}, {w / 2, h / 2}} {
+			input(t, "conf-click", api.Action{Action: "left_click", Coordinate: []int{p[0], p[1]}})
+			res := exec(t, "conf-click", "xdotool", "getmouselocation", "--shell")
+			out := string(res.Stdout)
+			if !strings.Contains(out, "X="+strconv.Itoa(p[0])+"\n") || !strings.Contains(out, "Y="+strconv.Itoa(p[1])+"\n") {
+				t.Fatalf("after a click at %v the guest says %q", p, out)
+			}
+			pos := input(t, "conf-click", api.Action{Action: "cursor_position"})
+			if pos.X != p[0] || pos.Y != p[1] {
+				t.Fatalf("cursor_position = %+v, want %v", pos, p)
+			}
+		}
+	})
+
+	t.Run("Clipboard", func(t *testing.T) {
+		create(t, "conf-clip")
+		resume(t, "conf-clip")
+		g := b.(backend.Guest)
+		want := "hvkube clipboard ✓ 'quotes' \"and\" $(no-shell)"
+		if err := g.ClipboardSet(ctx, "conf-clip", want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := g.ClipboardGet(ctx, "conf-clip")
+		if err != nil || got != want {
+			t.Fatalf("clipboard = %q (%v), want %q", got, err, want)
+		}
+	})
+
+	t.Run("SaveRestoreKeepsState", func(t *testing.T) {
+		create(t, "conf-save")
+		resume(t, "conf-save")
+		g := b.(backend.Guest)
+		if err := g.CopyIn(ctx, "conf-save", "/tmp/before-save", strings.NewReader("kept")); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, "conf-save", "sync")
+		if err := b.Save(ctx, "conf-save"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := b.Inspect(ctx, "conf-save"); got.State != backend.StateSaved || got.PID != 0 {
+			t.Fatalf("after save: %+v", got)
+		}
+		if err := b.Save(ctx, "conf-save"); err != nil {
+			t.Fatalf("save again: %v", err)
+		}
+		if err := b.Restore(ctx, "conf-save"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := b.Inspect(ctx, "conf-save"); got.State != backend.StatePaused {
+			t.Fatalf("after restore: %s", got.State)
+		}
+		resume(t, "conf-save")
+		var out bytes.Buffer
+		if err := g.CopyOut(ctx, "conf-save", "/tmp/before-save", &out); err != nil || out.String() != "kept" {
+			t.Fatalf("file after restore: %q %v", out.String(), err)
+		}
+	})
+
+	t.Run("ResetToClean", func(t *testing.T) {
+		create(t, "conf-reset")
+		resume(t, "conf-reset")
+		exec(t, "conf-reset", "touch", "/home/agent/after-checkpoint")
+		if err := b.Reset(ctx, "conf-reset"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := b.Inspect(ctx, "conf-reset"); got.State != backend.StatePaused {
+			t.Fatalf("after reset: %s", got.State)
+		}
+		resume(t, "conf-reset")
+		if res := exec(t, "conf-reset", "test", "-e", "/home/agent/after-checkpoint"); res.ExitCode == 0 {
+			t.Fatal("a file written after the clean checkpoint survived reset")
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		create(t, "conf-bad")
+		resume(t, "conf-bad")
+		in := b.(backend.Input)
+		cases := []struct {
+			a     api.Action
+			field string
+		}{
+			{api.Action{Action: "left_click", Coordinate: []int{w, 10}}, "coordinate"},
+			{api.Action{Action: "mouse_move", Coordinate: []int{-1, 10}}, "coordinate"},
+			{api.Action{Action: "key", Text: "ctrl+nosuchkey"}, "text"},
+			{api.Action{Action: "type", Text: ""}, "text"},
+			{api.Action{Action: "scroll", Coordinate: []int{1, 1}, ScrollDirection: "sideways"}, "scroll_direction"},
+			{api.Action{Action: "teleport"}, "action"},
+		}
+		for _, c := range cases {
+			_, err := in.Input(ctx, "conf-bad", c.a)
+			if !errors.Is(err, api.ErrInvalid) || api.FieldOf(err) != c.field {
+				t.Errorf("input %+v: got %v (field %q), want ErrInvalid naming %s", c.a, err, api.FieldOf(err), c.field)
+			}
+		}
+		if _, err := in.Input(ctx, "no-such-sandbox", api.Action{Action: "mouse_move", Coordinate: []int{1, 1}}); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("unknown sandbox: %v", err)
+		}
+		if err := b.Resume(ctx, "no-such-sandbox"); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("resume unknown sandbox: %v", err)
+		}
+		if _, err := b.Inspect(ctx, "no-such-sandbox"); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("inspect unknown sandbox: %v", err)
+		}
+	})
+
+	t.Run("DeleteLeavesNothing", func(t *testing.T) {
+		create(t, "conf-del")
+		resume(t, "conf-del")
+		if err := b.Delete(ctx, "conf-del"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Delete(ctx, "conf-del"); err != nil {
+			t.Fatalf("delete again: %v", err)
+		}
+		if _, err := b.Inspect(ctx, "conf-del"); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("inspect after delete: %v", err)
+		}
+		if o.Leftovers != nil {
+			if left := o.Leftovers(t, b, "conf-del"); len(left) > 0 {
+				t.Fatalf("delete left %v", left)
+			}
+		}
+	})
+
+	t.Run("KilledVMIsGone", func(t *testing.T) {
+		if o.Kill == nil {
+			t.Skip("the backend gives no way to kill a VM from outside")
+		}
+		create(t, "conf-kill")
+		resume(t, "conf-kill")
+		o.Kill(t, b, "conf-kill")
+		got, err := b.Inspect(ctx, "conf-kill")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == backend.StateRunning || got.State == backend.StatePaused || got.PID != 0 {
+			t.Fatalf("inspect after kill: %+v, want it gone", got)
+		}
+		if err := b.Resume(ctx, "conf-kill"); err == nil {
+			t.Fatal("resume of a killed VM succeeded")
+		}
+	})
+
+	t.Run("RestartAdopts", func(t *testing.T) {
+		create(t, "conf-adopt")
+		resume(t, "conf-adopt")
+		before, _ := b.Inspect(ctx, "conf-adopt")
+		// The old server goes away (its connections with it); the VM stays.
+		b.Close()
+		b2 := o.New(t, dir)
+		defer b2.Close()
+		var found *backend.Info
+		list, err := b2.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range list {
+			if list[i].ID == "conf-adopt" {
+				found = &list[i]
+			}
+		}
+		if found == nil || found.State != backend.StateRunning || found.PID != before.PID {
+			t.Fatalf("after a restart the backend sees %+v, want the running VM %d", found, before.PID)
+		}
+		if err := b2.Ready(ctx, "conf-adopt"); err != nil {
+			t.Fatalf("ready through the adopting backend: %v", err)
+		}
+		if err := b2.Delete(ctx, "conf-adopt"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// colours counts distinct colours, up to 16.
+func colours(img image.Image) int {
+	seen := map[[3]uint32]bool{}
+	bnd := img.Bounds()
+	for y := bnd.Min.Y; y < bnd.Max.Y; y += 7 {
+		for x := bnd.Min.X; x < bnd.Max.X; x += 7 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			seen[[3]uint32{r, g, b}] = true
+			if len(seen) >= 16 {
+				return len(seen)
+			}
+		}
+	}
+	return len(seen)
+}

@@ -1,0 +1,133 @@
+package qemu
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+// imageInfo is the image.json an image builder writes beside the image
+// (images/linux-desktop/build.sh); only the fields hvkube uses are here.
+type imageInfo struct {
+	Name          string            `json:"name"`
+	Hash          string            `json:"hash"`
+	Kernel        string            `json:"kernel"`
+	Initrd        string            `json:"initrd"`
+	Disk          string            `json:"disk"`
+	KernelCmdline string            `json:"kernelCmdline"`
+	Resolution    string            `json:"resolution"`
+	MemoryMB      int               `json:"memoryMB"`
+	CPUs          int               `json:"cpus"`
+	Machine       string            `json:"machine"`
+	GuestUser     string            `json:"guestUser"`
+	Display       map[string]string `json:"display"`
+	Helpers       map[string]string `json:"helpers"`
+}
+
+// image is a resolved template image: absolute paths and the guest facts.
+type image struct {
+	Dir        string
+	Kernel     string
+	Initrd     string
+	Disk       string
+	Append     string
+	Resolution string
+	Machine    string
+	MemoryMB   int
+	CPUs       int
+	// Env talks to the guest's X display from guest-exec.
+	Env     []string
+	Helpers map[string]string
+}
+
+// Guest helper commands the backend runs (see images/linux-desktop).
+const (
+	helperReady        = "ready"
+	helperResolution   = "resolution"
+	helperClipboardGet = "clipboardGet"
+	helperClipboardSet = "clipboardSet"
+)
+
+var defaultHelpers = map[string]string{
+	helperReady:        "/usr/local/bin/hvkube-ready",
+	helperResolution:   "/usr/local/bin/hvkube-resolution",
+	helperClipboardGet: "/usr/local/bin/hvkube-clipboard-get",
+	helperClipboardSet: "/usr/local/bin/hvkube-clipboard-set",
+}
+
+// resolveImage finds a template's image: by name under imageDir (NAME/current,
+// as `make image` leaves it) or by explicit paths.
+func resolveImage(imageDir string, q api.QEMUImage) (image, error) {
+	if q.Image != "" {
+		link := filepath.Join(imageDir, q.Image, "current")
+		dir, err := filepath.EvalSymlinks(link)
+		if err != nil {
+			return image{}, fmt.Errorf("image %q is not built (no %s): run make image: %w", q.Image, link, api.ErrNotFound)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "image.json"))
+		if err != nil {
+			return image{}, fmt.Errorf("image %q: %w", q.Image, err)
+		}
+		var info imageInfo
+		if err := json.Unmarshal(b, &info); err != nil {
+			return image{}, fmt.Errorf("image %q: image.json: %w", q.Image, err)
+		}
+		img := image{
+			Dir:        dir,
+			Kernel:     filepath.Join(dir, info.Kernel),
+			Disk:       filepath.Join(dir, info.Disk),
+			Append:     info.KernelCmdline,
+			Resolution: info.Resolution,
+			Machine:    info.Machine,
+			MemoryMB:   info.MemoryMB,
+			CPUs:       info.CPUs,
+			Helpers:    map[string]string{},
+		}
+		if info.Initrd != "" {
+			img.Initrd = filepath.Join(dir, info.Initrd)
+		}
+		for k, v := range info.Display {
+			img.Env = append(img.Env, k+"="+v)
+		}
+		for k, v := range defaultHelpers {
+			img.Helpers[k] = v
+		}
+		for k, v := range info.Helpers {
+			img.Helpers[k] = v
+		}
+		if q.KernelArgs != "" {
+			img.Append = q.KernelArgs
+		}
+		return img.withDefaults(), nil
+	}
+	img := image{Kernel: q.Kernel, Initrd: q.Initrd, Disk: q.Disk, Append: q.KernelArgs, Helpers: defaultHelpers,
+		Env: []string{"DISPLAY=:0", "XAUTHORITY=/home/agent/.Xauthority"}}
+	if img.Kernel == "" {
+		return image{}, fmt.Errorf("spec.qemu.kernel: required with spec.qemu.disk (hvkube boots images with -kernel): %w", api.ErrInvalid)
+	}
+	for _, p := range []string{img.Kernel, img.Initrd, img.Disk} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			return image{}, fmt.Errorf("template image file: %w", err)
+		}
+	}
+	return img.withDefaults(), nil
+}
+
+func (img image) withDefaults() image {
+	if img.Machine == "" {
+		img.Machine = "q35"
+	}
+	if img.Resolution == "" {
+		img.Resolution = api.DefaultResolution
+	}
+	if img.Append == "" {
+		img.Append = "console=ttyS0 root=/dev/vda rw quiet"
+	}
+	return img
+}

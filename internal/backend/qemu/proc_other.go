@@ -1,0 +1,19 @@
+//go:build !unix
+
+package qemu
+
+import (
+	"errors"
+	"time"
+)
+
+var errNoQEMU = errors.New("the qemu backend runs on Linux")
+
+func startProcess(binary string, args []string, dir, logPath string) (int, <-chan struct{}, error) {
+	return 0, nil, errNoQEMU
+}
+func processAlive(pid int, name string) bool                        { return false }
+func killProcess(pid int, name string, timeout time.Duration) error { return nil }
+func privateMemory(pid int) (int64, error)                          { return 0, errNoQEMU }
+func hostMemory() (int, int, error)                                 { return 0, 0, errNoQEMU }
+func kvmAvailable() bool                                            { return false }

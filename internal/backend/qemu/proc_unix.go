@@ -1,0 +1,134 @@
+//go:build unix
+
+package qemu
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// startProcess runs QEMU detached: in its own session, so that it outlives
+// the server, with its output in logPath. The returned channel closes when a
+// process we started exits (we reap it; after a server restart the adopted
+// process is reaped by init).
+func startProcess(binary string, args []string, dir, logPath string) (int, <-chan struct{}, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, nil, fmt.Errorf("start %s: %w", binary, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	return cmd.Process.Pid, done, nil
+}
+
+// processAlive reports whether pid runs and is the QEMU named name (pids
+// get reused: a live pid that is not ours does not count). A name ending in
+// ':' matches as a prefix.
+func processAlive(pid int, name string) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 { // gone, or a zombie
+		return false
+	}
+	args := bytes.Split(bytes.TrimRight(b, "\x00"), []byte{0})
+	for i := 0; i+1 < len(args); i++ {
+		if string(args[i]) != "-name" {
+			continue
+		}
+		got := string(args[i+1])
+		if got == name || (strings.HasSuffix(name, ":") && strings.HasPrefix(got, name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// killProcess sends SIGKILL and waits until the process is gone.
+func killProcess(pid int, name string, timeout time.Duration) error {
+	if !processAlive(pid, name) {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill %d: %w", pid, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for processAlive(pid, name) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d did not exit after SIGKILL", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// privateMemory returns the private (unshared) resident memory of pid in
+// bytes, from /proc/PID/smaps_rollup.
+func privateMemory(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Private_Clean:") || strings.HasPrefix(line, "Private_Dirty:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				total += kb << 10
+			}
+		}
+	}
+	return total, nil
+}
+
+// hostMemory returns total and available host memory in MiB.
+func hostMemory() (total, available int, err error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.Atoi(f[1])
+		switch f[0] {
+		case "MemTotal:":
+			total = kb / 1024
+		case "MemAvailable:":
+			available = kb / 1024
+		}
+	}
+	return total, available, nil
+}
+
+func kvmAvailable() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}

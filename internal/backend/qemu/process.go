@@ -1,0 +1,132 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+)
+
+// proc is a running QEMU and its monitor connection.
+type proc struct {
+	pid  int
+	name string
+	dir  string
+	mon  *qmp.Monitor
+	// exited closes when the process ends; nil for adopted processes,
+	// which are polled instead.
+	exited <-chan struct{}
+}
+
+// launch starts QEMU for m in dir and connects to its monitor.
+func (b *Backend) launch(ctx context.Context, m machine, dir string) (*proc, error) {
+	run := filepath.Dir(m.QMPSocket)
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		return nil, err
+	}
+	for _, s := range []string{m.QMPSocket, m.QGASocket, m.VNCSocket} {
+		os.Remove(s)
+	}
+	os.Remove(m.PIDFile)
+	pid, exited, err := startProcess(b.cfg.Binary, m.args(), dir, filepath.Join(dir, "qemu.log"))
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{pid: pid, name: m.Name, dir: dir, exited: exited}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		mon, err := qmp.Dial(dctx, m.QMPSocket)
+		cancel()
+		if err == nil {
+			p.mon = mon
+			return p, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("qemu exited at start%s", p.logTail())
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			p.kill()
+			return nil, fmt.Errorf("qemu monitor did not answer: %w%s", err, p.logTail())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// adopt connects to a QEMU that runs from before a server restart.
+func adopt(ctx context.Context, pid int, name, dir, qmpSocket string) (*proc, error) {
+	if !processAlive(pid, name) {
+		return nil, errors.New("not running")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	mon, err := qmp.Dial(dctx, qmpSocket)
+	if err != nil {
+		return nil, fmt.Errorf("monitor: %w", err)
+	}
+	return &proc{pid: pid, name: name, dir: dir, mon: mon}, nil
+}
+
+func (p *proc) alive() bool {
+	if p == nil {
+		return false
+	}
+	if p.exited != nil {
+		select {
+		case <-p.exited:
+			return false
+		default:
+		}
+	}
+	// Killed but not reaped yet counts as gone too.
+	return processAlive(p.pid, p.name)
+}
+
+// quit asks QEMU to exit, then kills it if it does not.
+func (p *proc) quit(ctx context.Context) error {
+	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	p.mon.Quit(qctx)
+	return p.kill()
+}
+
+// kill ends the process and waits until it is gone.
+func (p *proc) kill() error {
+	if p.mon != nil {
+		p.mon.Close()
+	}
+	if p.exited != nil {
+		select {
+		case <-p.exited:
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := killProcess(p.pid, p.name, 10*time.Second); err != nil {
+		return err
+	}
+	if p.exited != nil {
+		<-p.exited
+	}
+	return nil
+}
+
+// logTail returns the end of QEMU's log, for error messages.
+func (p *proc) logTail() string {
+	b, err := os.ReadFile(filepath.Join(p.dir, "qemu.log"))
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) > 600 {
+		s = "…" + s[len(s)-600:]
+	}
+	return ": qemu says: " + s
+}

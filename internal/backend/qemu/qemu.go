@@ -1,0 +1,541 @@
+// Package qemu is hvkube's QEMU backend for Linux hosts: KVM where /dev/kvm
+// is usable, TCG software emulation otherwise.
+//
+// Templates are cold-booted once with their RAM in a file
+// (memory-backend-file, share=on); when the desktop answers, the VM is
+// stopped and its device state migrated to a file with x-ignore-shared, so
+// that the RAM file plus the state file are the template's snapshot. A
+// sandbox is a clone: a qcow2 overlay on the template's disk, and a QEMU
+// that maps the template's RAM file privately (share=off, copy on write)
+// and loads the device state with -incoming. Clones land paused in a
+// fraction of a second and share every page they have not written.
+//
+// Each sandbox has a directory (vm.json, overlay disk, saved state, logs,
+// pidfile) and a short run directory for its sockets (QMP, guest agent,
+// VNC). QEMU runs in its own session and outlives the server; on start the
+// backend finds the sandboxes' directories and adopts the processes that
+// still run.
+package qemu
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/display"
+)
+
+// Config configures the backend.
+type Config struct {
+	// Dir holds templates/ and sandboxes/ (the server puts it in its data
+	// directory).
+	Dir string
+	// ImageDir holds images built by `make image`, as NAME/current.
+	ImageDir string
+	// RunDir holds the sockets; it must be short (unix socket paths are
+	// limited to 107 bytes). Default: /run/hvkube for root, else
+	// $XDG_RUNTIME_DIR/hvkube, else the temp dir.
+	RunDir string
+	// Binary is qemu-system-x86_64; QEMUImg is qemu-img.
+	Binary  string
+	QEMUImg string
+	// Accel is kvm, tcg or empty for kvm when /dev/kvm is usable.
+	Accel string
+	// MemoryLimitPercent of host memory is the most guest memory the
+	// backend commits (default 80).
+	MemoryLimitPercent int
+	// BootTimeout bounds a cold boot (default 5 minutes: TCG is slow).
+	BootTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Backend is the QEMU backend. It is safe for concurrent use.
+type Backend struct {
+	cfg Config
+	log *slog.Logger
+	enc display.Encoder
+
+	mu        sync.Mutex // guards the following fields
+	vms       map[string]*vm
+	tplLocks  map[string]*sync.Mutex
+	building  map[string]int // template id -> guest MB being booted
+	closeOnce sync.Once
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// DefaultRunDir picks the socket directory.
+func DefaultRunDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/hvkube"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "hvkube")
+	}
+	return filepath.Join(os.TempDir(), "hvkube-"+strconv.Itoa(os.Geteuid()))
+}
+
+// DefaultImageDir is where `make image` leaves images: HVKUBE_CACHE_DIR,
+// else $XDG_CACHE_HOME/hvkube, else ~/.cache/hvkube, plus /images.
+func DefaultImageDir() string {
+	base := os.Getenv("HVKUBE_CACHE_DIR")
+	if base == "" {
+		if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+			base = filepath.Join(d, "hvkube")
+		} else if home, err := os.UserHomeDir(); err == nil {
+			base = filepath.Join(home, ".cache", "hvkube")
+		}
+	}
+	return filepath.Join(base, "images")
+}
+
+// New opens the backend and adopts the sandboxes found in cfg.Dir.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("qemu backend: Dir is required")
+	}
+	if cfg.ImageDir == "" {
+		cfg.ImageDir = DefaultImageDir()
+	}
+	if cfg.RunDir == "" {
+		cfg.RunDir = DefaultRunDir()
+	}
+	if cfg.Binary == "" {
+		cfg.Binary = "qemu-system-x86_64"
+	}
+	if cfg.QEMUImg == "" {
+		cfg.QEMUImg = "qemu-img"
+	}
+	if cfg.MemoryLimitPercent == 0 {
+		cfg.MemoryLimitPercent = 80
+	}
+	if cfg.BootTimeout == 0 {
+		cfg.BootTimeout = 5 * time.Minute
+	}
+	if cfg.Accel == "" {
+		cfg.Accel = "tcg"
+		if kvmAvailable() {
+			cfg.Accel = "kvm"
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for _, bin := range []*string{&cfg.Binary, &cfg.QEMUImg} {
+		p, err := exec.LookPath(*bin)
+		if err != nil {
+			return nil, fmt.Errorf("qemu backend: %s not found (install qemu-system-x86 and qemu-utils): %w", *bin, api.ErrUnavailable)
+		}
+		*bin = p
+	}
+	for _, d := range []string{filepath.Join(cfg.Dir, "templates"), filepath.Join(cfg.Dir, "sandboxes"), cfg.RunDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("qemu backend: %w", err)
+		}
+	}
+	b := &Backend{cfg: cfg, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}}
+	if _, err := b.List(ctx); err != nil {
+		return nil, err
+	}
+	b.log.Info("qemu backend ready", "accel", cfg.Accel, "dir", cfg.Dir, "images", cfg.ImageDir, "sandboxes", len(b.vms))
+	return b, nil
+}
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return "qemu" }
+
+// Accel reports the accelerator in use (kvm or tcg).
+func (b *Backend) Accel() string { return b.cfg.Accel }
+
+// Close drops the backend's connections; the VMs keep running.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, v := range b.vms {
+			v.disconnect()
+		}
+	})
+	return nil
+}
+
+// ---- templates ----
+
+type tplMeta struct {
+	ID          string    `json:"id"`
+	Image       image     `json:"image"`
+	Accel       string    `json:"accel"`
+	CPUs        int       `json:"cpus"`
+	MemoryMB    int       `json:"memoryMB"`
+	Resolution  string    `json:"resolution"`
+	CreatedAt   time.Time `json:"createdAt"`
+	BootSeconds float64   `json:"bootSeconds"`
+	MemoryBytes int64     `json:"memoryBytes"`
+	DiskBytes   int64     `json:"diskBytes"`
+}
+
+func (t tplMeta) info() backend.TemplateInfo {
+	return backend.TemplateInfo{ID: t.ID, CreatedAt: t.CreatedAt, BootTime: time.Duration(t.BootSeconds * float64(time.Second)),
+		MemoryBytes: t.MemoryBytes, DiskBytes: t.DiskBytes, Resolution: t.Resolution}
+}
+
+func (b *Backend) tplDir(id string) string { return filepath.Join(b.cfg.Dir, "templates", id) }
+
+func (b *Backend) loadTemplate(id string) (tplMeta, error) {
+	var t tplMeta
+	data, err := os.ReadFile(filepath.Join(b.tplDir(id), "template.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return t, fmt.Errorf("template snapshot %q %w", id, api.ErrNotFound)
+	}
+	if err != nil {
+		return t, err
+	}
+	return t, json.Unmarshal(data, &t)
+}
+
+func (b *Backend) tplLock(id string) *sync.Mutex {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l, ok := b.tplLocks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		b.tplLocks[id] = l
+	}
+	return l
+}
+
+// InspectTemplate implements backend.Backend.
+func (b *Backend) InspectTemplate(ctx context.Context, id string) (backend.TemplateInfo, error) {
+	t, err := b.loadTemplate(id)
+	if err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	return t.info(), nil
+}
+
+// DeleteTemplate implements backend.Backend.
+func (b *Backend) DeleteTemplate(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	l := b.tplLock(id)
+	l.Lock()
+	defer l.Unlock()
+	return os.RemoveAll(b.tplDir(id))
+}
+
+// BuildTemplate implements backend.Backend.
+func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, progress backend.Progress) (backend.TemplateInfo, error) {
+	if progress == nil {
+		progress = func(string) {}
+	}
+	if err := checkID(spec.ID); err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	l := b.tplLock(spec.ID)
+	l.Lock()
+	defer l.Unlock()
+	if t, err := b.loadTemplate(spec.ID); err == nil {
+		return t.info(), nil
+	}
+	img, err := resolveImage(b.cfg.ImageDir, spec.Image)
+	if err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	meta := tplMeta{ID: spec.ID, Image: img, Accel: b.cfg.Accel, CPUs: spec.CPU, MemoryMB: spec.MemoryMB, Resolution: spec.Resolution}
+	if meta.CPUs == 0 {
+		meta.CPUs = max(img.CPUs, 1)
+	}
+	if meta.MemoryMB == 0 {
+		meta.MemoryMB = max(img.MemoryMB, api.DefaultTemplateMemory)
+	}
+	if meta.Resolution == "" {
+		meta.Resolution = img.Resolution
+	}
+	if err := b.reserve(spec.ID, meta.MemoryMB); err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	defer b.release(spec.ID)
+
+	final := b.tplDir(spec.ID)
+	tmp := final + ".building"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp)
+		}
+	}()
+	progress(fmt.Sprintf("creating the template disk over %s", img.Disk))
+	if err := b.overlay(ctx, img.Disk, filepath.Join(tmp, "disk.qcow2")); err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	run := b.runDirFor(tmp)
+	defer os.RemoveAll(run)
+	m := b.machineFor(meta, "hvkube-template:"+spec.ID, tmp, run, filepath.Join(tmp, "disk.qcow2"))
+	m.MemFile, m.MemShared = filepath.Join(tmp, "ram"), true
+	progress(fmt.Sprintf("cold-booting %s (%s, %d MB, %s)", spec.ID, b.cfg.Accel, meta.MemoryMB, meta.Resolution))
+	start := time.Now()
+	p, err := b.launch(ctx, m, tmp)
+	if err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	defer p.kill()
+	ga := qga.New(m.QGASocket)
+	defer ga.Close()
+	g := guest{ga: ga, img: img}
+	bootCtx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+	defer cancel()
+	if err := g.waitAgent(bootCtx, p); err != nil {
+		return backend.TemplateInfo{}, fmt.Errorf("template %s: guest agent: %w%s", spec.ID, err, p.logTail())
+	}
+	progress(fmt.Sprintf("guest agent answers after %.1fs", time.Since(start).Seconds()))
+	if err := g.waitReady(bootCtx, p); err != nil {
+		return backend.TemplateInfo{}, fmt.Errorf("template %s: desktop: %w%s", spec.ID, err, p.logTail())
+	}
+	if meta.Resolution != img.Resolution {
+		if err := g.setResolution(bootCtx, meta.Resolution); err != nil {
+			return backend.TemplateInfo{}, fmt.Errorf("template %s: %w", spec.ID, err)
+		}
+	}
+	boot := time.Since(start)
+	meta.BootSeconds = boot.Seconds()
+	progress(fmt.Sprintf("desktop ready after %.1fs; taking the snapshot", boot.Seconds()))
+	// The guest agent's connection is dropped before the snapshot so that
+	// clones start with no host end attached.
+	ga.Disconnect()
+	if err := p.mon.Stop(ctx); err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	if err := migrateToFile(ctx, p.mon, filepath.Join(tmp, "state")); err != nil {
+		return backend.TemplateInfo{}, fmt.Errorf("template %s: snapshot: %w", spec.ID, err)
+	}
+	if err := p.quit(ctx); err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	meta.CreatedAt = time.Now().UTC()
+	meta.MemoryBytes = fileSize(filepath.Join(tmp, "ram"))
+	meta.DiskBytes = fileSize(filepath.Join(tmp, "disk.qcow2"))
+	if err := writeJSON(filepath.Join(tmp, "template.json"), meta); err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	os.RemoveAll(final)
+	if err := os.Rename(tmp, final); err != nil {
+		return backend.TemplateInfo{}, err
+	}
+	ok = true
+	progress("template snapshot saved")
+	b.log.Info("template built", "template", spec.ID, "boot", boot.Round(time.Millisecond))
+	return meta.info(), nil
+}
+
+// machineFor fills a command line for a VM from its template facts.
+func (b *Backend) machineFor(t tplMeta, name, dir, run, disk string) machine {
+	return machine{
+		Name:      name,
+		Machine:   t.Image.Machine,
+		Accel:     t.Accel,
+		CPUs:      t.CPUs,
+		MemoryMB:  t.MemoryMB,
+		Kernel:    t.Image.Kernel,
+		Initrd:    t.Image.Initrd,
+		Append:    t.Image.Append,
+		Disk:      disk,
+		QMPSocket: filepath.Join(run, "qmp.sock"),
+		QGASocket: filepath.Join(run, "qga.sock"),
+		VNCSocket: filepath.Join(run, "vnc.sock"),
+		PIDFile:   filepath.Join(dir, "pid"),
+		SerialLog: filepath.Join(dir, "serial.log"),
+		TBSizeMB:  64,
+	}
+}
+
+// runDirFor is the socket directory of a VM directory: short, and unique
+// per directory.
+func (b *Backend) runDirFor(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(b.cfg.RunDir, hex.EncodeToString(sum[:6]))
+}
+
+// overlay creates a qcow2 overlay backed by base.
+func (b *Backend) overlay(ctx context.Context, base, path string) error {
+	out, err := exec.CommandContext(ctx, b.cfg.QEMUImg, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("qemu-img create %s: %w: %s", path, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// migrateToFile migrates the stopped VM's state into path (atomically: a
+// partial file never has the final name). x-ignore-shared leaves RAM that is
+// mapped shared out of the stream: a template's RAM file.
+func migrateToFile(ctx context.Context, mon *qmp.Monitor, path string) error {
+	if err := mon.MigrateSetCapabilities(ctx, map[string]bool{"x-ignore-shared": true}); err != nil {
+		return err
+	}
+	if err := mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": int64(32) << 30}); err != nil {
+		return err
+	}
+	tmp := path + ".part"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	err = mon.SendFD(ctx, "migfile", f)
+	f.Close() // QEMU holds its own copy
+	if err != nil {
+		return err
+	}
+	if err := mon.Migrate(ctx, "fd:migfile"); err != nil {
+		return err
+	}
+	if _, err := mon.WaitMigration(ctx); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// migrateFromFile loads a state file into a QEMU started with -incoming
+// defer and waits until it is loaded (the VM is then paused). Every state
+// hvkube writes has x-ignore-shared on (it skips only RAM mapped shared, so
+// a clone's saved state still holds all of its RAM), and loading needs the
+// same capabilities as saving.
+func migrateFromFile(ctx context.Context, mon *qmp.Monitor, path string) error {
+	if err := mon.MigrateSetCapabilities(ctx, map[string]bool{"x-ignore-shared": true}); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = mon.SendFD(ctx, "migfile", f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if err := mon.MigrateIncoming(ctx, "fd:migfile"); err != nil {
+		return err
+	}
+	if _, err := mon.WaitMigration(ctx); err != nil {
+		return err
+	}
+	// The migration reports completed a moment before the run state leaves
+	// inmigrate.
+	for {
+		st, err := mon.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Status != qmp.StateInMigrate {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// ---- capacity ----
+
+// reserve counts memMB of guest memory for key while it boots, refusing
+// past the limit.
+func (b *Backend) reserve(key string, memMB int) error {
+	total, _, err := hostMemory()
+	if err != nil {
+		return nil // unknown host: do not refuse
+	}
+	limit := total * b.cfg.MemoryLimitPercent / 100
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	used := b.committedLocked()
+	if used+memMB > limit {
+		return fmt.Errorf("not enough host memory: %d MB more would commit %d MB of guest memory, over the limit of %d MB (%d%% of %d MB): %w",
+			memMB, used+memMB, limit, b.cfg.MemoryLimitPercent, total, api.ErrUnavailable)
+	}
+	b.building[key] = memMB
+	return nil
+}
+
+func (b *Backend) release(key string) {
+	b.mu.Lock()
+	delete(b.building, key)
+	b.mu.Unlock()
+}
+
+func (b *Backend) committedLocked() int {
+	used := 0
+	for _, mb := range b.building {
+		used += mb
+	}
+	for id, v := range b.vms {
+		if _, ok := b.building[id]; ok {
+			continue
+		}
+		if v.hasProcess() {
+			used += v.meta.MemoryMB
+		}
+	}
+	return used
+}
+
+// Capacity implements backend.Backend.
+func (b *Backend) Capacity(ctx context.Context) (backend.Capacity, error) {
+	total, avail, err := hostMemory()
+	if err != nil {
+		return backend.Capacity{}, err
+	}
+	b.mu.Lock()
+	used := b.committedLocked()
+	b.mu.Unlock()
+	return backend.Capacity{TotalMemoryMB: total, AvailableMemoryMB: avail, CommittedMemoryMB: used, LimitMemoryMB: total * b.cfg.MemoryLimitPercent / 100}, nil
+}
+
+// ---- helpers ----
+
+func checkID(id string) error {
+	if err := api.ValidateName("id", id); err != nil {
+		return err
+	}
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}

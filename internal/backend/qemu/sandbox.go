@@ -1,0 +1,679 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+)
+
+// vmMeta is a sandbox's vm.json: what the backend needs to find, adopt and
+// restart it.
+type vmMeta struct {
+	ID         string    `json:"id"`
+	UID        string    `json:"uid,omitempty"`
+	TemplateID string    `json:"templateID"`
+	Name       string    `json:"name"` // QEMU -name, how its process is recognised
+	Hostname   string    `json:"hostname"`
+	Resolution string    `json:"resolution"`
+	MemoryMB   int       `json:"memoryMB"`
+	RunDir     string    `json:"runDir"`
+	CreatedAt  time.Time `json:"createdAt"`
+	PID        int       `json:"pid,omitempty"`
+	// ColdBoot is set when the clone path failed and the sandbox booted.
+	ColdBoot bool `json:"coldBoot,omitempty"`
+	// Saved: saved.state holds the sandbox and no process runs.
+	Saved bool `json:"saved,omitempty"`
+	// Stopped: stopped on purpose.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// vm is one sandbox.
+type vm struct {
+	mu   sync.RWMutex // held for writing by lifecycle calls
+	id   string
+	dir  string
+	meta vmMeta
+	tpl  tplMeta
+	p    *proc      // nil when no process
+	g    *guest     // nil when no process
+	scr  sync.Mutex // one screendump at a time
+	gone bool       // deleted
+	// pausedAt is when the vCPUs last stopped; zero if unknown (a fresh
+	// clone, a restore, an adopted VM).
+	pausedAt time.Time
+}
+
+func (v *vm) hasProcess() bool { return v.p != nil && v.p.alive() }
+
+func (v *vm) disconnect() {
+	if v.p != nil && v.p.mon != nil {
+		v.p.mon.Close()
+	}
+	if v.g != nil {
+		v.g.ga.Close()
+	}
+}
+
+func (v *vm) qmpSocket() string { return filepath.Join(v.meta.RunDir, "qmp.sock") }
+func (v *vm) qgaSocket() string { return filepath.Join(v.meta.RunDir, "qga.sock") }
+func (v *vm) vncSocket() string { return filepath.Join(v.meta.RunDir, "vnc.sock") }
+
+func (b *Backend) sbDir(id string) string { return filepath.Join(b.cfg.Dir, "sandboxes", id) }
+
+// lockVM returns the sandbox's entry with its lock held for writing,
+// creating an empty entry if create is set.
+func (b *Backend) lockVM(id string, create bool) (*vm, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	v, ok := b.vms[id]
+	if !ok {
+		if !create {
+			b.mu.Unlock()
+			return nil, fmt.Errorf("sandbox %q %w", id, api.ErrNotFound)
+		}
+		v = &vm{id: id, dir: b.sbDir(id)}
+		b.vms[id] = v
+	}
+	b.mu.Unlock()
+	v.mu.Lock()
+	if v.gone {
+		v.mu.Unlock()
+		return b.lockVM(id, create)
+	}
+	return v, nil
+}
+
+// rlockVM returns the sandbox's entry with its lock held for reading.
+func (b *Backend) rlockVM(id string) (*vm, error) {
+	b.mu.Lock()
+	v, ok := b.vms[id]
+	b.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q %w", id, api.ErrNotFound)
+	}
+	v.mu.RLock()
+	if v.gone {
+		v.mu.RUnlock()
+		return nil, fmt.Errorf("sandbox %q %w", id, api.ErrNotFound)
+	}
+	return v, nil
+}
+
+func (b *Backend) forget(v *vm) {
+	v.gone = true
+	b.mu.Lock()
+	if b.vms[v.id] == v {
+		delete(b.vms, v.id)
+	}
+	b.mu.Unlock()
+}
+
+func (v *vm) save() error { return writeJSON(filepath.Join(v.dir, "vm.json"), v.meta) }
+
+// Create implements backend.Backend.
+func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend.Info, error) {
+	v, err := b.lockVM(spec.ID, true)
+	if err != nil {
+		return backend.Info{}, err
+	}
+	defer v.mu.Unlock()
+	if v.meta.ID != "" {
+		return b.inspectLocked(ctx, v), nil
+	}
+	tpl, err := b.loadTemplate(spec.TemplateID)
+	if err != nil {
+		b.forget(v)
+		return backend.Info{}, err
+	}
+	mem := tpl.MemoryMB
+	if spec.MemoryMB != 0 && spec.MemoryMB != tpl.MemoryMB {
+		b.forget(v)
+		return backend.Info{}, api.Invalid("resources.memoryMB", "%d MB differs from template %s (%d MB): a clone has its template's memory", spec.MemoryMB, spec.TemplateID, tpl.MemoryMB)
+	}
+	if err := b.reserve(spec.ID, mem); err != nil {
+		b.forget(v)
+		return backend.Info{}, err
+	}
+	defer b.release(spec.ID)
+	os.RemoveAll(v.dir) // a half-made sandbox from an interrupted Create
+	if err := os.MkdirAll(v.dir, 0o700); err != nil {
+		b.forget(v)
+		return backend.Info{}, err
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	v.tpl = tpl
+	v.meta = vmMeta{
+		ID: spec.ID, UID: spec.UID, TemplateID: spec.TemplateID,
+		Name:       "hvkube-sandbox:" + spec.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		Hostname:   hostname,
+		Resolution: tpl.Resolution,
+		MemoryMB:   mem,
+		RunDir:     b.runDirFor(v.dir),
+		CreatedAt:  time.Now().UTC(),
+	}
+	if err := b.cloneLocked(ctx, v); err != nil {
+		b.log.Warn("clone failed; cold-booting", "sandbox", spec.ID, "err", err)
+		if err := b.coldBootLocked(ctx, v); err != nil {
+			b.destroyLocked(v)
+			b.forget(v)
+			return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+		}
+	}
+	if spec.Resolution != "" && spec.Resolution != v.meta.Resolution {
+		if err := b.resolutionLocked(ctx, v, spec.Resolution); err != nil {
+			b.destroyLocked(v)
+			b.forget(v)
+			return backend.Info{}, err
+		}
+	}
+	if err := v.save(); err != nil {
+		b.destroyLocked(v)
+		b.forget(v)
+		return backend.Info{}, err
+	}
+	return b.inspectLocked(ctx, v), nil
+}
+
+// cloneLocked starts v from its template's snapshot and gives it its
+// identity; it ends paused.
+func (b *Backend) cloneLocked(ctx context.Context, v *vm) error {
+	disk := filepath.Join(v.dir, "disk.qcow2")
+	os.Remove(disk)
+	if err := b.overlay(ctx, filepath.Join(b.tplDir(v.tpl.ID), "disk.qcow2"), disk); err != nil {
+		return err
+	}
+	m := b.machineFor(v.tpl, v.meta.Name, v.dir, v.meta.RunDir, disk)
+	m.MemFile = filepath.Join(b.tplDir(v.tpl.ID), "ram")
+	m.Incoming = true
+	p, err := b.launch(ctx, m, v.dir)
+	if err != nil {
+		return err
+	}
+	if err := migrateFromFile(ctx, p.mon, filepath.Join(b.tplDir(v.tpl.ID), "state")); err != nil {
+		p.kill()
+		return fmt.Errorf("load template state: %w%s", err, p.logTail())
+	}
+	v.attach(p)
+	v.meta.ColdBoot, v.meta.Saved, v.meta.Stopped = false, false, false
+	return b.personalizeLocked(ctx, v)
+}
+
+// personalizeLocked runs a fresh clone for a moment to give it its own
+// identity, then pauses it again.
+func (b *Backend) personalizeLocked(ctx context.Context, v *vm) error {
+	if err := v.p.mon.Cont(ctx); err != nil {
+		return err
+	}
+	ictx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := v.g.identity(ictx, v.meta.Hostname); err != nil {
+		return err
+	}
+	return v.p.mon.Stop(ctx)
+}
+
+// coldBootLocked boots v from its template's image on a fresh overlay and
+// waits for the desktop; it ends paused. It is the fallback when the
+// template snapshot cannot be loaded.
+func (b *Backend) coldBootLocked(ctx context.Context, v *vm) error {
+	if v.p != nil {
+		v.p.kill()
+		v.detach()
+	}
+	disk := filepath.Join(v.dir, "disk.qcow2")
+	os.Remove(disk)
+	if err := b.overlay(ctx, v.tpl.Image.Disk, disk); err != nil {
+		return err
+	}
+	m := b.machineFor(v.tpl, v.meta.Name, v.dir, v.meta.RunDir, disk)
+	p, err := b.launch(ctx, m, v.dir)
+	if err != nil {
+		return err
+	}
+	v.attach(p)
+	bctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+	defer cancel()
+	if err := v.g.waitAgent(bctx, p); err != nil {
+		return fmt.Errorf("cold boot: guest agent: %w%s", err, p.logTail())
+	}
+	if err := v.g.waitReady(bctx, p); err != nil {
+		return fmt.Errorf("cold boot: desktop: %w", err)
+	}
+	if v.tpl.Resolution != v.tpl.Image.Resolution {
+		if err := v.g.setResolution(bctx, v.tpl.Resolution); err != nil {
+			return err
+		}
+	}
+	if err := v.g.identity(bctx, v.meta.Hostname); err != nil {
+		return err
+	}
+	v.meta.ColdBoot, v.meta.Saved, v.meta.Stopped = true, false, false
+	return p.mon.Stop(ctx)
+}
+
+func (b *Backend) resolutionLocked(ctx context.Context, v *vm, res string) error {
+	if err := v.p.mon.Cont(ctx); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := v.g.setResolution(rctx, res); err != nil {
+		return err
+	}
+	v.meta.Resolution = res
+	return v.p.mon.Stop(ctx)
+}
+
+func (v *vm) attach(p *proc) {
+	v.p = p
+	v.g = &guest{ga: qga.New(v.qgaSocket()), img: v.tpl.Image}
+	v.meta.PID = p.pid
+}
+
+func (v *vm) detach() {
+	if v.g != nil {
+		v.g.ga.Close()
+	}
+	v.p, v.g = nil, nil
+	v.meta.PID = 0
+}
+
+// Pause implements backend.Backend.
+func (b *Backend) Pause(ctx context.Context, id string) error {
+	v, err := b.lockVM(id, false)
+	if err != nil {
+		return err
+	}
+	defer v.mu.Unlock()
+	if err := v.needProcess(); err != nil {
+		return err
+	}
+	st, err := v.p.mon.Status(ctx)
+	if err != nil || st.Status != qmp.StateRunning {
+		return err
+	}
+	// A request in flight (the clock being set) would wait for the guest
+	// to run again; drop it.
+	v.g.ga.Abort()
+	if err := v.p.mon.Stop(ctx); err != nil {
+		return err
+	}
+	v.pausedAt = time.Now()
+	return nil
+}
+
+// Resume implements backend.Backend.
+func (b *Backend) Resume(ctx context.Context, id string) error {
+	v, err := b.lockVM(id, false)
+	if err != nil {
+		return err
+	}
+	defer v.mu.Unlock()
+	if !v.hasProcess() && v.meta.Saved {
+		if err := b.restoreLocked(ctx, v); err != nil {
+			return err
+		}
+	}
+	if err := v.needProcess(); err != nil {
+		return err
+	}
+	if st, err := v.p.mon.Status(ctx); err == nil && st.Status == qmp.StateRunning {
+		return nil
+	}
+	if err := v.p.mon.Cont(ctx); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := v.g.ga.Ping(pctx); err != nil {
+		return fmt.Errorf("resume %s: guest agent: %w", id, err)
+	}
+	// The guest's clock stood still while it was paused. It is set in the
+	// background, so that resume returns as soon as the guest answers;
+	// guest calls made meanwhile wait their turn. Short pauses are let be.
+	if v.pausedAt.IsZero() || time.Since(v.pausedAt) > time.Second {
+		g := v.g
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := g.setClock(ctx, time.Now()); err != nil {
+				b.log.Warn("set the guest clock after resume", "sandbox", id, "err", err)
+			}
+		}()
+	}
+	v.pausedAt = time.Time{}
+	return nil
+}
+
+func (v *vm) needProcess() error {
+	if v.hasProcess() {
+		return nil
+	}
+	switch {
+	case v.meta.Saved:
+		return fmt.Errorf("sandbox %s is saved to disk: restore or resume it first: %w", v.meta.ID, api.ErrConflict)
+	case v.meta.Stopped:
+		return fmt.Errorf("sandbox %s is stopped: reset it to start it again: %w", v.meta.ID, api.ErrConflict)
+	default:
+		return fmt.Errorf("sandbox %s has no QEMU process (it exited or was killed): reset or delete it: %w", v.meta.ID, api.ErrConflict)
+	}
+}
+
+// Save implements backend.Backend.
+func (b *Backend) Save(ctx context.Context, id string) error {
+	v, err := b.lockVM(id, false)
+	if err != nil {
+		return err
+	}
+	defer v.mu.Unlock()
+	if !v.hasProcess() && v.meta.Saved {
+		return nil
+	}
+	if err := v.needProcess(); err != nil {
+		return err
+	}
+	v.g.ga.Abort()
+	if err := v.p.mon.Stop(ctx); err != nil {
+		return err
+	}
+	if err := migrateToFile(ctx, v.p.mon, filepath.Join(v.dir, "saved.state")); err != nil {
+		return fmt.Errorf("save %s: %w", id, err)
+	}
+	v.meta.Saved = true
+	if err := v.save(); err != nil {
+		return err
+	}
+	if err := v.p.quit(ctx); err != nil {
+		return err
+	}
+	v.detach()
+	return v.save()
+}
+
+// Restore implements backend.Backend.
+func (b *Backend) Restore(ctx context.Context, id string) error {
+	v, err := b.lockVM(id, false)
+	if err != nil {
+		return err
+	}
+	defer v.mu.Unlock()
+	if v.hasProcess() {
+		return nil
+	}
+	return b.restoreLocked(ctx, v)
+}
+
+func (b *Backend) restoreLocked(ctx context.Context, v *vm) error {
+	if !v.meta.Saved {
+		return v.needProcess()
+	}
+	if err := b.reserve(v.meta.ID, v.meta.MemoryMB); err != nil {
+		return err
+	}
+	defer b.release(v.meta.ID)
+	m := b.machineFor(v.tpl, v.meta.Name, v.dir, v.meta.RunDir, filepath.Join(v.dir, "disk.qcow2"))
+	m.MemoryMB = v.meta.MemoryMB
+	m.Incoming = true
+	p, err := b.launch(ctx, m, v.dir)
+	if err != nil {
+		return err
+	}
+	state := filepath.Join(v.dir, "saved.state")
+	if err := migrateFromFile(ctx, p.mon, state); err != nil {
+		p.kill()
+		return fmt.Errorf("restore %s: %w%s", v.meta.ID, err, p.logTail())
+	}
+	v.attach(p)
+	v.meta.Saved = false
+	if err := v.save(); err != nil {
+		return err
+	}
+	os.Remove(state)
+	return nil
+}
+
+// Reset implements backend.Backend.
+func (b *Backend) Reset(ctx context.Context, id string) error {
+	v, err := b.lockVM(id, false)
+	if err != nil {
+		return err
+	}
+	defer v.mu.Unlock()
+	if v.p != nil {
+		if err := v.p.kill(); err != nil {
+			return err
+		}
+		v.detach()
+	}
+	os.Remove(filepath.Join(v.dir, "saved.state"))
+	if err := b.reserve(id, v.meta.MemoryMB); err != nil {
+		return err
+	}
+	defer b.release(id)
+	resolution := v.meta.Resolution
+	v.meta.Resolution = v.tpl.Resolution
+	if v.meta.ColdBoot {
+		err = b.coldBootLocked(ctx, v)
+	} else {
+		err = b.cloneLocked(ctx, v)
+	}
+	if err == nil && resolution != v.meta.Resolution {
+		err = b.resolutionLocked(ctx, v, resolution)
+	}
+	if err != nil {
+		v.meta.Stopped = true
+		v.save()
+		return fmt.Errorf("reset %s: %w", id, err)
+	}
+	return v.save()
+}
+
+// Stop implements backend.Backend.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	v, err := b.lockVM(id, false)
+	if err != nil {
+		return err
+	}
+	defer v.mu.Unlock()
+	if v.p != nil {
+		if err := v.p.quit(ctx); err != nil {
+			return err
+		}
+		v.detach()
+	}
+	os.Remove(filepath.Join(v.dir, "saved.state"))
+	v.meta.Saved, v.meta.Stopped = false, true
+	return v.save()
+}
+
+// Delete implements backend.Backend.
+func (b *Backend) Delete(ctx context.Context, id string) error {
+	v, err := b.lockVM(id, true)
+	if err != nil {
+		return err
+	}
+	defer v.mu.Unlock()
+	b.destroyLocked(v)
+	b.forget(v)
+	return nil
+}
+
+// destroyLocked kills v's process and removes its files and sockets.
+func (b *Backend) destroyLocked(v *vm) {
+	if v.p != nil {
+		v.p.kill()
+		v.detach()
+	} else if v.meta.PID != 0 {
+		killProcess(v.meta.PID, v.meta.Name, 10*time.Second)
+	}
+	if v.meta.RunDir != "" {
+		os.RemoveAll(v.meta.RunDir)
+	} else {
+		os.RemoveAll(b.runDirFor(v.dir))
+	}
+	os.RemoveAll(v.dir)
+}
+
+// Inspect implements backend.Backend.
+func (b *Backend) Inspect(ctx context.Context, id string) (backend.Info, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return backend.Info{}, err
+	}
+	defer v.mu.RUnlock()
+	return b.inspectLocked(ctx, v), nil
+}
+
+// StateGone is reported for a sandbox whose QEMU process is gone although
+// nothing stopped or saved it: it crashed or was killed.
+const StateGone = "Gone"
+
+func (b *Backend) inspectLocked(ctx context.Context, v *vm) backend.Info {
+	info := backend.Info{
+		ID: v.meta.ID, UID: v.meta.UID, TemplateID: v.meta.TemplateID,
+		Display: "unix:" + v.vncSocket(), Resolution: v.meta.Resolution,
+		MemoryMB: v.meta.MemoryMB, CreatedAt: v.meta.CreatedAt,
+	}
+	switch {
+	case v.hasProcess():
+		info.PID = v.p.pid
+		info.State = backend.StatePaused
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := v.p.mon.Status(sctx)
+		cancel()
+		if err == nil && st.Status == qmp.StateRunning {
+			info.State = backend.StateRunning
+		}
+	case v.meta.Saved:
+		info.State = backend.StateSaved
+	case v.meta.Stopped:
+		info.State = backend.StateStopped
+	default:
+		info.State = StateGone
+	}
+	return info
+}
+
+// List implements backend.Backend. It also adopts sandboxes it did not know
+// yet (after a restart of the server).
+func (b *Backend) List(ctx context.Context) ([]backend.Info, error) {
+	entries, err := os.ReadDir(filepath.Join(b.cfg.Dir, "sandboxes"))
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		b.mu.Lock()
+		_, known := b.vms[e.Name()]
+		b.mu.Unlock()
+		if !known {
+			b.adoptDir(ctx, e.Name())
+		}
+	}
+	b.mu.Lock()
+	vms := make([]*vm, 0, len(b.vms))
+	for _, v := range b.vms {
+		vms = append(vms, v)
+	}
+	b.mu.Unlock()
+	var out []backend.Info
+	for _, v := range vms {
+		v.mu.RLock()
+		if !v.gone && v.meta.ID != "" {
+			out = append(out, b.inspectLocked(ctx, v))
+		}
+		v.mu.RUnlock()
+	}
+	return out, nil
+}
+
+// adoptDir loads a sandbox directory and reconnects to its QEMU if it runs.
+// Directories without a complete vm.json are leftovers of an interrupted
+// Create and are removed.
+func (b *Backend) adoptDir(ctx context.Context, id string) {
+	dir := b.sbDir(id)
+	data, err := os.ReadFile(filepath.Join(dir, "vm.json"))
+	var meta vmMeta
+	if err == nil {
+		err = json.Unmarshal(data, &meta)
+	}
+	if err != nil || meta.ID != id {
+		b.log.Warn("removing an incomplete sandbox directory", "sandbox", id, "err", err)
+		if pid, perr := readPID(filepath.Join(dir, "pid")); perr == nil {
+			killProcess(pid, "hvkube-sandbox:"+id+":", 10*time.Second)
+		}
+		os.RemoveAll(dir)
+		return
+	}
+	v := &vm{id: id, dir: dir, meta: meta}
+	if tpl, err := b.loadTemplate(meta.TemplateID); err == nil {
+		v.tpl = tpl
+	} else {
+		b.log.Warn("sandbox's template snapshot is missing", "sandbox", id, "template", meta.TemplateID)
+	}
+	if p, err := adopt(ctx, meta.PID, meta.Name, dir, v.qmpSocket()); err == nil {
+		v.p = p
+		v.g = &guest{ga: qga.New(v.qgaSocket()), img: v.tpl.Image}
+		b.log.Info("adopted a running sandbox", "sandbox", id, "pid", meta.PID)
+	} else if meta.PID != 0 && processAlive(meta.PID, meta.Name) {
+		b.log.Warn("sandbox runs but its monitor does not answer", "sandbox", id, "pid", meta.PID, "err", err)
+	}
+	b.mu.Lock()
+	if _, ok := b.vms[id]; !ok {
+		b.vms[id] = v
+	}
+	b.mu.Unlock()
+}
+
+func readPID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// Ready implements backend.Backend.
+func (b *Backend) Ready(ctx context.Context, id string) error {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return err
+	}
+	defer v.mu.RUnlock()
+	if err := v.needProcess(); err != nil {
+		return err
+	}
+	return v.g.ready(ctx)
+}
+
+// PrivateMemory reports the private resident memory of a sandbox's QEMU in
+// bytes: what it does not share with its template and siblings.
+func (b *Backend) PrivateMemory(ctx context.Context, id string) (int64, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return 0, err
+	}
+	defer v.mu.RUnlock()
+	if err := v.needProcess(); err != nil {
+		return 0, err
+	}
+	return privateMemory(v.p.pid)
+}

@@ -1,0 +1,454 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	stdimage "image"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/display"
+)
+
+var (
+	_ backend.Screen  = (*Backend)(nil)
+	_ backend.Input   = (*Backend)(nil)
+	_ backend.Guest   = (*Backend)(nil)
+	_ backend.Display = (*Backend)(nil)
+)
+
+// Screenshot implements backend.Screen: QMP screendump to PPM in the run
+// directory (tmpfs where there is one), encoded here; QEMU 7.2's own PNG
+// output swaps red and blue.
+func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.ScreenshotOptions) ([]byte, string, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return nil, "", err
+	}
+	defer v.mu.RUnlock()
+	if err := v.needProcess(); err != nil {
+		return nil, "", err
+	}
+	format := display.Format(opts.Format)
+	if opts.Format == "" {
+		format = display.PNG
+	}
+	img, err := b.grab(ctx, v)
+	if err != nil {
+		return nil, "", err
+	}
+	var buf bytes.Buffer
+	if err := b.enc.Encode(&buf, img, display.EncodeOptions{Format: format, Quality: opts.Quality, Width: opts.Width, Height: opts.Height}); err != nil {
+		return nil, "", api.Invalid("format", "%v", err)
+	}
+	return buf.Bytes(), format.ContentType(), nil
+}
+
+func (b *Backend) grab(ctx context.Context, v *vm) (*stdimage.RGBA, error) {
+	v.scr.Lock()
+	defer v.scr.Unlock()
+	path := filepath.Join(v.meta.RunDir, "screen.ppm")
+	if err := v.p.mon.ScreendumpPPM(ctx, path); err != nil {
+		return nil, fmt.Errorf("screendump: %w", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return display.DecodePPM(f)
+}
+
+// ScreenSize implements backend.Screen.
+func (b *Backend) ScreenSize(ctx context.Context, id string) (int, int, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer v.mu.RUnlock()
+	w, h, err := api.ParseResolution(v.meta.Resolution)
+	return w, h, err
+}
+
+// Input implements backend.Input. Each key or button change is its own
+// input-send-event: QEMU loses a press and release sent in one batch.
+func (b *Backend) Input(ctx context.Context, id string, a api.Action) (backend.InputResult, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return backend.InputResult{}, err
+	}
+	defer v.mu.RUnlock()
+	w, h, err := api.ParseResolution(v.meta.Resolution)
+	if err != nil {
+		return backend.InputResult{}, err
+	}
+	if err := api.ValidateAction("", a, w, h, false); err != nil {
+		return backend.InputResult{}, err
+	}
+	if err := v.needProcess(); err != nil {
+		return backend.InputResult{}, err
+	}
+	in := inputter{mon: v.p.mon, w: w, h: h}
+	switch a.Action {
+	case "mouse_move":
+		return backend.InputResult{}, in.move(ctx, a.Coordinate)
+	case "left_click", "right_click", "middle_click", "double_click", "triple_click":
+		btn, clicks := qmp.ButtonLeft, 1
+		switch a.Action {
+		case "right_click":
+			btn = qmp.ButtonRight
+		case "middle_click":
+			btn = qmp.ButtonMiddle
+		case "double_click":
+			clicks = 2
+		case "triple_click":
+			clicks = 3
+		}
+		var held []display.KeyStroke
+		if a.Text != "" { // modifier keys held during the click
+			if held, err = parseKeysField("text", a.Text); err != nil {
+				return backend.InputResult{}, err
+			}
+		}
+		return backend.InputResult{}, in.click(ctx, a.Coordinate, btn, clicks, held)
+	case "left_mouse_down", "left_mouse_up":
+		if a.Coordinate != nil {
+			if err := in.move(ctx, a.Coordinate); err != nil {
+				return backend.InputResult{}, err
+			}
+		}
+		return backend.InputResult{}, in.button(ctx, qmp.ButtonLeft, a.Action == "left_mouse_down")
+	case "left_click_drag":
+		return backend.InputResult{}, in.drag(ctx, a.StartCoordinate, a.Coordinate)
+	case "scroll":
+		return backend.InputResult{}, in.scroll(ctx, a.Coordinate, a.ScrollDirection, a.ScrollAmount)
+	case "key":
+		strokes, err := parseKeysField("text", a.Text)
+		if err != nil {
+			return backend.InputResult{}, err
+		}
+		return backend.InputResult{}, in.strokes(ctx, strokes)
+	case "hold_key":
+		strokes, err := parseKeysField("text", a.Text)
+		if err != nil {
+			return backend.InputResult{}, err
+		}
+		return backend.InputResult{}, in.hold(ctx, strokes, time.Duration(a.Duration*float64(time.Second)))
+	case "type":
+		strokes, err := display.TypeText(a.Text)
+		if err == nil {
+			return backend.InputResult{}, in.strokes(ctx, strokes)
+		}
+		// Text the keyboard map cannot type goes through the guest.
+		res, err := v.g.exec(ctx, backend.ExecRequest{Path: "xdotool", Args: []string{"type", "--delay", "1", "--", a.Text}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("xdotool type exited %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+		}
+		return backend.InputResult{}, err
+	case "cursor_position":
+		x, y, err := cursor(ctx, v.g)
+		return backend.InputResult{X: x, Y: y}, err
+	}
+	return backend.InputResult{}, api.Invalid("action", "%q is not an input action", a.Action)
+}
+
+func parseKeysField(field, s string) ([]display.KeyStroke, error) {
+	strokes, err := display.ParseKeys(s)
+	if err != nil {
+		return nil, api.Invalid(field, "%v", err)
+	}
+	return strokes, nil
+}
+
+// cursor asks the guest's X server where the pointer is.
+func cursor(ctx context.Context, g *guest) (int, int, error) {
+	res, err := g.exec(ctx, backend.ExecRequest{Path: "xdotool", Args: []string{"getmouselocation", "--shell"}})
+	if err != nil {
+		return 0, 0, err
+	}
+	if res.ExitCode != 0 {
+		return 0, 0, fmt.Errorf("xdotool getmouselocation exited %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	x, y := -1, -1
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		k, val, _ := strings.Cut(strings.TrimSpace(line), "=")
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "X":
+			x = n
+		case "Y":
+			y = n
+		}
+	}
+	if x < 0 || y < 0 {
+		return 0, 0, fmt.Errorf("xdotool getmouselocation: unexpected output %q", res.Stdout)
+	}
+	return x, y, nil
+}
+
+// inputter sends input events to one VM.
+type inputter struct {
+	mon  *qmp.Monitor
+	w, h int
+}
+
+func (in inputter) send(ctx context.Context, evs ...qmp.InputEvent) error {
+	return in.mon.InputSendEvent(ctx, evs)
+}
+
+func (in inputter) move(ctx context.Context, c []int) error {
+	if c == nil {
+		return nil
+	}
+	ax, ay := display.PixelToAbs(c[0], c[1], in.w, in.h)
+	return in.send(ctx, qmp.AbsMove(ax, ay)...)
+}
+
+func (in inputter) button(ctx context.Context, btn qmp.Button, down bool) error {
+	if down {
+		return in.send(ctx, qmp.ButtonDown(btn))
+	}
+	return in.send(ctx, qmp.ButtonUp(btn))
+}
+
+// keyGap paces key events. The guest's keyboard queue is small (QEMU's
+// PS/2 queue holds a few keystrokes) and a busy guest drains it slowly:
+// sent back to back, long text loses characters. xdotool paces its typing
+// for the same reason.
+const keyGap = 3 * time.Millisecond
+
+func (in inputter) keys(ctx context.Context, evs []display.KeyEvent) error {
+	for i, e := range evs {
+		if i > 0 {
+			time.Sleep(keyGap)
+		}
+		ev := qmp.KeyUp(e.QCode)
+		if e.Down {
+			ev = qmp.KeyDown(e.QCode)
+		}
+		if err := in.send(ctx, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (in inputter) click(ctx context.Context, c []int, btn qmp.Button, clicks int, held []display.KeyStroke) error {
+	if err := in.move(ctx, c); err != nil {
+		return err
+	}
+	for _, k := range held {
+		if err := in.keys(ctx, k.Press()); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < clicks; i++ {
+		if err := in.button(ctx, btn, true); err != nil {
+			return err
+		}
+		if err := in.button(ctx, btn, false); err != nil {
+			return err
+		}
+	}
+	for i := len(held) - 1; i >= 0; i-- {
+		if err := in.keys(ctx, held[i].Release()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (in inputter) drag(ctx context.Context, from, to []int) error {
+	if err := in.move(ctx, from); err != nil {
+		return err
+	}
+	if err := in.button(ctx, qmp.ButtonLeft, true); err != nil {
+		return err
+	}
+	// A few steps in between, so that applications see a drag.
+	const steps = 8
+	for i := 1; i <= steps; i++ {
+		x := from[0] + (to[0]-from[0])*i/steps
+		y := from[1] + (to[1]-from[1])*i/steps
+		if err := in.move(ctx, []int{x, y}); err != nil {
+			return err
+		}
+	}
+	return in.button(ctx, qmp.ButtonLeft, false)
+}
+
+func (in inputter) scroll(ctx context.Context, c []int, dir string, amount int) error {
+	if err := in.move(ctx, c); err != nil {
+		return err
+	}
+	d, err := display.ParseScrollDirection(dir)
+	if err != nil {
+		return api.Invalid("scroll_direction", "%v", err)
+	}
+	if amount == 0 {
+		amount = 3
+	}
+	btn := qmp.Button(d.WheelButton())
+	for i := 0; i < amount; i++ {
+		if err := in.button(ctx, btn, true); err != nil {
+			return err
+		}
+		if err := in.button(ctx, btn, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (in inputter) strokes(ctx context.Context, ks []display.KeyStroke) error {
+	for i, k := range ks {
+		if i > 0 {
+			time.Sleep(keyGap)
+		}
+		if err := in.keys(ctx, k.Events()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (in inputter) hold(ctx context.Context, ks []display.KeyStroke, d time.Duration) error {
+	for _, k := range ks {
+		if err := in.keys(ctx, k.Press()); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	for i := len(ks) - 1; i >= 0; i-- {
+		if err := in.keys(context.WithoutCancel(ctx), ks[i].Release()); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// Exec implements backend.Guest.
+func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) (backend.ExecResult, error) {
+	if strings.TrimSpace(req.Path) == "" {
+		return backend.ExecResult{}, api.Invalid("command", "required")
+	}
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return backend.ExecResult{}, err
+	}
+	defer v.mu.RUnlock()
+	if err := v.needProcess(); err != nil {
+		return backend.ExecResult{}, err
+	}
+	return v.g.exec(ctx, req)
+}
+
+// CopyIn implements backend.Guest.
+func (b *Backend) CopyIn(ctx context.Context, id, guestPath string, r io.Reader) error {
+	v, err := b.guestVM(id, guestPath)
+	if err != nil {
+		return err
+	}
+	defer v.mu.RUnlock()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	return v.g.ga.FileWrite(ctx, guestPath, data)
+}
+
+// CopyOut implements backend.Guest.
+func (b *Backend) CopyOut(ctx context.Context, id, guestPath string, w io.Writer) error {
+	v, err := b.guestVM(id, guestPath)
+	if err != nil {
+		return err
+	}
+	defer v.mu.RUnlock()
+	data, err := v.g.ga.FileRead(ctx, guestPath)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", guestPath, err)
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+func (b *Backend) guestVM(id, guestPath string) (*vm, error) {
+	if !strings.HasPrefix(guestPath, "/") {
+		return nil, api.Invalid("path", "%q is not an absolute guest path", guestPath)
+	}
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.needProcess(); err != nil {
+		v.mu.RUnlock()
+		return nil, err
+	}
+	return v, nil
+}
+
+// ClipboardGet implements backend.Guest.
+func (b *Backend) ClipboardGet(ctx context.Context, id string) (string, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return "", err
+	}
+	defer v.mu.RUnlock()
+	if err := v.needProcess(); err != nil {
+		return "", err
+	}
+	return v.g.clipboardGet(ctx)
+}
+
+// ClipboardSet implements backend.Guest.
+func (b *Backend) ClipboardSet(ctx context.Context, id, text string) error {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return err
+	}
+	defer v.mu.RUnlock()
+	if err := v.needProcess(); err != nil {
+		return err
+	}
+	return v.g.clipboardSet(ctx, text)
+}
+
+// DialDisplay implements backend.Display: a connection to the sandbox's VNC
+// server (a unix socket).
+func (b *Backend) DialDisplay(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return nil, err
+	}
+	defer v.mu.RUnlock()
+	if err := v.needProcess(); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", v.vncSocket())
+}
+
+// Logs implements backend.Logs: the guest's serial console.
+func (b *Backend) Logs(ctx context.Context, id string) (io.ReadCloser, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return nil, err
+	}
+	defer v.mu.RUnlock()
+	return os.Open(filepath.Join(v.dir, "serial.log"))
+}

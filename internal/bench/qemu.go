@@ -1,0 +1,294 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/qemu"
+	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/server"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// QEMUOptions size the desktop benchmark.
+type QEMUOptions struct {
+	ImageDir string
+	Image    string // image name, e.g. linux-desktop
+	Runs     int
+	// ColdBoots is how many cold boots to time (each takes tens of seconds
+	// under TCG).
+	ColdBoots int
+	// Batches is how many times to clone 10 sandboxes at once.
+	Batches int
+	Log     io.Writer
+}
+
+// QEMU measures the desktop fast path on the QEMU backend: cold boot,
+// clone, resume, restore, memory, and screenshots and input through the
+// API of a real server.
+func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
+	dir, err := os.MkdirTemp("", "hvkube-bench-qemu-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: o.ImageDir})
+	if err != nil {
+		return nil, err
+	}
+	defer be.Close()
+	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
+	rep := &Report{Title: fmt.Sprintf("QEMU desktops (%s, 512 MB guest, 1280x800)", be.Accel())}
+	img := api.QEMUImage{Image: o.Image}
+
+	// Cold boots: each builds a template from scratch, boot to ready.
+	var tplID string
+	cold := Result{Name: "cold boot to ready desktop", Target: "reference"}
+	for i := 0; i < o.ColdBoots; i++ {
+		id := fmt.Sprintf("bench-cold-%d", i)
+		info, err := be.BuildTemplate(ctx, backend.TemplateSpec{ID: id, Image: img}, nil)
+		if err != nil {
+			return nil, err
+		}
+		cold.Samples = append(cold.Samples, info.BootTime)
+		logf("cold boot %d/%d: %s", i+1, o.ColdBoots, info.BootTime.Round(time.Millisecond))
+		if tplID == "" {
+			tplID = id
+		} else {
+			be.DeleteTemplate(ctx, id)
+		}
+	}
+	rep.Results = append(rep.Results, cold)
+
+	n := 0
+	newID := func() string { n++; return fmt.Sprintf("bench-%d", n) }
+	create := func(id string) error {
+		_, err := be.Create(ctx, backend.SandboxSpec{ID: id, TemplateID: tplID})
+		return err
+	}
+
+	logf("clone to paused ×%d", o.Runs)
+	if err := rep.Add("clone from template snapshot to paused", o.Runs, "p50 ≤ 0.5 s", func(int) error {
+		return create(newID())
+	}); err != nil {
+		return nil, err
+	}
+	// Private memory of the paused clones made so far.
+	var priv []int64
+	for i := 1; i <= n; i++ {
+		if p, err := be.PrivateMemory(ctx, fmt.Sprintf("bench-%d", i)); err == nil {
+			priv = append(priv, p)
+		}
+	}
+	for i := 1; i <= n; i++ {
+		be.Delete(ctx, fmt.Sprintf("bench-%d", i))
+	}
+	if len(priv) > 0 {
+		p50, p95 := float64(percentile(priv, 50))/(1<<20), float64(percentile(priv, 95))/(1<<20)
+		rep.Facts = append(rep.Facts, fmt.Sprintf("private memory of a paused clone: p50 %.0f MiB, p95 %.0f MiB of 512 MiB guest RAM (%.0f%% / %.0f%%; target ≤ 25%%), Private_Clean+Private_Dirty from /proc/PID/smaps_rollup over %d clones",
+			p50, p95, p50/512*100, p95/512*100, len(priv)))
+	}
+
+	id := newID()
+	if err := create(id); err != nil {
+		return nil, err
+	}
+	logf("resume ×%d", o.Runs)
+	if err := rep.Add("resume to guest answering", o.Runs, "p50 ≤ 50 ms", func(int) error {
+		if err := be.Resume(ctx, id); err != nil {
+			return err
+		}
+		return be.Pause(ctx, id)
+	}); err != nil {
+		return nil, err
+	}
+	// Pause is inside the loop above; take it out of the numbers.
+	pause := Result{Name: "pause"}
+	for i := 0; i < o.Runs; i++ {
+		be.Resume(ctx, id)
+		t := time.Now()
+		if err := be.Pause(ctx, id); err != nil {
+			return nil, err
+		}
+		pause.Samples = append(pause.Samples, time.Since(t))
+	}
+	res := &rep.Results[len(rep.Results)-1]
+	for i := range res.Samples {
+		res.Samples[i] -= pause.Percentile(50)
+	}
+	rep.Results = append(rep.Results, pause)
+
+	logf("save and restore ×%d", o.Runs)
+	save := Result{Name: "save to disk (running guest)"}
+	restore := Result{Name: "restore from saved to paused", Target: "p50 ≤ 1 s"}
+	for i := 0; i < o.Runs; i++ {
+		if err := be.Resume(ctx, id); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		if err := be.Save(ctx, id); err != nil {
+			return nil, err
+		}
+		save.Samples = append(save.Samples, time.Since(t))
+		t = time.Now()
+		if err := be.Restore(ctx, id); err != nil {
+			return nil, err
+		}
+		restore.Samples = append(restore.Samples, time.Since(t))
+	}
+	rep.Results = append(rep.Results, save, restore)
+
+	reset := Result{Name: "reset to clean (re-clone)"}
+	for i := 0; i < min(o.Runs, 10); i++ {
+		t := time.Now()
+		if err := be.Reset(ctx, id); err != nil {
+			return nil, err
+		}
+		reset.Samples = append(reset.Samples, time.Since(t))
+	}
+	rep.Results = append(rep.Results, reset)
+	be.Delete(ctx, id)
+
+	logf("10 clones at once ×%d", o.Batches)
+	batch := Result{Name: "10 clones from one template, in parallel", Target: "≤ 5 s; ≥ 10x cold boots"}
+	for i := 0; i < o.Batches; i++ {
+		ids := make([]string, 10)
+		for j := range ids {
+			ids[j] = newID()
+		}
+		t := time.Now()
+		errs := make(chan error, len(ids))
+		for _, cid := range ids {
+			go func() { errs <- create(cid) }()
+		}
+		for range ids {
+			if err := <-errs; err != nil {
+				return nil, err
+			}
+		}
+		batch.Samples = append(batch.Samples, time.Since(t))
+		for _, cid := range ids {
+			be.Delete(ctx, cid)
+		}
+	}
+	rep.Results = append(rep.Results, batch)
+	if len(batch.Samples) > 0 && len(cold.Samples) > 0 {
+		rep.Facts = append(rep.Facts, fmt.Sprintf("10 clones take %s (p50); 10 cold boots would take about %s: %.0fx faster",
+			fmtDur(batch.Percentile(50)), fmtDur(10*cold.Percentile(50)), float64(10*cold.Percentile(50))/float64(batch.Percentile(50))))
+	}
+
+	if err := apiBench(ctx, rep, be, dir, tplID, o); err != nil {
+		return nil, err
+	}
+	rep.Command = fmt.Sprintf("hvkube bench qemu --runs %d --cold-boots %d --batches %d", o.Runs, o.ColdBoots, o.Batches)
+	return rep, nil
+}
+
+// apiBench measures screenshots and input through a real server's HTTP API.
+func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID string, o QEMUOptions) error {
+	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mgr := controller.New(controller.Options{Store: st, Backend: be})
+	// The template object points at the snapshot already built.
+	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
+	tpl.Metadata.Name = "bench"
+	tpl.Spec.QEMU = &api.QEMUImage{Image: o.Image}
+	api.Default(tpl)
+	if _, err := st.Create(ctx, tpl); err != nil {
+		return err
+	}
+	if err := mgr.Start(mctx); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: server.New(server.Options{Store: st, Sandboxes: mgr}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	defer hs.Close()
+	c, err := client.New("http://"+ln.Addr().String(), "")
+	if err != nil {
+		return err
+	}
+	if err := waitPhase(ctx, c, api.KindTemplate, "bench", api.TemplateReady, 10*time.Minute); err != nil {
+		return err
+	}
+	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+	sb.Metadata.Name = "bench-api"
+	sb.Spec.TemplateRef = "bench"
+	if _, err := c.Create(ctx, sb); err != nil {
+		return err
+	}
+	if err := waitPhase(ctx, c, api.KindSandbox, "bench-api", api.SandboxRunning, 5*time.Minute); err != nil {
+		return err
+	}
+	if err := rep.Add("screenshot via API (1280x800 PNG)", o.Runs*5, "p50 ≤ 30 ms", func(int) error {
+		_, _, err := c.Screenshot(ctx, "bench-api", nil)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := rep.Add("input round trip via API (mouse_move)", o.Runs*5, "p50 ≤ 20 ms", func(i int) error {
+		_, err := c.Input(ctx, "bench-api", api.Action{Action: "mouse_move", Coordinate: []int{100 + i%500, 100 + i%300}})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := rep.Add("input round trip via API (left_click)", o.Runs*5, "p50 ≤ 20 ms", func(i int) error {
+		_, err := c.Input(ctx, "bench-api", api.Action{Action: "left_click", Coordinate: []int{1000 + i%100, 700}})
+		return err
+	}); err != nil {
+		return err
+	}
+	c.Delete(ctx, api.KindSandbox, "bench-api")
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := c.Get(ctx, api.KindSandbox, "bench-api"); err != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+func waitPhase(ctx context.Context, c *client.Client, kind, name, phase string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		o, err := c.Get(ctx, kind, name)
+		if err != nil {
+			return err
+		}
+		var got, msg string
+		switch x := o.(type) {
+		case *api.Template:
+			got, msg = x.Status.Phase, x.Status.Message
+		case *api.Sandbox:
+			got, msg = x.Status.Phase, x.Status.Message
+		}
+		if got == phase {
+			return nil
+		}
+		if got == api.TemplateFailed || got == api.SandboxError {
+			return fmt.Errorf("%s %s is %s: %s", kind, name, got, msg)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s %s is still %s after %s", kind, name, got, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

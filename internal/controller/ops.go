@@ -1,0 +1,229 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+)
+
+// The imperative sandbox operations of the API. Run-state changes take the
+// sandbox's lock (the controller takes it too) and record the new phase;
+// screen, input and guest calls go straight to the backend.
+
+func (m *Manager) sandboxFor(ctx context.Context, name string) (*api.Sandbox, error) {
+	o, err := m.st.Get(ctx, api.KindSandbox, name)
+	if err != nil {
+		return nil, err
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Metadata.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("sandbox %s is being deleted: %w", name, api.ErrConflict)
+	}
+	return sb, nil
+}
+
+// needPhase fails with ErrConflict unless the sandbox is in one of phases.
+func needPhase(sb *api.Sandbox, verb string, phases ...string) error {
+	for _, p := range phases {
+		if sb.Status.Phase == p {
+			return nil
+		}
+	}
+	phase := orDefault(sb.Status.Phase, api.SandboxPending)
+	hint := ""
+	switch phase {
+	case api.SandboxPaused, api.SandboxSaved:
+		hint = ": resume it first"
+	case api.SandboxPending, api.SandboxCreating:
+		hint = ": wait until it runs"
+	}
+	return fmt.Errorf("cannot %s sandbox %s: it is %s%s: %w", verb, sb.Metadata.Name, phase, hint, api.ErrConflict)
+}
+
+// Pause stops a running sandbox's vCPUs.
+func (m *Manager) Pause(ctx context.Context, name string) error {
+	return m.transition(ctx, name, "pause", []string{api.SandboxRunning, api.SandboxPaused}, api.SandboxPaused, m.be.Pause)
+}
+
+// Resume runs a paused or saved sandbox.
+func (m *Manager) Resume(ctx context.Context, name string) error {
+	return m.transition(ctx, name, "resume", []string{api.SandboxPaused, api.SandboxSaved, api.SandboxRunning}, api.SandboxRunning, m.be.Resume)
+}
+
+// Save writes a sandbox to disk and ends its process.
+func (m *Manager) Save(ctx context.Context, name string) error {
+	return m.transition(ctx, name, "save", []string{api.SandboxRunning, api.SandboxPaused, api.SandboxSaved}, api.SandboxSaved, m.be.Save)
+}
+
+// Reset returns a sandbox to its clean state; a running sandbox runs again
+// afterwards.
+func (m *Manager) Reset(ctx context.Context, name string) error {
+	unlock := m.locks.lock(name)
+	defer unlock()
+	sb, err := m.sandboxFor(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := needPhase(sb, "reset", api.SandboxRunning, api.SandboxPaused, api.SandboxSaved, api.SandboxError, api.SandboxTerminated); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := m.be.Reset(ctx, name); err != nil {
+		return err
+	}
+	phase := api.SandboxPaused
+	if sb.Status.Phase == api.SandboxRunning || sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated {
+		if err := m.be.Resume(ctx, name); err != nil {
+			return err
+		}
+		phase = api.SandboxRunning
+	}
+	info, _ := m.be.Inspect(ctx, name)
+	msg := fmt.Sprintf("reset to the clean snapshot in %s", time.Since(start).Round(time.Millisecond))
+	m.event(ctx, sb, api.EventNormal, "Reset", msg)
+	return m.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		now := time.Now().UTC()
+		s.Phase, s.Reason, s.Message, s.PID = phase, "Reset", msg, info.PID
+		if phase == api.SandboxRunning {
+			s.LastResumedAt = &now
+		}
+	})
+}
+
+func (m *Manager) transition(ctx context.Context, name, verb string, from []string, to string, op func(context.Context, string) error) error {
+	unlock := m.locks.lock(name)
+	defer unlock()
+	sb, err := m.sandboxFor(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := needPhase(sb, verb, from...); err != nil {
+		return err
+	}
+	if sb.Status.Phase == to {
+		return nil
+	}
+	start := time.Now()
+	if err := op(ctx, name); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	info, _ := m.be.Inspect(ctx, name)
+	m.event(ctx, sb, api.EventNormal, phaseReason(to), fmt.Sprintf("%s in %s", verb, took.Round(time.Microsecond)))
+	return m.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		s.Phase, s.Reason, s.Message, s.PID = to, phaseReason(to), "", info.PID
+		if to == api.SandboxRunning {
+			now := time.Now().UTC()
+			s.LastResumedAt = &now
+		}
+	})
+}
+
+func phaseReason(phase string) string {
+	switch phase {
+	case api.SandboxPaused:
+		return "Paused"
+	case api.SandboxRunning:
+		return "Resumed"
+	case api.SandboxSaved:
+		return "Saved"
+	}
+	return phase
+}
+
+var errNoAbility = errors.New("the backend cannot do this")
+
+// Screenshot returns the sandbox's screen (running or paused).
+func (m *Manager) Screenshot(ctx context.Context, name string, opts backend.ScreenshotOptions) ([]byte, string, error) {
+	scr, ok := m.be.(backend.Screen)
+	if !ok {
+		return nil, "", fmt.Errorf("screenshots: %w: %w", errNoAbility, api.ErrUnsupported)
+	}
+	sb, err := m.sandboxFor(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := needPhase(sb, "take a screenshot of", api.SandboxRunning, api.SandboxPaused); err != nil {
+		return nil, "", err
+	}
+	return scr.Screenshot(ctx, name, opts)
+}
+
+// Input sends one computer-use action to a running sandbox.
+func (m *Manager) Input(ctx context.Context, name string, a api.Action) (backend.InputResult, error) {
+	in, ok := m.be.(backend.Input)
+	if !ok {
+		return backend.InputResult{}, fmt.Errorf("input: %w: %w", errNoAbility, api.ErrUnsupported)
+	}
+	sb, err := m.sandboxFor(ctx, name)
+	if err != nil {
+		return backend.InputResult{}, err
+	}
+	// Validate before looking at the run state, so that bad input is
+	// reported as such whatever the sandbox does.
+	if w, h, err := api.ParseResolution(orDefault(sb.Status.Resolution, api.DefaultResolution)); err == nil {
+		if err := api.ValidateAction("", a, w, h, false); err != nil {
+			return backend.InputResult{}, err
+		}
+	}
+	if err := needPhase(sb, "send input to", api.SandboxRunning); err != nil {
+		return backend.InputResult{}, err
+	}
+	return in.Input(ctx, name, a)
+}
+
+func (m *Manager) guest(ctx context.Context, name, verb string) (backend.Guest, error) {
+	g, ok := m.be.(backend.Guest)
+	if !ok {
+		return nil, fmt.Errorf("guest access: %w: %w", errNoAbility, api.ErrUnsupported)
+	}
+	sb, err := m.sandboxFor(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return g, needPhase(sb, verb, api.SandboxRunning)
+}
+
+// Exec runs a program in a running sandbox.
+func (m *Manager) Exec(ctx context.Context, name string, req backend.ExecRequest) (backend.ExecResult, error) {
+	g, err := m.guest(ctx, name, "exec in")
+	if err != nil {
+		return backend.ExecResult{}, err
+	}
+	return g.Exec(ctx, name, req)
+}
+
+// ClipboardGet reads a running sandbox's clipboard.
+func (m *Manager) ClipboardGet(ctx context.Context, name string) (string, error) {
+	g, err := m.guest(ctx, name, "read the clipboard of")
+	if err != nil {
+		return "", err
+	}
+	return g.ClipboardGet(ctx, name)
+}
+
+// ClipboardSet sets a running sandbox's clipboard.
+func (m *Manager) ClipboardSet(ctx context.Context, name, text string) error {
+	g, err := m.guest(ctx, name, "set the clipboard of")
+	if err != nil {
+		return err
+	}
+	return g.ClipboardSet(ctx, name, text)
+}
+
+// Logs returns the sandbox's console log.
+func (m *Manager) Logs(ctx context.Context, name string) (io.ReadCloser, error) {
+	if _, err := m.sandboxFor(ctx, name); err != nil {
+		return nil, err
+	}
+	l, ok := m.be.(backend.Logs)
+	if !ok {
+		return nil, fmt.Errorf("logs: %w: %w", errNoAbility, api.ErrUnsupported)
+	}
+	return l.Logs(ctx, name)
+}
