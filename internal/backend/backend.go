@@ -152,8 +152,11 @@ type Backend interface {
 	// before the server restarted (which it adopts).
 	List(ctx context.Context) ([]Info, error)
 	// Ready reports whether the sandbox's guest answers and its desktop is
-	// up (nil), or why not.
+	// up (nil), or why not. It may run a program in the guest.
 	Ready(ctx context.Context, id string) error
+	// Alive is the cheap health check of a running sandbox: the guest
+	// agent answers.
+	Alive(ctx context.Context, id string) error
 	// Capacity reports host memory. Create refuses with ErrUnavailable when
 	// a new sandbox would pass the limit.
 	Capacity(ctx context.Context) (Capacity, error)

@@ -102,30 +102,30 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 	if err := create(id); err != nil {
 		return nil, err
 	}
-	logf("resume ×%d", o.Runs)
-	if err := rep.Add("resume to guest answering", o.Runs, "p50 ≤ 50 ms", func(int) error {
-		if err := be.Resume(ctx, id); err != nil {
-			return err
-		}
-		return be.Pause(ctx, id)
-	}); err != nil {
+	logf("pause and resume ×%d", o.Runs)
+	// As in a pool: a sandbox waits paused for a while, then an agent takes
+	// it. After each resume the guest clock is set in the background; the
+	// next pause waits until that is done.
+	pause := Result{Name: "pause"}
+	resume := Result{Name: "resume to guest answering", Target: "p50 ≤ 50 ms"}
+	if err := be.Resume(ctx, id); err != nil {
 		return nil, err
 	}
-	// Pause is inside the loop above; take it out of the numbers.
-	pause := Result{Name: "pause"}
 	for i := 0; i < o.Runs; i++ {
-		be.Resume(ctx, id)
+		time.Sleep(time.Second)
 		t := time.Now()
 		if err := be.Pause(ctx, id); err != nil {
 			return nil, err
 		}
 		pause.Samples = append(pause.Samples, time.Since(t))
+		time.Sleep(1100 * time.Millisecond)
+		t = time.Now()
+		if err := be.Resume(ctx, id); err != nil {
+			return nil, err
+		}
+		resume.Samples = append(resume.Samples, time.Since(t))
 	}
-	res := &rep.Results[len(rep.Results)-1]
-	for i := range res.Samples {
-		res.Samples[i] -= pause.Percentile(50)
-	}
-	rep.Results = append(rep.Results, pause)
+	rep.Results = append(rep.Results, pause, resume)
 
 	logf("save and restore ×%d", o.Runs)
 	save := Result{Name: "save to disk (running guest)"}

@@ -14,9 +14,18 @@ import (
 // when the template is ready, follows what the VM really does, and removes
 // the VM when the object is deleted (or never existed).
 func (m *Manager) reconcileSandbox(ctx context.Context, name string) (Result, error) {
+	o, err := m.st.Get(ctx, api.KindSandbox, name)
+	if err == nil && o.GetMeta().DeletionTimestamp == nil {
+		switch o.(*api.Sandbox).Status.Phase {
+		case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
+			// Observing does the slow part (the health check) without the
+			// sandbox's lock, so that API calls do not wait for it.
+			return m.observeSandbox(ctx, name)
+		}
+	}
 	unlock := m.locks.lock(name)
 	defer unlock()
-	o, err := m.st.Get(ctx, api.KindSandbox, name)
+	o, err = m.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
 		return Result{}, m.be.Delete(ctx, name)
 	}
@@ -39,8 +48,8 @@ func (m *Manager) reconcileSandbox(ctx context.Context, name string) (Result, er
 		return m.createSandbox(ctx, sb)
 	case api.SandboxError, api.SandboxTerminated:
 		return Result{}, nil
-	default:
-		return m.observeSandbox(ctx, sb)
+	default: // its phase changed since the first look
+		return Result{RequeueAfter: time.Millisecond}, nil
 	}
 }
 
@@ -133,9 +142,32 @@ func (m *Manager) createSandbox(ctx context.Context, sb *api.Sandbox) (Result, e
 }
 
 // observeSandbox follows what the VM really does: its run state, whether it
-// still exists, and (while it runs) its health.
-func (m *Manager) observeSandbox(ctx context.Context, sb *api.Sandbox) (Result, error) {
-	info, err := m.be.Inspect(ctx, sb.Metadata.Name)
+// still exists, and (while it runs) its health. The health check runs
+// without the sandbox's lock; the result is written under it, after looking
+// at the run state again, so that a pause made meanwhile is not undone.
+func (m *Manager) observeSandbox(ctx context.Context, name string) (Result, error) {
+	var health error
+	checked := false
+	if info, err := m.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning {
+		hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		health = m.be.Alive(hctx, name)
+		cancel()
+		checked = true
+	}
+	unlock := m.locks.lock(name)
+	defer unlock()
+	o, err := m.st.Get(ctx, api.KindSandbox, name)
+	if errors.Is(err, api.ErrNotFound) {
+		return Result{}, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Metadata.DeletionTimestamp != nil {
+		return Result{RequeueAfter: time.Millisecond}, nil
+	}
+	info, err := m.be.Inspect(ctx, name)
 	if errors.Is(err, api.ErrNotFound) {
 		m.event(ctx, sb, api.EventWarning, "VMNotFound", "the sandbox's VM no longer exists")
 		return Result{}, m.setPhase(ctx, sb, api.SandboxError, "VMNotFound", "the sandbox's VM no longer exists")
@@ -160,15 +192,12 @@ func (m *Manager) observeSandbox(ctx context.Context, sb *api.Sandbox) (Result, 
 	}
 	reason, msg := sb.Status.Reason, sb.Status.Message
 	var beat *time.Time
-	if phase == api.SandboxRunning {
-		hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err := m.be.Ready(hctx, sb.Metadata.Name)
-		cancel()
-		if err != nil {
+	if phase == api.SandboxRunning && checked {
+		if health != nil {
 			if reason != "Unhealthy" {
-				m.event(ctx, sb, api.EventWarning, "Unhealthy", err.Error())
+				m.event(ctx, sb, api.EventWarning, "Unhealthy", health.Error())
 			}
-			reason, msg = "Unhealthy", err.Error()
+			reason, msg = "Unhealthy", health.Error()
 		} else {
 			now := time.Now().UTC()
 			beat = &now

@@ -98,14 +98,23 @@ const (
 )
 
 // Apply creates o or, if it exists, updates it (create-or-update, as PUT
-// does). The resourceVersion precondition applies to the update.
+// does). The resourceVersion precondition applies to the update. Finalizers
+// and owner references that o leaves unset are kept: a user's apply of a
+// manifest must not take away what the controllers added.
 func (s *Store) Apply(ctx context.Context, o api.Object) (api.Object, ApplyResult, error) {
 	var out api.Object
 	var res ApplyResult
 	err := s.Tx(ctx, func(tx *Tx) error {
-		_, err := tx.Get(o.GetTypeMeta().Kind, o.GetMeta().Name)
+		cur, err := tx.Get(o.GetTypeMeta().Kind, o.GetMeta().Name)
 		switch {
 		case err == nil:
+			o = api.DeepCopy(o)
+			if m := o.GetMeta(); m.Finalizers == nil {
+				m.Finalizers = cur.GetMeta().Finalizers
+			}
+			if m := o.GetMeta(); m.OwnerReferences == nil {
+				m.OwnerReferences = cur.GetMeta().OwnerReferences
+			}
 			var changed bool
 			out, changed, err = tx.Update(o)
 			if err != nil {

@@ -131,6 +131,24 @@ func TestFinalizersHoldDeletion(t *testing.T) {
 	}
 }
 
+func TestApplyKeepsControllerMetadata(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	p := pool("kept", 1)
+	p.Metadata.Finalizers = []string{"hvkube.io/vm"}
+	p.Metadata.OwnerReferences = []api.OwnerReference{{Kind: "SandboxPool", Name: "owner"}}
+	if _, err := s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	out, res, err := s.Apply(ctx, pool("kept", 1)) // a user's manifest names neither
+	if err != nil || res != Unchanged {
+		t.Fatalf("apply: %v %v", res, err)
+	}
+	if m := out.GetMeta(); len(m.Finalizers) != 1 || len(m.OwnerReferences) != 1 {
+		t.Fatalf("apply dropped controller metadata: %+v", m)
+	}
+}
+
 // TestConcurrentUpdatesOneWinnerPerVersion has 50 goroutines race to update
 // one object with optimistic concurrency: every resourceVersion they read is
 // won by exactly one writer, and no update is lost.

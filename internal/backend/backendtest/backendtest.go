@@ -115,6 +115,9 @@ func Run(t *testing.T, o Options) {
 		if err := b.Ready(ctx, "conf-life"); err != nil {
 			t.Fatalf("ready: %v", err)
 		}
+		if err := b.Alive(ctx, "conf-life"); err != nil {
+			t.Fatalf("alive: %v", err)
+		}
 		if err := b.Pause(ctx, "conf-life"); err != nil {
 			t.Fatal(err)
 		}

@@ -40,15 +40,16 @@ type vmMeta struct {
 
 // vm is one sandbox.
 type vm struct {
-	mu   sync.RWMutex // held for writing by lifecycle calls
-	id   string
-	dir  string
-	meta vmMeta
-	tpl  tplMeta
-	p    *proc      // nil when no process
-	g    *guest     // nil when no process
-	scr  sync.Mutex // one screendump at a time
-	gone bool       // deleted
+	mu       sync.RWMutex // held for writing by lifecycle calls
+	id       string
+	dir      string
+	meta     vmMeta
+	tpl      tplMeta
+	p        *proc      // nil when no process
+	g        *guest     // nil when no process
+	scr      sync.Mutex // one screendump at a time; guards lastShot
+	lastShot *shot
+	gone     bool // deleted
 	// pausedAt is when the vCPUs last stopped; zero if unknown (a fresh
 	// clone, a restore, an adopted VM).
 	pausedAt time.Time
@@ -662,6 +663,22 @@ func (b *Backend) Ready(ctx context.Context, id string) error {
 		return err
 	}
 	return v.g.ready(ctx)
+}
+
+// Alive implements backend.Backend.
+func (b *Backend) Alive(ctx context.Context, id string) error {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return err
+	}
+	defer v.mu.RUnlock()
+	if err := v.needProcess(); err != nil {
+		return err
+	}
+	if err := v.g.ga.Ping(ctx); err != nil {
+		return fmt.Errorf("guest agent: %w", err)
+	}
+	return nil
 }
 
 // PrivateMemory reports the private resident memory of a sandbox's QEMU in
