@@ -1,0 +1,117 @@
+#!/bin/bash
+# boot.sh DIR [COMMAND [ARG...]]
+#
+# Cold-boots the linux-desktop image in DIR (as printed by build.sh) on a
+# throw-away overlay disk, with the devices listed in DIR/image.json, and
+# waits until the guest agent answers and hvkube-ready succeeds, printing the
+# elapsed times. The QMP, guest-agent and VNC sockets and the serial log are
+# in a temporary directory.
+#
+# With COMMAND, runs it once the desktop is ready, with HVKUBE_IMAGE_DIR,
+# HVKUBE_VM_DIR, QMP_SOCKET, QGA_SOCKET, VNC_SOCKET and SERIAL_LOG in its
+# environment, then stops the VM and exits with COMMAND's status. Without,
+# keeps the VM running until interrupted (Ctrl-C).
+#
+# Variables: HVKUBE_BOOT_MEMORY_MB, HVKUBE_BOOT_CPUS (default: image.json),
+# HVKUBE_BOOT_MACHINE (q35), HVKUBE_BOOT_TIMEOUT (180 s),
+# HVKUBE_BOOT_QEMU_ARGS (extra QEMU arguments, split on blanks),
+# HVKUBE_BOOT_KEEP=1 (keep the temporary directory).
+set -euo pipefail
+
+here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+die() {
+	printf 'boot.sh: %s\n' "$*" >&2
+	exit 1
+}
+[[ $# -ge 1 ]] || die "usage: boot.sh IMAGE_DIR [COMMAND [ARG...]]"
+dir=$(readlink -f "$1")
+shift
+[[ -f $dir/image.json ]] || die "$dir/image.json not found (run build.sh first)"
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"
+command -v python3 >/dev/null || die "python3 not found"
+
+# json_value KEY: a number or string value from image.json (flat keys only).
+json_value() {
+	sed -n "s/^  \"$1\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}\$/\1/p" "$dir/image.json" | head -n1
+}
+cmdline=$(json_value kernelCmdline)
+memory=${HVKUBE_BOOT_MEMORY_MB:-$(json_value memoryMB)}
+cpus=${HVKUBE_BOOT_CPUS:-$(json_value cpus)}
+machine=${HVKUBE_BOOT_MACHINE:-q35}
+extra=()
+read -r -a extra <<<"${HVKUBE_BOOT_QEMU_ARGS:-}"
+
+accel=(-accel tcg)
+if [[ -w /dev/kvm ]]; then
+	accel=(-accel kvm -cpu host)
+fi
+if [[ $machine == pc* ]]; then
+	usb=(-device piix3-usb-uhci -device usb-tablet)
+else
+	usb=(-device qemu-xhci -device usb-tablet)
+fi
+
+run=$(mktemp -d "${TMPDIR:-/tmp}/hvkube-boot.XXXXXX")
+qpid=
+cleanup() {
+	local status=$?
+	trap - EXIT INT TERM
+	if [[ -n $qpid ]] && kill -0 "$qpid" 2>/dev/null; then
+		kill "$qpid" 2>/dev/null || true
+		wait "$qpid" 2>/dev/null || true
+	fi
+	if ((status != 0)); then
+		echo "boot.sh: last lines of the serial log:" >&2
+		tail -n 20 "$run/serial.log" >&2 2>/dev/null || true
+		tail -n 5 "$run/qemu.log" >&2 2>/dev/null || true
+	fi
+	if [[ ${HVKUBE_BOOT_KEEP:-0} == 1 ]]; then
+		echo "boot.sh: kept $run" >&2
+	else
+		rm -rf "$run"
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+qemu-img create -q -f qcow2 -F qcow2 -b "$dir/disk.qcow2" "$run/disk.qcow2"
+
+start=$(date +%s.%N)
+# setsid: QEMU keeps running in its own session, not in the terminal's
+# process group; its stderr goes to a log.
+setsid qemu-system-x86_64 \
+	-name hvkube-boot "${accel[@]}" \
+	-machine "$machine" -m "$memory" -smp "$cpus" \
+	-nodefaults -no-user-config \
+	-kernel "$dir/$(json_value kernel)" -initrd "$dir/initrd.img" -append "$cmdline" \
+	-drive "if=none,id=disk0,format=qcow2,file=$run/disk.qcow2" \
+	-device virtio-blk-pci,drive=disk0 \
+	-vga std \
+	"${usb[@]}" \
+	-device virtio-serial \
+	-chardev "socket,id=qga0,path=$run/qga.sock,server=on,wait=off" \
+	-device virtserialport,chardev=qga0,name=org.qemu.guest_agent.0 \
+	-device virtio-rng-pci \
+	-device vmgenid,guid=auto \
+	-nic none \
+	-serial "file:$run/serial.log" \
+	-display none -vnc "unix:$run/vnc.sock" \
+	-qmp "unix:$run/qmp.sock,server=on,wait=off" \
+	"${extra[@]}" \
+	</dev/null >"$run/qemu.log" 2>&1 &
+qpid=$!
+
+echo "booting $dir (machine $machine, ${memory} MB, $cpus vCPU, ${accel[1]}) in $run"
+python3 "$here/vmctl.py" wait-ready "$run/qga.sock" --since "$start" \
+	--timeout "${HVKUBE_BOOT_TIMEOUT:-180}" --pid "$qpid"
+
+export HVKUBE_IMAGE_DIR=$dir HVKUBE_VM_DIR=$run QMP_SOCKET=$run/qmp.sock QGA_SOCKET=$run/qga.sock \
+	VNC_SOCKET=$run/vnc.sock SERIAL_LOG=$run/serial.log
+if [[ $# -gt 0 ]]; then
+	status=0
+	"$@" || status=$?
+	exit "$status"
+fi
+echo "QMP $QMP_SOCKET, guest agent $QGA_SOCKET, VNC $VNC_SOCKET; Ctrl-C stops the VM"
+wait "$qpid"
