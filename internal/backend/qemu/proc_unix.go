@@ -132,3 +132,12 @@ func kvmAvailable() bool {
 	f.Close()
 	return true
 }
+
+// diskUsage is the space a (sparse) file takes on disk.
+func diskUsage(path string) int64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}

@@ -20,10 +20,12 @@ package qemu
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -51,6 +53,10 @@ type Config struct {
 	// limited to 107 bytes). Default: /run/hvkube for root, else
 	// $XDG_RUNTIME_DIR/hvkube, else the temp dir.
 	RunDir string
+	// ShmDir holds scratch files that should live in memory: a template's
+	// RAM while it boots, screendumps. Default: /dev/shm/hvkube-UID, else
+	// RunDir.
+	ShmDir string
 	// Binary is qemu-system-x86_64; QEMUImg is qemu-img.
 	Binary  string
 	QEMUImg string
@@ -115,6 +121,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.RunDir == "" {
 		cfg.RunDir = DefaultRunDir()
 	}
+	if cfg.ShmDir == "" {
+		cfg.ShmDir = cfg.RunDir
+		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+			cfg.ShmDir = filepath.Join("/dev/shm", "hvkube-"+strconv.Itoa(os.Geteuid()))
+		}
+	}
 	if cfg.Binary == "" {
 		cfg.Binary = "qemu-system-x86_64"
 	}
@@ -143,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 		*bin = p
 	}
-	for _, d := range []string{filepath.Join(cfg.Dir, "templates"), filepath.Join(cfg.Dir, "sandboxes"), cfg.RunDir} {
+	for _, d := range []string{filepath.Join(cfg.Dir, "templates"), filepath.Join(cfg.Dir, "sandboxes"), cfg.RunDir, cfg.ShmDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("qemu backend: %w", err)
 		}
@@ -291,7 +303,12 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	run := b.runDirFor(tmp)
 	defer os.RemoveAll(run)
 	m := b.machineFor(meta, "hvkube-template:"+spec.ID, tmp, run, filepath.Join(tmp, "disk.qcow2"))
-	m.MemFile, m.MemShared = filepath.Join(tmp, "ram"), true
+	// The guest's RAM lives in a shared file while it boots. On a disk the
+	// kernel keeps writing its dirty pages back, which slows the boot by
+	// half; in memory (tmpfs) it does not. It is copied next to the disk at
+	// the end.
+	m.MemFile, m.MemShared = filepath.Join(b.cfg.ShmDir, "template-"+spec.ID+".ram"), true
+	defer os.Remove(m.MemFile)
 	progress(fmt.Sprintf("cold-booting %s (%s, %d MB, %s)", spec.ID, b.cfg.Accel, meta.MemoryMB, meta.Resolution))
 	start := time.Now()
 	p, err := b.launch(ctx, m, tmp)
@@ -331,8 +348,12 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	if err := p.quit(ctx); err != nil {
 		return backend.TemplateInfo{}, err
 	}
+	if err := copySparse(m.MemFile, filepath.Join(tmp, "ram")); err != nil {
+		return backend.TemplateInfo{}, fmt.Errorf("template %s: keep its memory: %w", spec.ID, err)
+	}
+	os.Remove(m.MemFile)
 	meta.CreatedAt = time.Now().UTC()
-	meta.MemoryBytes = fileSize(filepath.Join(tmp, "ram"))
+	meta.MemoryBytes = diskUsage(filepath.Join(tmp, "ram"))
 	meta.DiskBytes = fileSize(filepath.Join(tmp, "disk.qcow2"))
 	if err := writeJSON(filepath.Join(tmp, "template.json"), meta); err != nil {
 		return backend.TemplateInfo{}, err
@@ -530,6 +551,70 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// copySparse copies a file, leaving holes where src has blocks of zeros
+// (most of a guest's RAM that it never touched).
+func copySparse(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	var off int64
+	for {
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			chunk := buf[:n]
+			if !allZero(chunk) {
+				if _, err := out.WriteAt(chunk, off); err != nil {
+					out.Close()
+					return err
+				}
+			}
+			off += int64(n)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			return rerr
+		}
+	}
+	if err := out.Truncate(fi.Size()); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func fileSize(p string) int64 {

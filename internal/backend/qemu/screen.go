@@ -26,8 +26,8 @@ var (
 	_ backend.Display = (*Backend)(nil)
 )
 
-// Screenshot implements backend.Screen: QMP screendump to PPM in the run
-// directory (tmpfs where there is one), encoded here; QEMU 7.2's own PNG
+// Screenshot implements backend.Screen: QMP screendump to PPM in memory
+// (tmpfs), encoded here; QEMU 7.2's own PNG
 // output swaps red and blue. Agents often look at a screen that has not
 // changed: the last encoding is kept and served again while the pixels and
 // the options are the same.
@@ -46,7 +46,8 @@ func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.Screen
 	}
 	v.scr.Lock()
 	defer v.scr.Unlock()
-	path := filepath.Join(v.meta.RunDir, "screen.ppm")
+	path := filepath.Join(b.cfg.ShmDir, v.id+".ppm")
+	defer os.Remove(path)
 	if err := v.p.mon.ScreendumpPPM(ctx, path); err != nil {
 		return nil, "", fmt.Errorf("screendump: %w", err)
 	}
