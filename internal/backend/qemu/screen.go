@@ -236,11 +236,12 @@ func (in inputter) button(ctx context.Context, btn qmp.Button, down bool) error 
 	return in.send(ctx, qmp.ButtonUp(btn))
 }
 
-// keyGap paces key events. The guest's keyboard queue is small (QEMU's
-// PS/2 queue holds a few keystrokes) and a busy guest drains it slowly:
-// sent back to back, long text loses characters. xdotool paces its typing
-// for the same reason.
-const keyGap = 3 * time.Millisecond
+// keyGap paces key events. QEMU's PS/2 keyboard queue holds 16 bytes (a
+// few keystrokes) and drops what does not fit; a guest that is busy, or
+// starved of CPU on a loaded host, drains it slowly, and text sent back to
+// back loses characters. About 20 ms a character keeps a stall of 100 ms
+// inside the queue. (xdotool paces its typing for the same reason.)
+const keyGap = 10 * time.Millisecond
 
 func (in inputter) keys(ctx context.Context, evs []display.KeyEvent) error {
 	for i, e := range evs {
