@@ -91,6 +91,7 @@ a token, when the server needs one, from HVKUBE_TOKEN.`,
 		newSandboxOpCmd(e, "resume", "Resume paused or saved sandboxes"),
 		newSandboxOpCmd(e, "save", "Save sandboxes to disk and end their VMs"),
 		newSandboxOpCmd(e, "reset", "Return sandboxes to their clean snapshot"),
+		newLogsCmd(e),
 		newWaitCmd(e),
 		newVersionCmd(e),
 	)

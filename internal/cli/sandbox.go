@@ -267,3 +267,48 @@ func pastTense(op string) string {
 	}
 	return op
 }
+
+func newLogsCmd(e *env) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs SANDBOX [-f]",
+		Short: "Print a sandbox's console log",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			printed := 0
+			for {
+				resp, err := c.Raw(cmd.Context(), "GET", "/api/v1/sandboxes/"+url.PathEscape(args[0])+"/logs", nil, "")
+				if err != nil {
+					if cmd.Context().Err() != nil {
+						return nil
+					}
+					return err
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				if len(b) < printed { // the log started over
+					printed = 0
+				}
+				e.out.Write(b[printed:])
+				printed = len(b)
+				if !follow {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(time.Second):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what is added")
+	return cmd
+}

@@ -180,6 +180,24 @@ func Run(t *testing.T, o Options) {
 		if got != "hvkube\n" {
 			t.Fatalf("/tmp/t = %q, want %q", got, "hvkube\n")
 		}
+		// Shifted characters, and text beyond the keyboard map (typed
+		// through the guest).
+		for _, line := range []string{`echo 'A_B "C" ~!@#$%^&*()' > /tmp/u`, "echo 'héllo ✓' > /tmp/v"} {
+			input(t, "conf-type", api.Action{Action: "type", Text: line})
+			input(t, "conf-type", api.Action{Action: "key", Text: "Return"})
+		}
+		for file, want := range map[string]string{"/tmp/u": "A_B \"C\" ~!@#$%^&*()\n", "/tmp/v": "héllo ✓\n"} {
+			for i := 0; i < 50; i++ {
+				res := exec(t, "conf-type", "cat", file)
+				if got = string(res.Stdout); got == want {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if got != want {
+				t.Errorf("%s = %q, want %q", file, got, want)
+			}
+		}
 	})
 
 	t.Run("ClickMovesPointer", func(t *testing.T) {

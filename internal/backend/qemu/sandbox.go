@@ -354,7 +354,9 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if err := g.setClock(ctx, time.Now()); err != nil {
-				b.log.Warn("set the guest clock after resume", "sandbox", id, "err", err)
+				// Paused or saved again before it was done: the next
+				// resume sets it.
+				b.log.Debug("set the guest clock after resume", "sandbox", id, "err", err)
 			}
 		}()
 	}
