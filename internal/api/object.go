@@ -47,6 +47,16 @@ func (o *Event) GetMeta() *ObjectMeta   { return &o.Metadata }
 func (o *Event) GetSpec() any           { return nil }
 func (o *Event) GetStatus() any         { return nil }
 
+// OwnerOf returns the name of o's owner of the given kind, or "".
+func OwnerOf(o Object, kind string) string {
+	for _, r := range o.GetMeta().OwnerReferences {
+		if r.Kind == kind {
+			return r.Name
+		}
+	}
+	return ""
+}
+
 // KindInfo names a kind the way users type it.
 type KindInfo struct {
 	Kind     string

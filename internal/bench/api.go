@@ -40,18 +40,12 @@ func API(ctx context.Context, opts APIOptions) (*Report, error) {
 		return nil, err
 	}
 	defer st.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	c, stop, err := serve(server.Options{Store: st})
 	if err != nil {
 		return nil, err
 	}
-	hs := &http.Server{Handler: server.New(server.Options{Store: st}).Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	defer hs.Close()
-	url := "http://" + ln.Addr().String()
-	c, err := client.New(url, "")
-	if err != nil {
-		return nil, err
-	}
+	defer stop()
+	url := c.Server()
 
 	fmt.Fprintf(opts.Log, "storing %d agents…\n", opts.Objects)
 	seed := time.Now()
@@ -129,6 +123,23 @@ func API(ctx context.Context, opts APIOptions) (*Report, error) {
 	}
 	rep.Command = fmt.Sprintf("hvkube bench api --objects %d --runs %d", opts.Objects, opts.Runs)
 	return rep, nil
+}
+
+// serve runs a real API server on a loopback port and returns a client of
+// it and its stop function.
+func serve(opts server.Options) (*client.Client, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	hs := &http.Server{Handler: server.New(opts).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	c, err := client.New("http://"+ln.Addr().String(), "")
+	if err != nil {
+		hs.Close()
+		return nil, nil, err
+	}
+	return c, func() { hs.Close() }, nil
 }
 
 func benchAgent(name, bucket string) *api.Agent {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -214,17 +212,11 @@ func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID str
 	if err := mgr.Start(mctx); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	c, stop, err := serve(server.Options{Store: st, Sandboxes: mgr})
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: server.New(server.Options{Store: st, Sandboxes: mgr}).Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	defer hs.Close()
-	c, err := client.New("http://"+ln.Addr().String(), "")
-	if err != nil {
-		return err
-	}
+	defer stop()
 	if err := waitPhase(ctx, c, api.KindTemplate, "bench", api.TemplateReady, 10*time.Minute); err != nil {
 		return err
 	}

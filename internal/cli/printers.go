@@ -57,7 +57,7 @@ func tableFor(kind string) table {
 					pid = strconv.Itoa(s.Status.PID)
 				}
 				res := orDefault(s.Status.Resolution, s.Spec.Display.Resolution)
-				return []string{s.Metadata.Name, orDefault(phaseOf(o, s.Status.Phase), api.SandboxPending), orDash(ownerOf(o, api.KindSandboxPool)),
+				return []string{s.Metadata.Name, orDefault(phaseOf(o, s.Status.Phase), api.SandboxPending), orDash(api.OwnerOf(o, api.KindSandboxPool)),
 						orDash(s.Status.CurrentAgent), age(s.Metadata.CreationTimestamp, now)},
 					[]string{orDash(orDefault(s.Status.Template, s.Spec.TemplateRef)), orDash(res), orDash(s.Status.Display), pid}
 			},
@@ -122,15 +122,6 @@ func phaseOf(o api.Object, phase string) string {
 		return "Terminating"
 	}
 	return phase
-}
-
-func ownerOf(o api.Object, kind string) string {
-	for _, r := range o.GetMeta().OwnerReferences {
-		if r.Kind == kind {
-			return r.Name
-		}
-	}
-	return ""
 }
 
 func orDash(s string) string { return orDefault(s, "-") }

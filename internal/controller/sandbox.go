@@ -111,7 +111,7 @@ func (m *Manager) createSandbox(ctx context.Context, sb *api.Sandbox) (Result, e
 	now := time.Now().UTC()
 	msg := fmt.Sprintf("cloned from %s in %s", tpl.Status.Snapshot.ID, cloned.Round(time.Millisecond))
 	phase := api.SandboxPaused
-	if ownerOf(sb, api.KindSandboxPool) == "" {
+	if api.OwnerOf(sb, api.KindSandboxPool) == "" {
 		// A sandbox of its own is wanted running; a pool keeps its spares
 		// paused until an agent takes one.
 		rs := time.Now()
@@ -259,15 +259,6 @@ func (m *Manager) updateStatus(ctx context.Context, sb *api.Sandbox, change func
 		return nil
 	}
 	return err
-}
-
-func ownerOf(o api.Object, kind string) string {
-	for _, r := range o.GetMeta().OwnerReferences {
-		if r.Kind == kind {
-			return r.Name
-		}
-	}
-	return ""
 }
 
 func orDefault(s, def string) string {

@@ -113,6 +113,20 @@ func (b *Backend) rlockVM(id string) (*vm, error) {
 	return v, nil
 }
 
+// rlockRunning is rlockVM for calls that need the VM's process: it fails
+// (and unlocks) when there is none.
+func (b *Backend) rlockRunning(id string) (*vm, error) {
+	v, err := b.rlockVM(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.needProcess(); err != nil {
+		v.mu.RUnlock()
+		return nil, err
+	}
+	return v, nil
+}
+
 func (b *Backend) forget(v *vm) {
 	v.gone = true
 	b.mu.Lock()
@@ -656,27 +670,21 @@ func readPID(path string) (int, error) {
 
 // Ready implements backend.Backend.
 func (b *Backend) Ready(ctx context.Context, id string) error {
-	v, err := b.rlockVM(id)
+	v, err := b.rlockRunning(id)
 	if err != nil {
 		return err
 	}
 	defer v.mu.RUnlock()
-	if err := v.needProcess(); err != nil {
-		return err
-	}
 	return v.g.ready(ctx)
 }
 
 // Alive implements backend.Backend.
 func (b *Backend) Alive(ctx context.Context, id string) error {
-	v, err := b.rlockVM(id)
+	v, err := b.rlockRunning(id)
 	if err != nil {
 		return err
 	}
 	defer v.mu.RUnlock()
-	if err := v.needProcess(); err != nil {
-		return err
-	}
 	if err := v.g.ga.Ping(ctx); err != nil {
 		return fmt.Errorf("guest agent: %w", err)
 	}
@@ -686,13 +694,10 @@ func (b *Backend) Alive(ctx context.Context, id string) error {
 // PrivateMemory reports the private resident memory of a sandbox's QEMU in
 // bytes: what it does not share with its template and siblings.
 func (b *Backend) PrivateMemory(ctx context.Context, id string) (int64, error) {
-	v, err := b.rlockVM(id)
+	v, err := b.rlockRunning(id)
 	if err != nil {
 		return 0, err
 	}
 	defer v.mu.RUnlock()
-	if err := v.needProcess(); err != nil {
-		return 0, err
-	}
 	return privateMemory(v.p.pid)
 }

@@ -32,14 +32,11 @@ var (
 // changed: the last encoding is kept and served again while the pixels and
 // the options are the same.
 func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.ScreenshotOptions) ([]byte, string, error) {
-	v, err := b.rlockVM(id)
+	v, err := b.rlockRunning(id)
 	if err != nil {
 		return nil, "", err
 	}
 	defer v.mu.RUnlock()
-	if err := v.needProcess(); err != nil {
-		return nil, "", err
-	}
 	format := display.Format(opts.Format)
 	if opts.Format == "" {
 		format = display.PNG
@@ -361,14 +358,11 @@ func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) 
 	if strings.TrimSpace(req.Path) == "" {
 		return backend.ExecResult{}, api.Invalid("command", "required")
 	}
-	v, err := b.rlockVM(id)
+	v, err := b.rlockRunning(id)
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
 	defer v.mu.RUnlock()
-	if err := v.needProcess(); err != nil {
-		return backend.ExecResult{}, err
-	}
 	return v.g.exec(ctx, req)
 }
 
@@ -405,54 +399,37 @@ func (b *Backend) guestVM(id, guestPath string) (*vm, error) {
 	if !strings.HasPrefix(guestPath, "/") {
 		return nil, api.Invalid("path", "%q is not an absolute guest path", guestPath)
 	}
-	v, err := b.rlockVM(id)
-	if err != nil {
-		return nil, err
-	}
-	if err := v.needProcess(); err != nil {
-		v.mu.RUnlock()
-		return nil, err
-	}
-	return v, nil
+	return b.rlockRunning(id)
 }
 
 // ClipboardGet implements backend.Guest.
 func (b *Backend) ClipboardGet(ctx context.Context, id string) (string, error) {
-	v, err := b.rlockVM(id)
+	v, err := b.rlockRunning(id)
 	if err != nil {
 		return "", err
 	}
 	defer v.mu.RUnlock()
-	if err := v.needProcess(); err != nil {
-		return "", err
-	}
 	return v.g.clipboardGet(ctx)
 }
 
 // ClipboardSet implements backend.Guest.
 func (b *Backend) ClipboardSet(ctx context.Context, id, text string) error {
-	v, err := b.rlockVM(id)
+	v, err := b.rlockRunning(id)
 	if err != nil {
 		return err
 	}
 	defer v.mu.RUnlock()
-	if err := v.needProcess(); err != nil {
-		return err
-	}
 	return v.g.clipboardSet(ctx, text)
 }
 
 // DialDisplay implements backend.Display: a connection to the sandbox's VNC
 // server (a unix socket).
 func (b *Backend) DialDisplay(ctx context.Context, id string) (io.ReadWriteCloser, error) {
-	v, err := b.rlockVM(id)
+	v, err := b.rlockRunning(id)
 	if err != nil {
 		return nil, err
 	}
 	defer v.mu.RUnlock()
-	if err := v.needProcess(); err != nil {
-		return nil, err
-	}
 	var d net.Dialer
 	return d.DialContext(ctx, "unix", v.vncSocket())
 }
