@@ -99,6 +99,7 @@ func TestDesktopEndToEnd(t *testing.T) {
 	}
 
 	sandboxBadInput(t, p)
+	sandboxStartupAndChecks(t, p)
 
 	// Restart the server: the VM keeps running and is adopted.
 	before := sandboxPID(t, p)
@@ -217,4 +218,62 @@ func sandboxBadInput(t *testing.T, p *proc) {
 	if after := state(); after != before {
 		t.Errorf("bad input changed the sandbox:\n%s\n%s", before, after)
 	}
+}
+
+// sandboxStartupAndChecks applies a sandbox with a startup command and a
+// process health check, and one with volumes the backend cannot map.
+func sandboxStartupAndChecks(t *testing.T, p *proc) {
+	t.Helper()
+	dir := t.TempDir()
+	manifest := `apiVersion: hvkube/v1
+kind: Sandbox
+metadata: {name: with-startup}
+spec:
+  templateRef: linux-desktop
+  startup:
+  - {command: sleep, args: ["600"]}
+  healthCheck: {type: process, processName: sleep, intervalSeconds: 1}
+---
+apiVersion: hvkube/v1
+kind: Sandbox
+metadata: {name: with-volumes}
+spec:
+  templateRef: linux-desktop
+  volumes:
+  - {name: data, hostPath: /srv/data, sandboxPath: /data}
+`
+	f := filepath.Join(dir, "more.yaml")
+	os.WriteFile(f, []byte(manifest), 0o644)
+	mustHV(t, p, "apply", "-f", f)
+	mustHV(t, p, "wait", "sandbox", "with-startup", "--for", "phase=Running", "--timeout", "5m")
+	if out, _ := hv(t, p, "wait", "sandbox", "with-volumes", "--for", "phase=Running", "--timeout", "2m"); !strings.Contains(out, "Unsupported") {
+		t.Errorf("a sandbox with volumes: %s", out)
+	}
+	if out := mustHV(t, p, "exec", "with-startup", "--", "pgrep", "-x", "sleep"); strings.TrimSpace(out) == "" {
+		t.Errorf("the startup command does not run")
+	}
+	// The process check passes: the heartbeat moves on within a few
+	// intervals.
+	first, beat := "", ""
+	for i := 0; i < 100 && (beat == "" || beat == first); i++ {
+		var sb struct {
+			Status struct {
+				LastHeartbeat string `json:"lastHeartbeat"`
+				Reason        string `json:"reason"`
+			} `json:"status"`
+		}
+		json.Unmarshal([]byte(mustHV(t, p, "get", "sandbox", "with-startup", "-o", "json")), &sb)
+		if sb.Status.Reason == "Unhealthy" {
+			t.Fatalf("the process health check failed")
+		}
+		if first == "" {
+			first = sb.Status.LastHeartbeat
+		}
+		beat = sb.Status.LastHeartbeat
+		time.Sleep(200 * time.Millisecond)
+	}
+	if beat == first {
+		t.Errorf("no heartbeat from the process health check after %s", first)
+	}
+	mustHV(t, p, "delete", "-f", f)
 }

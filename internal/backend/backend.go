@@ -202,9 +202,9 @@ type ExecRequest struct {
 	Args  []string
 	Env   []string
 	Stdin []byte
-	// User runs it as the guest's desktop user with its display environment
-	// when true; as the agent's own user (root) otherwise.
-	AsDesktopUser bool
+	// Detach starts the program and returns at once, with no result: for
+	// programs that keep running (a sandbox's startup commands).
+	Detach bool
 }
 
 // ExecResult is a finished guest program.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -81,6 +82,11 @@ func (m *Manager) createSandbox(ctx context.Context, sb *api.Sandbox) (Result, e
 		}
 		return Result{}, m.pending(ctx, sb, "TemplateNotReady", msg)
 	}
+	if len(sb.Spec.Volumes) > 0 {
+		msg := fmt.Sprintf("spec.volumes: the %s backend cannot map host folders into sandboxes yet", m.be.Name())
+		m.event(ctx, sb, api.EventWarning, "Unsupported", msg)
+		return Result{}, m.setPhase(ctx, sb, api.SandboxError, "Unsupported", msg)
+	}
 	if sb.Spec.Resources.GPU {
 		return Result{RequeueAfter: time.Minute}, m.pending(ctx, sb, "NoGPU", "the sandbox asks for a GPU and this host has none for sandboxes")
 	}
@@ -121,6 +127,10 @@ func (m *Manager) createSandbox(ctx context.Context, sb *api.Sandbox) (Result, e
 		}
 		phase = api.SandboxRunning
 		msg += fmt.Sprintf(", resumed in %s", time.Since(rs).Round(time.Millisecond))
+		if err := m.startup(ctx, sb); err != nil {
+			m.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
+			return Result{}, m.setPhase(ctx, sb, api.SandboxError, "StartupFailed", err.Error())
+		}
 	}
 	if info, err = m.be.Inspect(ctx, sb.Metadata.Name); err != nil {
 		return Result{}, err
@@ -150,7 +160,7 @@ func (m *Manager) observeSandbox(ctx context.Context, name string) (Result, erro
 	checked := false
 	if info, err := m.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning {
 		hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		health = m.be.Alive(hctx, name)
+		health = m.healthCheck(hctx, name)
 		cancel()
 		checked = true
 	}
@@ -215,6 +225,65 @@ func (m *Manager) observeSandbox(ctx context.Context, name string) (Result, erro
 		}
 	})
 	return Result{RequeueAfter: interval(sb)}, err
+}
+
+// startup starts the sandbox's spec.startup commands in the guest, in
+// order, without waiting for them: they are programs that keep running.
+func (m *Manager) startup(ctx context.Context, sb *api.Sandbox) error {
+	if len(sb.Spec.Startup) == 0 {
+		return nil
+	}
+	g, ok := m.be.(backend.Guest)
+	if !ok {
+		return fmt.Errorf("spec.startup: the %s backend cannot run programs in the guest", m.be.Name())
+	}
+	for i, c := range sb.Spec.Startup {
+		if _, err := g.Exec(ctx, sb.Metadata.Name, backend.ExecRequest{Path: c.Command, Args: c.Args, Detach: true}); err != nil {
+			return fmt.Errorf("spec.startup[%d] (%s): %w", i, c.Command, err)
+		}
+		m.event(ctx, sb, api.EventNormal, "Startup", fmt.Sprintf("started %s %s", c.Command, strings.Join(c.Args, " ")))
+	}
+	return nil
+}
+
+// healthCheck runs the sandbox's spec.healthCheck: the guest agent answers
+// (guest), a process of that name runs in the guest (process), or something
+// listens on a TCP port in the guest (tcp).
+func (m *Manager) healthCheck(ctx context.Context, name string) error {
+	if err := m.be.Alive(ctx, name); err != nil {
+		return err
+	}
+	o, err := m.st.Get(ctx, api.KindSandbox, name)
+	if err != nil {
+		return nil
+	}
+	hc := o.(*api.Sandbox).Spec.HealthCheck
+	g, ok := m.be.(backend.Guest)
+	if !ok || hc.Type == "" || hc.Type == "guest" {
+		return nil
+	}
+	var req backend.ExecRequest
+	switch hc.Type {
+	case "process":
+		req = backend.ExecRequest{Path: "pgrep", Args: []string{"-x", "--", hc.ProcessName}}
+	case "tcp":
+		// bash opens /dev/tcp/HOST/PORT itself; the port is a validated
+		// number, not user text.
+		req = backend.ExecRequest{Path: "bash", Args: []string{"-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", hc.Port)}}
+	default:
+		return nil
+	}
+	res, err := g.Exec(ctx, name, req)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		if hc.Type == "process" {
+			return fmt.Errorf("no process %q runs in the guest", hc.ProcessName)
+		}
+		return fmt.Errorf("nothing listens on port %d in the guest", hc.Port)
+	}
+	return nil
 }
 
 func interval(sb *api.Sandbox) time.Duration {

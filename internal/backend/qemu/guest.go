@@ -31,6 +31,13 @@ func (g guest) env(extra []string) []string {
 // exec runs a program in the guest and waits for it. Arguments are passed as
 // a list: nothing is parsed by a shell.
 func (g guest) exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+	if req.Detach {
+		_, err := g.ga.ExecStart(ctx, qga.ExecRequest{Path: req.Path, Args: req.Args, Env: g.env(req.Env), Input: req.Stdin})
+		if err != nil {
+			return backend.ExecResult{}, fmt.Errorf("start %s: %w", req.Path, err)
+		}
+		return backend.ExecResult{}, nil
+	}
 	res, err := g.ga.Exec(ctx, qga.ExecRequest{Path: req.Path, Args: req.Args, Env: g.env(req.Env), Input: req.Stdin, CaptureOutput: true})
 	if err != nil {
 		var qe *qga.Error

@@ -159,16 +159,87 @@ func (b *Backend) Input(ctx context.Context, id string, a api.Action) (backend.I
 			return backend.InputResult{}, in.strokes(ctx, strokes)
 		}
 		// Text the keyboard map cannot type goes through the guest.
-		res, err := v.g.exec(ctx, backend.ExecRequest{Path: "xdotool", Args: []string{"type", "--delay", "1", "--", a.Text}})
-		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("xdotool type exited %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
-		}
-		return backend.InputResult{}, err
+		return backend.InputResult{}, typeInGuest(ctx, v.g, a.Text)
 	case "cursor_position":
 		x, y, err := cursor(ctx, v.g)
 		return backend.InputResult{X: x, Y: y}, err
 	}
 	return backend.InputResult{}, api.Invalid("action", "%q is not an input action", a.Action)
+}
+
+// typeInGuest types text that the host's keyboard map cannot (non-ASCII)
+// with xdotool in the guest. xdotool maps a spare keycode to a character it
+// cannot find, types it and maps the keycode back at once, and a busy
+// application that looks the keycode up late gets nothing; so the
+// characters are mapped first, for good, with xmodmap, and xdotool finds
+// them in place.
+func typeInGuest(ctx context.Context, g *guest, text string) error {
+	run := func(path string, args ...string) (string, error) {
+		res, err := g.exec(ctx, backend.ExecRequest{Path: path, Args: args})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("%s exited %d: %s", path, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+		}
+		return string(res.Stdout), err
+	}
+	table, err := run("xmodmap", "-pk")
+	if err != nil {
+		return err
+	}
+	// Lines are "KEYCODE  0xVALUE (name)  0xVALUE (name) ...".
+	mapped := map[uint64]bool{}
+	var free []string
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if _, err := strconv.Atoi(f[0]); err != nil {
+			continue
+		}
+		used := false
+		for _, field := range f[1:] {
+			if v, err := strconv.ParseUint(strings.TrimPrefix(field, "0x"), 16, 32); err == nil && strings.HasPrefix(field, "0x") && v != 0 {
+				mapped[v] = true
+				used = true
+			}
+		}
+		if !used {
+			free = append(free, f[0])
+		}
+	}
+	var assign []string
+	for _, r := range text {
+		if r < 0x80 {
+			continue
+		}
+		ks := keysymOf(r)
+		if mapped[ks] {
+			continue
+		}
+		if len(free) == 0 {
+			return api.Invalid("text", "too many different non-ASCII characters for the guest's keyboard map")
+		}
+		assign = append(assign, "-e", fmt.Sprintf("keycode %s = 0x%x 0x%x", free[0], ks, ks))
+		free = free[1:]
+		mapped[ks] = true
+	}
+	if len(assign) > 0 {
+		if _, err := run("xmodmap", assign...); err != nil {
+			return err
+		}
+		time.Sleep(300 * time.Millisecond) // applications refresh their keymaps
+	}
+	_, err = run("xdotool", "type", "--delay", "20", "--", text)
+	return err
+}
+
+// keysymOf is the X keysym xdotool uses for a character: Latin-1 maps to
+// itself, the rest to the Unicode keysym range.
+func keysymOf(r rune) uint64 {
+	if r <= 0xff {
+		return uint64(r)
+	}
+	return 0x01000000 | uint64(r)
 }
 
 func parseKeysField(field, s string) ([]display.KeyStroke, error) {
