@@ -20,9 +20,12 @@ windows:
 	GOOS=windows GOARCH=amd64 $(GO) build -ldflags "$(LDFLAGS)" -o bin/hvkube.exe ./cmd/hvkube
 
 # Builds the Linux desktop guest image from Debian packages (cached outside
-# the repository, keyed by a hash of its inputs).
+# the repository, keyed by a hash of its inputs). Building needs root
+# (debootstrap); a user is asked for sudo, and the image still lands in the
+# user's cache.
 image:
-	images/linux-desktop/build.sh
+	@if [ "$$(id -u)" -eq 0 ]; then images/linux-desktop/build.sh; \
+	else sudo env HVKUBE_CACHE_DIR="$${HVKUBE_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/hvkube}" images/linux-desktop/build.sh; fi
 
 # Installs what is missing, builds, starts the server on the embedded
 # defaults and runs the demo; the server stays up until Ctrl-C.
@@ -42,7 +45,7 @@ test: export HVKUBE_REQUIRE_QEMU = 1
 test: deps vet image
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) test -count=1 -timeout 60m ./...
-	$(GO) test -count=1 -race -timeout 20m ./internal/api/... ./internal/store/... ./internal/server/... ./internal/cli/... ./internal/display/... ./internal/backend/qemu/qmp/... ./internal/backend/qemu/qga/...
+	$(GO) test -count=1 -race -timeout 20m ./internal/api/... ./internal/store/... ./internal/server/... ./internal/cli/... ./internal/controller/... ./internal/display/... ./internal/backend/qemu/qmp/... ./internal/backend/qemu/qga/...
 
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md
