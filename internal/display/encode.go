@@ -61,7 +61,8 @@ type EncodeOptions struct {
 // The zero value is ready to use. An Encoder is safe for concurrent use and
 // must not be copied after first use.
 type Encoder struct {
-	pool pngBufferPool
+	pool     pngBufferPool
+	zlibPool sync.Pool // *zlib.Writer for encodeOpaqueRGBA
 }
 
 type pngBufferPool struct{ p sync.Pool }
@@ -105,6 +106,12 @@ func (e *Encoder) Encode(w io.Writer, img image.Image, opts EncodeOptions) error
 	if opts.Format == JPEG {
 		if err := jpeg.Encode(w, img, &jpeg.Options{Quality: quality}); err != nil {
 			return fmt.Errorf("encode jpeg: %w", err)
+		}
+		return nil
+	}
+	if m, ok := img.(*image.RGBA); ok && isOpaque(m) {
+		if err := e.encodeOpaqueRGBA(w, m); err != nil {
+			return fmt.Errorf("encode png: %w", err)
 		}
 		return nil
 	}
@@ -319,4 +326,18 @@ func scaleColumns(src *image.RGBA, height int) *image.RGBA {
 		}
 	}
 	return dst
+}
+
+// isOpaque reports whether every pixel has full alpha (screens do).
+func isOpaque(m *image.RGBA) bool {
+	b := m.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		row := m.Pix[m.PixOffset(b.Min.X, y) : m.PixOffset(b.Max.X-1, y)+4]
+		for i := 3; i < len(row); i += 4 {
+			if row[i] != 0xff {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -136,18 +136,14 @@ func (g guest) setResolution(ctx context.Context, res string) error {
 	return nil
 }
 
-// identity gives a fresh clone its own hostname, machine id and random
-// state. It writes files through the guest agent rather than running a
-// program, which under emulation costs a second. It runs while the clone is
-// being made: keystrokes sent while it runs can be lost. (The kernel also
-// reseeds its RNG by itself when the vmgenid device reports a new
-// generation, as every clone's does.)
+// identity gives a fresh clone its own hostname and machine id. It writes
+// files through the guest agent rather than running a program, which under
+// emulation costs a second. It runs while the clone is being made:
+// keystrokes sent while it runs can be lost. The kernel reseeds its random
+// number generator by itself: every clone's vmgenid device reports a new
+// generation ("crng reseeded due to virtual machine fork").
 func (g guest) identity(ctx context.Context, hostname string) error {
-	seed := make([]byte, 64)
 	id := make([]byte, 16)
-	if _, err := rand.Read(seed); err != nil {
-		return err
-	}
 	if _, err := rand.Read(id); err != nil {
 		return err
 	}
@@ -156,7 +152,6 @@ func (g guest) identity(ctx context.Context, hostname string) error {
 		path string
 		data []byte
 	}{
-		{"/dev/urandom", seed}, // mixed in (not credited)
 		{"/etc/machine-id", []byte(hex.EncodeToString(id) + "\n")},
 		{"/etc/hostname", []byte(hostname + "\n")},
 		{"/etc/hosts", []byte(hosts)},
