@@ -2,23 +2,38 @@ package display
 
 import (
 	"bufio"
+	"bytes"
 	"compress/flate"
 	"compress/zlib"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"image"
 	"io"
 )
 
-// encodeOpaqueRGBA writes an opaque RGBA image as an 8-bit RGB PNG. It is
-// what image/png does for such an image at BestSpeed, less the part that
-// costs most there: choosing a filter for every row by trying all five. A
-// screen is flat areas and text, and the Up filter (each byte minus the one
-// above it) suits it; the output is a little larger and takes about half the
-// time.
+// encodeOpaqueRGBA writes an opaque RGBA image as an 8-bit RGB PNG; see
+// encodeRGB.
 func (e *Encoder) encodeOpaqueRGBA(w io.Writer, m *image.RGBA) error {
 	b := m.Bounds()
-	width, height := b.Dx(), b.Dy()
+	width := b.Dx()
+	rgb := make([]byte, 3*width)
+	return e.encodeRGB(w, width, b.Dy(), func(y int) []byte {
+		pix := m.Pix[m.PixOffset(b.Min.X, b.Min.Y+y):]
+		for x := 0; x < width; x++ {
+			copy(rgb[3*x:3*x+3], pix[4*x:4*x+3])
+		}
+		return rgb
+	})
+}
+
+// encodeRGB writes an 8-bit RGB PNG whose rows row(0..height-1) returns
+// (3*width bytes each; the slice may be reused between calls). It is what
+// image/png does for an opaque image at BestSpeed, less the part that costs
+// most there: choosing a filter for every row by trying all five. A screen
+// is flat areas and text, and the Up filter (each byte minus the one above
+// it) suits it; the output is a little larger and takes about half the time.
+func (e *Encoder) encodeRGB(w io.Writer, width, height int, row func(y int) []byte) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.WriteString("\x89PNG\r\n\x1a\n")
 	var ihdr [13]byte
@@ -29,29 +44,20 @@ func (e *Encoder) encodeOpaqueRGBA(w io.Writer, m *image.RGBA) error {
 
 	idat := &chunkWriter{w: bw, typ: "IDAT"}
 	zw := e.zlibWriter(idat)
-	rowLen := 1 + 3*width
-	cur := make([]byte, rowLen)
-	prev := make([]byte, rowLen)
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		pix := m.Pix[m.PixOffset(b.Min.X, y):]
-		for x := 0; x < width; x++ {
-			copy(cur[1+3*x:4+3*x], pix[4*x:4*x+3])
-		}
-		// Up: the row minus the previous one (zero above the first).
-		out := prev // reuse: prev is not needed once filtered
-		out[0] = 2
-		if y == b.Min.Y {
-			copy(out[1:], cur[1:])
-		} else {
-			for i := 1; i < rowLen; i++ {
-				out[i] = cur[i] - prev[i]
-			}
+	rowLen := 3 * width
+	prev := make([]byte, rowLen) // the previous row, raw; zero above the first
+	out := make([]byte, 1+rowLen)
+	out[0] = 2 // Up
+	for y := 0; y < height; y++ {
+		cur := row(y)
+		f := out[1:]
+		for i := range f {
+			f[i] = cur[i] - prev[i]
 		}
 		if _, err := zw.Write(out); err != nil {
 			return err
 		}
-		// The next row's "above" is this row's raw bytes.
-		prev, cur = cur, out
+		copy(prev, cur)
 	}
 	if err := zw.Close(); err != nil {
 		return err
@@ -62,6 +68,33 @@ func (e *Encoder) encodeOpaqueRGBA(w io.Writer, m *image.RGBA) error {
 	}
 	writeChunk(bw, "IEND", nil)
 	return bw.Flush()
+}
+
+// EncodePPM encodes a binary PPM (as QEMU's screendump writes it) as opts
+// say. A PNG at the PPM's own size is written straight from the PPM's RGB
+// rows, without decoding it to an image first.
+func (e *Encoder) EncodePPM(w io.Writer, ppm []byte, opts EncodeOptions) error {
+	if (opts.Format == PNG || opts.Format == "") && opts.Width == 0 && opts.Height == 0 && opts.Factor == 0 && opts.Quality == 0 {
+		rd := bytes.NewReader(ppm)
+		br := bufio.NewReaderSize(rd, 512)
+		width, height, err := readPPMHeader(br)
+		if err != nil {
+			return fmt.Errorf("ppm: %w", err)
+		}
+		// The pixels start where the header ends: what bufio took from
+		// the reader, less what it has not handed out yet.
+		off := len(ppm) - rd.Len() - br.Buffered()
+		if len(ppm)-off < 3*width*height {
+			return fmt.Errorf("ppm: pixel data of %dx%d image: %w", width, height, io.ErrUnexpectedEOF)
+		}
+		pix := ppm[off:]
+		return e.encodeRGB(w, width, height, func(y int) []byte { return pix[3*width*y : 3*width*(y+1)] })
+	}
+	img, err := DecodePPM(bytes.NewReader(ppm))
+	if err != nil {
+		return err
+	}
+	return e.Encode(w, img, opts)
 }
 
 func (e *Encoder) zlibWriter(w io.Writer) *zlib.Writer {

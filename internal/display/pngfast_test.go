@@ -2,6 +2,7 @@ package display
 
 import (
 	"bytes"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -44,5 +45,43 @@ func TestFastPNGRoundTrip(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestEncodePPM checks the straight-from-PPM path against decoding the PPM.
+func TestEncodePPM(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	w, h := 321, 97
+	ppm := []byte(fmt.Sprintf("P6\n# a comment\n%d %d\n255\n", w, h))
+	for i := 0; i < 3*w*h; i++ {
+		ppm = append(ppm, byte(rng.Intn(3)*100))
+	}
+	var e Encoder
+	var buf bytes.Buffer
+	if err := e.EncodePPM(&buf, ppm, EncodeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := DecodePPM(bytes.NewReader(ppm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			if c := color.RGBAModel.Convert(got.At(x, y)).(color.RGBA); c != want.RGBAAt(x, y) {
+				t.Fatalf("pixel (%d,%d) = %v, want %v", x, y, c, want.RGBAAt(x, y))
+			}
+		}
+	}
+	if err := e.EncodePPM(&buf, ppm[:len(ppm)-1], EncodeOptions{}); err == nil {
+		t.Fatal("a truncated PPM was accepted")
+	}
+	// Other options go through decoding.
+	buf.Reset()
+	if err := e.EncodePPM(&buf, ppm, EncodeOptions{Format: JPEG}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -47,9 +47,10 @@ type vm struct {
 	tpl      tplMeta
 	p        *proc      // nil when no process
 	g        *guest     // nil when no process
-	scr      sync.Mutex // one screendump at a time; guards lastShot
+	scr      sync.Mutex // one screendump at a time; guards lastShot and ppm
 	lastShot *shot
-	gone     bool // deleted
+	ppm      []byte // the last screendump, its memory reused
+	gone     bool   // deleted
 	// pausedAt is when the vCPUs last stopped; zero if unknown (a fresh
 	// clone, a restore, an adopted VM).
 	pausedAt time.Time

@@ -48,20 +48,17 @@ func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.Screen
 	if err := v.p.mon.ScreendumpPPM(ctx, path); err != nil {
 		return nil, "", fmt.Errorf("screendump: %w", err)
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := readInto(path, v.ppm)
 	if err != nil {
 		return nil, "", err
 	}
+	v.ppm = raw // the next screendump reads into the same memory
 	sum := maphash.Bytes(screenSeed, raw)
 	if c := v.lastShot; c != nil && c.sum == sum && c.opts == opts {
 		return c.data, c.ctype, nil
 	}
-	img, err := display.DecodePPM(bytes.NewReader(raw))
-	if err != nil {
-		return nil, "", err
-	}
 	var buf bytes.Buffer
-	if err := b.enc.Encode(&buf, img, display.EncodeOptions{Format: format, Quality: opts.Quality, Width: opts.Width, Height: opts.Height}); err != nil {
+	if err := b.enc.EncodePPM(&buf, raw, display.EncodeOptions{Format: format, Quality: opts.Quality, Width: opts.Width, Height: opts.Height}); err != nil {
 		return nil, "", api.Invalid("format", "%v", err)
 	}
 	v.lastShot = &shot{sum: sum, opts: opts, data: buf.Bytes(), ctype: format.ContentType()}
@@ -69,6 +66,28 @@ func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.Screen
 }
 
 var screenSeed = maphash.MakeSeed()
+
+// readInto reads a whole file into buf, growing it if needed.
+func readInto(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	n := int(fi.Size())
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(f, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
 
 // shot is the last screenshot of a VM.
 type shot struct {
