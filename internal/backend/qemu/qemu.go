@@ -405,11 +405,16 @@ func (b *Backend) overlay(ctx context.Context, base, path string) error {
 	return nil
 }
 
+// migrationCaps are the capabilities of every migration hvkube runs:
+// x-ignore-shared (see migrateToFile) and events, so that the end of a
+// migration is heard at once instead of at the next poll.
+var migrationCaps = map[string]bool{"x-ignore-shared": true, "events": true}
+
 // migrateToFile migrates the stopped VM's state into path (atomically: a
 // partial file never has the final name). x-ignore-shared leaves RAM that is
 // mapped shared out of the stream: a template's RAM file.
 func migrateToFile(ctx context.Context, mon *qmp.Monitor, path string) error {
-	if err := mon.MigrateSetCapabilities(ctx, map[string]bool{"x-ignore-shared": true}); err != nil {
+	if err := mon.MigrateSetCapabilities(ctx, migrationCaps); err != nil {
 		return err
 	}
 	if err := mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": int64(32) << 30}); err != nil {
@@ -441,7 +446,7 @@ func migrateToFile(ctx context.Context, mon *qmp.Monitor, path string) error {
 // a clone's saved state still holds all of its RAM), and loading needs the
 // same capabilities as saving.
 func migrateFromFile(ctx context.Context, mon *qmp.Monitor, path string) error {
-	if err := mon.MigrateSetCapabilities(ctx, map[string]bool{"x-ignore-shared": true}); err != nil {
+	if err := mon.MigrateSetCapabilities(ctx, migrationCaps); err != nil {
 		return err
 	}
 	f, err := os.Open(path)
