@@ -159,9 +159,16 @@ func (m *Manager) observeSandbox(ctx context.Context, name string) (Result, erro
 	var health error
 	checked := false
 	if info, err := m.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning {
-		hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		health = m.healthCheck(hctx, name)
-		cancel()
+		for try := 0; try < 2; try++ {
+			// A second try: a check caught by a pause and resume fails
+			// without the guest being unwell.
+			hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			health = m.healthCheck(hctx, name)
+			cancel()
+			if health == nil {
+				break
+			}
+		}
 		checked = true
 	}
 	unlock := m.locks.lock(name)

@@ -141,6 +141,48 @@ func Run(t *testing.T, o Options) {
 		}
 	})
 
+	t.Run("PauseDuringGuestCalls", func(t *testing.T) {
+		// Guest calls caught by a pause must neither hold up the resume
+		// nor stay stuck after it.
+		create(t, "conf-busy")
+		resume(t, "conf-busy")
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				b.Alive(cctx, "conf-busy")
+				cancel()
+			}
+		}()
+		for i := 0; i < 3; i++ {
+			time.Sleep(200 * time.Millisecond)
+			if err := b.Pause(ctx, "conf-busy"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := b.Resume(rctx, "conf-busy")
+			cancel()
+			if err != nil {
+				t.Fatalf("resume %d with guest calls in flight: %v", i, err)
+			}
+		}
+		close(stop)
+		<-done
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := b.Alive(actx, "conf-busy"); err != nil {
+			t.Fatalf("the guest agent after the resumes: %v", err)
+		}
+	})
+
 	t.Run("Screenshot", func(t *testing.T) {
 		create(t, "conf-screen")
 		resume(t, "conf-screen")

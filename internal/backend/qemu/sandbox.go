@@ -128,6 +128,19 @@ func (b *Backend) rlockRunning(id string) (*vm, error) {
 	return v, nil
 }
 
+// guestOf returns a running sandbox's guest, with no lock held: a call to
+// a paused guest waits until it runs again, and must not hold up the
+// pause, resume or delete meanwhile. If the VM goes away under the call,
+// the call fails.
+func (b *Backend) guestOf(id string) (*guest, error) {
+	v, err := b.rlockRunning(id)
+	if err != nil {
+		return nil, err
+	}
+	defer v.mu.RUnlock()
+	return v.g, nil
+}
+
 func (b *Backend) forget(v *vm) {
 	v.gone = true
 	b.mu.Lock()
@@ -356,6 +369,12 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	}
 	if err := v.p.mon.Cont(ctx); err != nil {
 		return err
+	}
+	// A guest-agent request sent while the guest was paused can stay stuck
+	// after it runs again (QEMU does not look at the socket until more
+	// bytes come); fail it rather than wait for its timeout.
+	if v.g.ga.Busy() {
+		v.g.ga.Abort()
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -673,22 +692,20 @@ func readPID(path string) (int, error) {
 
 // Ready implements backend.Backend.
 func (b *Backend) Ready(ctx context.Context, id string) error {
-	v, err := b.rlockRunning(id)
+	g, err := b.guestOf(id)
 	if err != nil {
 		return err
 	}
-	defer v.mu.RUnlock()
-	return v.g.ready(ctx)
+	return g.ready(ctx)
 }
 
 // Alive implements backend.Backend.
 func (b *Backend) Alive(ctx context.Context, id string) error {
-	v, err := b.rlockRunning(id)
+	g, err := b.guestOf(id)
 	if err != nil {
 		return err
 	}
-	defer v.mu.RUnlock()
-	if err := v.g.ga.Ping(ctx); err != nil {
+	if err := g.ga.Ping(ctx); err != nil {
 		return fmt.Errorf("guest agent: %w", err)
 	}
 	return nil

@@ -115,18 +115,24 @@ func (b *Backend) Input(ctx context.Context, id string, a api.Action) (backend.I
 	if err != nil {
 		return backend.InputResult{}, err
 	}
-	defer v.mu.RUnlock()
 	w, h, err := api.ParseResolution(v.meta.Resolution)
+	if err == nil {
+		err = api.ValidateAction("", a, w, h, false)
+	}
+	if err == nil {
+		err = v.needProcess()
+	}
+	var mon *qmp.Monitor
+	var g *guest
+	if err == nil {
+		mon, g = v.p.mon, v.g
+	}
+	// Typing can take seconds: the lock is not held for it (see guestOf).
+	v.mu.RUnlock()
 	if err != nil {
 		return backend.InputResult{}, err
 	}
-	if err := api.ValidateAction("", a, w, h, false); err != nil {
-		return backend.InputResult{}, err
-	}
-	if err := v.needProcess(); err != nil {
-		return backend.InputResult{}, err
-	}
-	in := inputter{mon: v.p.mon, w: w, h: h}
+	in := inputter{mon: mon, w: w, h: h}
 	switch a.Action {
 	case "mouse_move":
 		return backend.InputResult{}, in.move(ctx, a.Coordinate)
@@ -178,9 +184,9 @@ func (b *Backend) Input(ctx context.Context, id string, a api.Action) (backend.I
 			return backend.InputResult{}, in.strokes(ctx, strokes)
 		}
 		// Text the keyboard map cannot type goes through the guest.
-		return backend.InputResult{}, typeInGuest(ctx, v.g, a.Text)
+		return backend.InputResult{}, typeInGuest(ctx, g, a.Text)
 	case "cursor_position":
-		x, y, err := cursor(ctx, v.g)
+		x, y, err := cursor(ctx, g)
 		return backend.InputResult{X: x, Y: y}, err
 	}
 	return backend.InputResult{}, api.Invalid("action", "%q is not an input action", a.Action)
@@ -448,36 +454,33 @@ func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) 
 	if strings.TrimSpace(req.Path) == "" {
 		return backend.ExecResult{}, api.Invalid("command", "required")
 	}
-	v, err := b.rlockRunning(id)
+	g, err := b.guestOf(id)
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
-	defer v.mu.RUnlock()
-	return v.g.exec(ctx, req)
+	return g.exec(ctx, req)
 }
 
 // CopyIn implements backend.Guest.
 func (b *Backend) CopyIn(ctx context.Context, id, guestPath string, r io.Reader) error {
-	v, err := b.guestVM(id, guestPath)
+	g, err := b.guestAt(id, guestPath)
 	if err != nil {
 		return err
 	}
-	defer v.mu.RUnlock()
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return err
 	}
-	return v.g.ga.FileWrite(ctx, guestPath, data)
+	return g.ga.FileWrite(ctx, guestPath, data)
 }
 
 // CopyOut implements backend.Guest.
 func (b *Backend) CopyOut(ctx context.Context, id, guestPath string, w io.Writer) error {
-	v, err := b.guestVM(id, guestPath)
+	g, err := b.guestAt(id, guestPath)
 	if err != nil {
 		return err
 	}
-	defer v.mu.RUnlock()
-	data, err := v.g.ga.FileRead(ctx, guestPath)
+	data, err := g.ga.FileRead(ctx, guestPath)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", guestPath, err)
 	}
@@ -485,31 +488,29 @@ func (b *Backend) CopyOut(ctx context.Context, id, guestPath string, w io.Writer
 	return err
 }
 
-func (b *Backend) guestVM(id, guestPath string) (*vm, error) {
+func (b *Backend) guestAt(id, guestPath string) (*guest, error) {
 	if !strings.HasPrefix(guestPath, "/") {
 		return nil, api.Invalid("path", "%q is not an absolute guest path", guestPath)
 	}
-	return b.rlockRunning(id)
+	return b.guestOf(id)
 }
 
 // ClipboardGet implements backend.Guest.
 func (b *Backend) ClipboardGet(ctx context.Context, id string) (string, error) {
-	v, err := b.rlockRunning(id)
+	g, err := b.guestOf(id)
 	if err != nil {
 		return "", err
 	}
-	defer v.mu.RUnlock()
-	return v.g.clipboardGet(ctx)
+	return g.clipboardGet(ctx)
 }
 
 // ClipboardSet implements backend.Guest.
 func (b *Backend) ClipboardSet(ctx context.Context, id, text string) error {
-	v, err := b.rlockRunning(id)
+	g, err := b.guestOf(id)
 	if err != nil {
 		return err
 	}
-	defer v.mu.RUnlock()
-	return v.g.clipboardSet(ctx, text)
+	return g.clipboardSet(ctx, text)
 }
 
 // DialDisplay implements backend.Display: a connection to the sandbox's VNC

@@ -149,6 +149,18 @@ func (c *Client) Abort() {
 	}
 }
 
+// Busy reports whether a request is in progress (a hint: it may end or
+// start right after).
+func (c *Client) Busy() bool {
+	select {
+	case <-c.sem:
+		c.sem <- struct{}{}
+		return false
+	default:
+		return true
+	}
+}
+
 // Close closes the connection, letting other clients reach the agent, and
 // makes later calls fail with ErrClosed. A request in progress fails. It is
 // idempotent.
