@@ -136,9 +136,11 @@ func (g guest) setResolution(ctx context.Context, res string) error {
 	return nil
 }
 
-// identity gives a fresh clone its own hostname and machine id. It writes
-// files through the guest agent rather than running a program, which under
-// emulation costs a second. It runs while the clone is being made:
+// identity gives a fresh clone its own hostname (the kernel's, and in
+// /etc/hosts so that it resolves; /etc/hostname only matters at boot, and a
+// clone never boots) and machine id. It writes files through the guest
+// agent rather than running a program, which under emulation costs a
+// second. It runs while the clone is being made:
 // keystrokes sent while it runs can be lost. The kernel reseeds its random
 // number generator by itself: every clone's vmgenid device reports a new
 // generation ("crng reseeded due to virtual machine fork").
@@ -153,7 +155,6 @@ func (g guest) identity(ctx context.Context, hostname string) error {
 		data []byte
 	}{
 		{"/etc/machine-id", []byte(hex.EncodeToString(id) + "\n")},
-		{"/etc/hostname", []byte(hostname + "\n")},
 		{"/etc/hosts", []byte(hosts)},
 		{"/proc/sys/kernel/hostname", []byte(hostname)},
 	} {
