@@ -33,8 +33,12 @@ type Options struct {
 	// Kill ends a sandbox's VM from outside, as a crash would.
 	Kill func(t *testing.T, b backend.Backend, id string)
 	// Leftovers lists what a deleted sandbox left behind (processes,
-	// sockets, files); it must be empty after Delete.
-	Leftovers func(t *testing.T, b backend.Backend, id string) []string
+	// sockets, files); it must be empty after Delete. before is what
+	// Inspect said just before the Delete.
+	Leftovers func(t *testing.T, b backend.Backend, id string, before backend.Info) []string
+	// Extra, if set, runs the backend's own subtests with the suite's
+	// backend and template, before the restart test closes that backend.
+	Extra func(t *testing.T, b backend.Backend, templateID string)
 	// Timeout bounds the whole suite (default 20 minutes).
 	Timeout time.Duration
 }
@@ -354,6 +358,10 @@ func Run(t *testing.T, o Options) {
 	t.Run("DeleteLeavesNothing", func(t *testing.T) {
 		create(t, "conf-del")
 		resume(t, "conf-del")
+		before, err := b.Inspect(ctx, "conf-del")
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := b.Delete(ctx, "conf-del"); err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +372,7 @@ func Run(t *testing.T, o Options) {
 			t.Fatalf("inspect after delete: %v", err)
 		}
 		if o.Leftovers != nil {
-			if left := o.Leftovers(t, b, "conf-del"); len(left) > 0 {
+			if left := o.Leftovers(t, b, "conf-del", before); len(left) > 0 {
 				t.Fatalf("delete left %v", left)
 			}
 		}
@@ -388,6 +396,10 @@ func Run(t *testing.T, o Options) {
 			t.Fatal("resume of a killed VM succeeded")
 		}
 	})
+
+	if o.Extra != nil {
+		o.Extra(t, b, info.ID)
+	}
 
 	t.Run("RestartAdopts", func(t *testing.T) {
 		create(t, "conf-adopt")

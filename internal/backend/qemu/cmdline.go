@@ -23,6 +23,11 @@ type machine struct {
 	Initrd    string
 	Append    string
 	Disk      string // qcow2 overlay
+	// DiskFDs passes the disk as two open files (read-write and read-only,
+	// the child's fds 3 and 4) in an fd set instead of by path, so that
+	// the file can be renamed while QEMU runs: QEMU reopens its disk when
+	// a migration starts or ends, and reopens by the name it was given.
+	DiskFDs bool
 	// Incoming waits for the state to load (migrate-incoming) instead of
 	// booting.
 	Incoming bool
@@ -68,9 +73,14 @@ func (m machine) args() []string {
 	if m.Initrd != "" {
 		a = append(a, "-initrd", m.Initrd)
 	}
+	disk := opt(m.Disk)
+	if m.DiskFDs {
+		a = append(a, "-add-fd", "fd=3,set=1,opaque=disk-rw", "-add-fd", "fd=4,set=1,opaque=disk-ro")
+		disk = "/dev/fdset/1"
+	}
 	a = append(a,
 		"-append", m.Append,
-		"-drive", "if=none,id=disk0,format=qcow2,cache=writeback,file="+opt(m.Disk),
+		"-drive", "if=none,id=disk0,format=qcow2,cache=writeback,file="+disk,
 		"-device", "virtio-blk-pci,drive=disk0",
 		"-vga", "std",
 		"-device", "qemu-xhci,id=xhci",

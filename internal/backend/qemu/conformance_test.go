@@ -52,11 +52,12 @@ func TestConformance(t *testing.T) {
 			}
 			syscall.Kill(info.PID, syscall.SIGKILL)
 			deadline := time.Now().Add(10 * time.Second)
-			for processAlive(info.PID, "hvkube-sandbox:"+id+":") && time.Now().Before(deadline) {
+			for processAlive(info.PID, sandboxNamePrefix) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		},
-		Leftovers: func(t *testing.T, b backend.Backend, id string) []string {
+		Extra: testSpares,
+		Leftovers: func(t *testing.T, b backend.Backend, id string, before backend.Info) []string {
 			q := b.(*Backend)
 			var left []string
 			for _, p := range []string{q.sbDir(id), q.runDirFor(q.sbDir(id))} {
@@ -64,14 +65,139 @@ func TestConformance(t *testing.T) {
 					left = append(left, p)
 				}
 			}
-			entries, _ := os.ReadDir("/proc")
-			for _, e := range entries {
-				var pid int
-				if _, err := fmt.Sscan(e.Name(), &pid); err == nil && processAlive(pid, "hvkube-sandbox:"+id+":") {
-					left = append(left, "process "+e.Name())
-				}
+			if processAlive(before.PID, sandboxNamePrefix) {
+				left = append(left, fmt.Sprintf("process %d", before.PID))
 			}
 			return left
 		},
 	})
+}
+
+// testSpares checks the spare clones: made in the background, taken by the
+// next clone (files moved, QEMU kept, save and restore still working),
+// replaced, skipped when dead, and never outliving a backend.
+func testSpares(t *testing.T, bb backend.Backend, tplID string) {
+	b := bb.(*Backend)
+	ctx := context.Background()
+	waitSpare := func(t *testing.T) *spare {
+		t.Helper()
+		b.mu.Lock()
+		s := b.spares[tplID]
+		b.mu.Unlock()
+		if s == nil {
+			t.Fatal("no spare is kept for the template")
+		}
+		select {
+		case <-s.done:
+		case <-time.After(time.Minute):
+			t.Fatal("the spare was not made in a minute")
+		}
+		if s.sp == nil {
+			t.Fatal("making the spare failed")
+		}
+		return s.sp
+	}
+	sparesLeft := func() []string {
+		entries, _ := os.ReadDir(b.sparesDir())
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+
+	t.Run("SpareTakenByNextClone", func(t *testing.T) {
+		sp := waitSpare(t)
+		info, err := b.Create(ctx, backend.SandboxSpec{ID: "spare-a", TemplateID: tplID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Delete(ctx, "spare-a")
+		if info.PID != sp.p.pid {
+			t.Fatalf("the clone runs QEMU %d, not the spare's %d", info.PID, sp.p.pid)
+		}
+		if _, err := os.Stat(sp.dir); !os.IsNotExist(err) {
+			t.Fatalf("the spare's directory is still there: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(b.sbDir("spare-a"), "disk.qcow2")); err != nil {
+			t.Fatalf("the clone's disk: %v", err)
+		}
+		if err := b.Resume(ctx, "spare-a"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.Exec(ctx, "spare-a", backend.ExecRequest{Path: "sh", Args: []string{"-c", "hostname; echo kept > /tmp/kept"}})
+		if err != nil || string(res.Stdout) != "spare-a\n" {
+			t.Fatalf("exec in the clone: %q %v", res.Stdout, err)
+		}
+		// QEMU reopens its disk around a migration; the spare's disk was
+		// renamed after QEMU opened it.
+		if err := b.Save(ctx, "spare-a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Restore(ctx, "spare-a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Resume(ctx, "spare-a"); err != nil {
+			t.Fatal(err)
+		}
+		res, err = b.Exec(ctx, "spare-a", backend.ExecRequest{Path: "cat", Args: []string{"/tmp/kept"}})
+		if err != nil || string(res.Stdout) != "kept\n" {
+			t.Fatalf("after save and restore: %q %v", res.Stdout, err)
+		}
+		if next := waitSpare(t); next.p.pid == sp.p.pid {
+			t.Fatal("no new spare was made")
+		}
+	})
+
+	t.Run("DeadSpareSkipped", func(t *testing.T) {
+		sp := waitSpare(t)
+		syscall.Kill(sp.p.pid, syscall.SIGKILL)
+		info, err := b.Create(ctx, backend.SandboxSpec{ID: "spare-b", TemplateID: tplID})
+		if err != nil {
+			t.Fatalf("create after the spare died: %v", err)
+		}
+		defer b.Delete(ctx, "spare-b")
+		if info.PID == sp.p.pid || info.State != backend.StatePaused {
+			t.Fatalf("create after the spare died: %+v", info)
+		}
+	})
+
+	t.Run("StaleSparesRemovedAtStart", func(t *testing.T) {
+		sp := waitSpare(t)
+		// A second backend on the same directory is a server restarted
+		// after a crash: it kills the spares it finds.
+		b2, err := New(ctx, Config{Dir: b.cfg.Dir, ImageDir: b.cfg.ImageDir, NoSpares: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b2.Close()
+		if processAlive(sp.p.pid, spareNamePrefix) {
+			t.Fatal("a spare left by an earlier backend still runs")
+		}
+		if left := sparesLeft(); len(left) > 0 {
+			t.Fatalf("spares left: %v", left)
+		}
+	})
+
+	t.Run("DeleteTemplateDropsSpare", func(t *testing.T) {
+		b.dropSpare(tplID) // the one the restarted backend killed
+		b.refillSpare(b.mustTemplate(t, tplID))
+		sp := waitSpare(t)
+		b.dropSpare(tplID)
+		if processAlive(sp.p.pid, spareNamePrefix) {
+			t.Fatal("a dropped spare still runs")
+		}
+		if left := sparesLeft(); len(left) > 0 {
+			t.Fatalf("spares left: %v", left)
+		}
+	})
+}
+
+func (b *Backend) mustTemplate(t *testing.T, id string) tplMeta {
+	t.Helper()
+	tpl, err := b.loadTemplate(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
 }

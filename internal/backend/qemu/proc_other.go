@@ -4,12 +4,13 @@ package qemu
 
 import (
 	"errors"
+	"os"
 	"time"
 )
 
 var errNoQEMU = errors.New("the qemu backend runs on Linux")
 
-func startProcess(binary string, args []string, dir, logPath string) (int, <-chan struct{}, error) {
+func startProcess(binary string, args []string, dir, logPath string, files []*os.File) (int, <-chan struct{}, error) {
 	return 0, nil, errNoQEMU
 }
 func processAlive(pid int, name string) bool                        { return false }

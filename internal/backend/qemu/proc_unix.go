@@ -17,8 +17,8 @@ import (
 // startProcess runs QEMU detached: in its own session, so that it outlives
 // the server, with its output in logPath. The returned channel closes when a
 // process we started exits (we reap it; after a server restart the adopted
-// process is reaped by init).
-func startProcess(binary string, args []string, dir, logPath string) (int, <-chan struct{}, error) {
+// process is reaped by init). files become the child's fds 3, 4, ….
+func startProcess(binary string, args []string, dir, logPath string, files []*os.File) (int, <-chan struct{}, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, nil, err
@@ -28,6 +28,7 @@ func startProcess(binary string, args []string, dir, logPath string) (int, <-cha
 	cmd.Dir = dir
 	cmd.Stdout = logf
 	cmd.Stderr = logf
+	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, nil, fmt.Errorf("start %s: %w", binary, err)

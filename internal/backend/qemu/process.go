@@ -33,7 +33,18 @@ func (b *Backend) launch(ctx context.Context, m machine, dir string) (*proc, err
 		os.Remove(s)
 	}
 	os.Remove(m.PIDFile)
-	pid, exited, err := startProcess(b.cfg.Binary, m.args(), dir, filepath.Join(dir, "qemu.log"))
+	var files []*os.File
+	if m.DiskFDs {
+		for _, flag := range []int{os.O_RDWR, os.O_RDONLY} {
+			f, err := os.OpenFile(m.Disk, flag, 0)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close() // the child has its own copy
+			files = append(files, f)
+		}
+	}
+	pid, exited, err := startProcess(b.cfg.Binary, m.args(), dir, filepath.Join(dir, "qemu.log"), files)
 	if err != nil {
 		return nil, err
 	}

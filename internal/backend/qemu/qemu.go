@@ -67,7 +67,10 @@ type Config struct {
 	MemoryLimitPercent int
 	// BootTimeout bounds a cold boot (default 5 minutes: TCG is slow).
 	BootTimeout time.Duration
-	Logger      *slog.Logger
+	// NoSpares turns off spare clones (see spare): every clone then starts
+	// its QEMU on demand.
+	NoSpares bool
+	Logger   *slog.Logger
 }
 
 // Backend is the QEMU backend. It is safe for concurrent use.
@@ -79,8 +82,14 @@ type Backend struct {
 	mu        sync.Mutex // guards the following fields
 	vms       map[string]*vm
 	tplLocks  map[string]*sync.Mutex
-	building  map[string]int // template id -> guest MB being booted
+	building  map[string]int        // template id -> guest MB being booted
+	spares    map[string]*spareSlot // template id -> its spare clone
 	closeOnce sync.Once
+
+	// bgCtx bounds the backend's own background work (making spares);
+	// Close cancels it.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -155,12 +164,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 		*bin = p
 	}
-	for _, d := range []string{filepath.Join(cfg.Dir, "templates"), filepath.Join(cfg.Dir, "sandboxes"), cfg.RunDir, cfg.ShmDir} {
+	for _, d := range []string{filepath.Join(cfg.Dir, "templates"), filepath.Join(cfg.Dir, "sandboxes"), filepath.Join(cfg.Dir, "spares"), cfg.RunDir, cfg.ShmDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("qemu backend: %w", err)
 		}
 	}
-	b := &Backend{cfg: cfg, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}}
+	b := &Backend{cfg: cfg, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSlot{}}
+	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
+	b.removeStaleSpares()
 	if _, err := b.List(ctx); err != nil {
 		return nil, err
 	}
@@ -174,9 +185,12 @@ func (b *Backend) Name() string { return "qemu" }
 // Accel reports the accelerator in use (kvm or tcg).
 func (b *Backend) Accel() string { return b.cfg.Accel }
 
-// Close drops the backend's connections; the VMs keep running.
+// Close drops the backend's connections and discards its spare clones;
+// the sandboxes' VMs keep running.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
+		b.bgCancel()
+		b.dropAllSpares()
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		for _, v := range b.vms {
@@ -248,6 +262,7 @@ func (b *Backend) DeleteTemplate(ctx context.Context, id string) error {
 	l := b.tplLock(id)
 	l.Lock()
 	defer l.Unlock()
+	b.dropSpare(id)
 	return os.RemoveAll(b.tplDir(id))
 }
 

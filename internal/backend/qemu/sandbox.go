@@ -38,6 +38,11 @@ type vmMeta struct {
 	Stopped bool `json:"stopped,omitempty"`
 }
 
+// sandboxNamePrefix starts the -name of every sandbox's QEMU; the rest is
+// the sandbox id (or, for a clone that was a spare, "+" and its template
+// id) and a nonce.
+const sandboxNamePrefix = "hvkube-sandbox:"
+
 // vm is one sandbox.
 type vm struct {
 	mu       sync.RWMutex // held for writing by lifecycle calls
@@ -189,7 +194,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 	v.tpl = tpl
 	v.meta = vmMeta{
 		ID: spec.ID, UID: spec.UID, TemplateID: spec.TemplateID,
-		Name:       "hvkube-sandbox:" + spec.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		Name:       sandboxNamePrefix + spec.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		Hostname:   hostname,
 		Resolution: tpl.Resolution,
 		MemoryMB:   mem,
@@ -220,24 +225,26 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 }
 
 // cloneLocked starts v from its template's snapshot and gives it its
-// identity; it ends paused.
+// identity; it ends paused. It takes the template's spare if there is one,
+// and has the next one made.
 func (b *Backend) cloneLocked(ctx context.Context, v *vm) error {
-	disk := filepath.Join(v.dir, "disk.qcow2")
-	os.Remove(disk)
-	if err := b.cloneOverlay(ctx, v.tpl.ID, disk); err != nil {
-		return err
+	var p *proc
+	if sp := b.takeSpare(ctx, v.tpl); sp != nil {
+		if err := sp.moveTo(v.dir, v.meta.RunDir); err != nil {
+			b.log.Warn("could not take the spare clone", "sandbox", v.id, "err", err)
+			sp.discard()
+		} else {
+			p = sp.p
+			v.meta.Name = p.name
+		}
 	}
-	m := b.machineFor(v.tpl, v.meta.Name, v.dir, v.meta.RunDir, disk)
-	m.MemFile = filepath.Join(b.tplDir(v.tpl.ID), "ram")
-	m.Incoming = true
-	p, err := b.launch(ctx, m, v.dir)
-	if err != nil {
-		return err
+	if p == nil {
+		var err error
+		if p, err = b.startFromSnapshot(ctx, v.tpl, v.meta.Name, v.dir, v.meta.RunDir, false); err != nil {
+			return err
+		}
 	}
-	if err := migrateFromFile(ctx, p.mon, filepath.Join(b.tplDir(v.tpl.ID), "state")); err != nil {
-		p.kill()
-		return fmt.Errorf("load template state: %w%s", err, p.logTail())
-	}
+	b.refillSpare(v.tpl)
 	v.attach(p)
 	v.meta.ColdBoot, v.meta.Saved, v.meta.Stopped = false, false, false
 	return b.personalizeLocked(ctx, v)
@@ -680,7 +687,7 @@ func (b *Backend) adoptDir(ctx context.Context, id string) {
 	if err != nil || meta.ID != id {
 		b.log.Warn("removing an incomplete sandbox directory", "sandbox", id, "err", err)
 		if pid, perr := readPID(filepath.Join(dir, "pid")); perr == nil {
-			killProcess(pid, "hvkube-sandbox:"+id+":", 10*time.Second)
+			killProcess(pid, sandboxNamePrefix, 10*time.Second)
 		}
 		os.RemoveAll(dir)
 		return
@@ -697,6 +704,11 @@ func (b *Backend) adoptDir(ctx context.Context, id string) {
 		b.log.Info("adopted a running sandbox", "sandbox", id, "pid", meta.PID)
 	} else if meta.PID != 0 && processAlive(meta.PID, meta.Name) {
 		b.log.Warn("sandbox runs but its monitor does not answer", "sandbox", id, "pid", meta.PID, "err", err)
+	} else if pid, perr := readPID(filepath.Join(dir, "pid")); perr == nil && pid != meta.PID && processAlive(pid, sandboxNamePrefix) {
+		// A QEMU started for this sandbox (a reset) that the server ended
+		// before recording it: nothing knows its state.
+		b.log.Warn("killing an unrecorded QEMU of a sandbox", "sandbox", id, "pid", pid)
+		killProcess(pid, sandboxNamePrefix, 10*time.Second)
 	}
 	b.mu.Lock()
 	if _, ok := b.vms[id]; !ok {
