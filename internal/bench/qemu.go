@@ -44,6 +44,7 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 		return nil, err
 	}
 	defer be.Close()
+	defer deleteSandboxes(ctx, be) // VMs outlive a backend: end them, even on failure
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
 	rep := &Report{Title: fmt.Sprintf("QEMU desktops (%s, 512 MB guest, 1280x800)", be.Accel())}
 	img := api.QEMUImage{Image: o.Image}
@@ -225,22 +226,24 @@ func cloneOnDemand(ctx context.Context, rep *Report, dir string, img api.QEMUIma
 		return err
 	}
 	defer be.Close()
+	defer deleteSandboxes(ctx, be)
 	logf("clone to paused, QEMU started on demand ×%d", o.Runs)
 	if _, err := be.BuildTemplate(ctx, backend.TemplateSpec{ID: "bench-nospare", Image: img}, nil); err != nil {
 		return err
 	}
-	var ids []string
-	defer func() {
-		for _, id := range ids {
-			be.Delete(ctx, id)
-		}
-	}()
 	return rep.Add("clone to paused, QEMU started on demand (no spare)", o.Runs, "p50 ≤ 0.5 s", func(i int) error {
 		id := fmt.Sprintf("bench-nospare-%d", i)
-		ids = append(ids, id)
 		_, err := be.Create(ctx, backend.SandboxSpec{ID: id, TemplateID: "bench-nospare"})
 		return err
 	})
+}
+
+// deleteSandboxes deletes every sandbox of be.
+func deleteSandboxes(ctx context.Context, be *qemu.Backend) {
+	list, _ := be.List(context.WithoutCancel(ctx))
+	for _, info := range list {
+		be.Delete(context.WithoutCancel(ctx), info.ID)
+	}
 }
 
 // apiBench measures screenshots and input through a real server's HTTP API.
