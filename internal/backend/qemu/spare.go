@@ -86,6 +86,15 @@ func (b *Backend) makeSpare(ctx context.Context, tpl tplMeta) (*spare, error) {
 	return sp, nil
 }
 
+// discard waits until the slot's spare is made, if it is being made, and
+// discards it.
+func (s *spareSlot) discard() {
+	<-s.done
+	if s.sp != nil {
+		s.sp.discard()
+	}
+}
+
 // discard kills the spare's QEMU and removes its files.
 func (sp *spare) discard() {
 	if sp.p != nil {
@@ -155,12 +164,7 @@ func (b *Backend) takeSpare(ctx context.Context, tpl tplMeta) *spare {
 	select {
 	case <-s.done:
 	case <-ctx.Done():
-		go func() {
-			<-s.done
-			if s.sp != nil {
-				s.sp.discard()
-			}
-		}()
+		go s.discard()
 		return nil
 	}
 	sp := s.sp
@@ -181,12 +185,8 @@ func (b *Backend) dropSpare(id string) {
 	s := b.spares[id]
 	delete(b.spares, id)
 	b.mu.Unlock()
-	if s == nil {
-		return
-	}
-	<-s.done
-	if s.sp != nil {
-		s.sp.discard()
+	if s != nil {
+		s.discard()
 	}
 }
 
