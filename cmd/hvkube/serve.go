@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +19,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -31,6 +32,9 @@ type serveConfig struct {
 	backend         string
 	imageDir        string
 	defaultTemplate string
+	allowedHosts    []string
+	allowHostPaths  []string
+	shutdownGrace   time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -42,7 +46,15 @@ func newServeCmd() *cobra.Command {
 
 The server listens on 127.0.0.1:8080 by default. Listening on any other
 address needs a token (--token-file or HVKUBE_TOKEN); with a token set, every
-API call must carry "Authorization: Bearer TOKEN".
+API call must carry "Authorization: Bearer TOKEN". A token file must not be
+readable by group or others (chmod 600).
+
+Web pages cannot use the server: requests must name it in their Host header
+(127.0.0.1, localhost, the --addr host, or an --allowed-hosts name), and
+requests that change state from a page of another origin are refused.
+
+Objects may name host files (template image files, volume host folders) only
+under --image-dir and the --allow-host-path directories.
 
 State lives in a SQLite database in --data-dir (default: ` + defaultDataDir() + `).
 SIGINT or SIGTERM shuts the server down gracefully.`,
@@ -59,6 +71,9 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, none, or auto (qemu when it is installed)")
 	f.StringVar(&cfg.imageDir, "image-dir", qemu.DefaultImageDir(), "where `make image` leaves guest images (templates name them in spec.qemu.image)")
 	f.StringVar(&cfg.defaultTemplate, "default-template", "linux-desktop", "template for sandboxes that name no templateRef")
+	f.StringSliceVar(&cfg.allowedHosts, "allowed-hosts", nil, "more names clients may reach the server by (Host header), comma-separated or repeated")
+	f.StringArrayVar(&cfg.allowHostPaths, "allow-host-path", nil, "a host directory objects may name files under, besides --image-dir (repeatable)")
+	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
 	return cmd
 }
 
@@ -81,19 +96,36 @@ func defaultDataDir() string {
 	return "hvkube-data"
 }
 
+// loadToken reads the API token from tokenFile, or else HVKUBE_TOKEN. The
+// variable is then removed from the environment, so that no child process
+// (QEMU, qemu-img) inherits it.
 func loadToken(tokenFile string) (string, error) {
-	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
-		if err != nil {
-			return "", fmt.Errorf("--token-file: %w", err)
-		}
-		t := strings.TrimSpace(string(b))
-		if t == "" {
-			return "", fmt.Errorf("--token-file: %s is empty", tokenFile)
-		}
-		return t, nil
+	env := strings.TrimSpace(os.Getenv("HVKUBE_TOKEN"))
+	os.Unsetenv("HVKUBE_TOKEN")
+	if tokenFile == "" {
+		return env, nil
 	}
-	return strings.TrimSpace(os.Getenv("HVKUBE_TOKEN")), nil
+	f, err := os.Open(tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	if err := checkSecretMode(tokenFile, fi); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("--token-file: %s is empty", tokenFile)
+	}
+	return t, nil
 }
 
 // isLoopback reports whether addr only listens on the loopback interface.
@@ -118,13 +150,13 @@ func parseLevel(s string) (slog.Level, error) {
 }
 
 // openBackend picks the VM backend; nil means none.
-func openBackend(ctx context.Context, cfg serveConfig, log *slog.Logger) (backend.Backend, error) {
+func openBackend(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log *slog.Logger) (backend.Backend, error) {
 	switch cfg.backend {
 	case "none":
 		log.Warn("running without a VM backend: sandboxes stay Pending")
 		return nil, nil
 	case "qemu", "auto":
-		be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(cfg.dataDir, "qemu"), ImageDir: cfg.imageDir, Logger: log})
+		be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(cfg.dataDir, "qemu"), ImageDir: cfg.imageDir, AllowedRoots: roots, Logger: log})
 		if err != nil && cfg.backend == "auto" && errors.Is(err, api.ErrUnavailable) {
 			log.Warn("running without a VM backend", "err", err)
 			return nil, nil
@@ -152,6 +184,22 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if !loop && token == "" {
 		return fmt.Errorf("refusing to listen on %s without a token: set --token-file or HVKUBE_TOKEN, or listen on 127.0.0.1", cfg.addr)
 	}
+	hosts, err := server.NewHostPolicy(cfg.addr, cfg.allowedHosts)
+	if err != nil {
+		return err
+	}
+	for _, p := range cfg.allowHostPaths {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("--allow-host-path %q: not an absolute path", p)
+		}
+	}
+	roots, err := hostpath.NewRoots(append([]string{cfg.imageDir}, cfg.allowHostPaths...)...)
+	if err != nil {
+		return err
+	}
+	if cfg.shutdownGrace <= 0 {
+		return fmt.Errorf("--shutdown-grace %s: must be positive", cfg.shutdownGrace)
+	}
 
 	st, err := store.Open(ctx, cfg.dataDir, store.Options{Logger: log})
 	if err != nil {
@@ -159,8 +207,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	defer st.Close()
 
-	opts := server.Options{Store: st, Logger: log, Token: token, Version: version}
-	be, err := openBackend(ctx, cfg, log)
+	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace}
+	be, err := openBackend(ctx, cfg, roots, log)
 	if err != nil {
 		return err
 	}
@@ -178,31 +226,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	// Watches stream until their request context ends; cancelling the
-	// base context on shutdown ends them.
-	baseCtx, cancelBase := context.WithCancel(context.Background())
-	defer cancelBase()
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return baseCtx },
-	}
-	hs.RegisterOnShutdown(cancelBase)
-	log.Info("hvkube server listening", "addr", ln.Addr().String(), "dataDir", cfg.dataDir, "auth", token != "", "version", version)
-
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
+	log.Info("hvkube server listening", "addr", ln.Addr().String(), "dataDir", cfg.dataDir, "auth", token != "", "hostPaths", roots.String(), "version", version)
+	if err := srv.Serve(ctx, ln); err != nil {
 		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
 	return nil

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // Actions lists the computer-use actions in the input API, workflow steps
@@ -13,8 +15,15 @@ var Actions = []string{
 	"wait", "zoom", "exec",
 }
 
-// MaxWait bounds wait and hold_key durations, in seconds.
-const MaxWait = 600
+// Bounds on one action. An API call, an MCP tool call or a workflow step
+// holds a request and a sandbox while it runs; longer work is several
+// actions. The durations match the computer-use tool's own limit.
+const (
+	MaxWait       = 100  // seconds a wait or hold_key may last
+	MaxTypeText   = 4096 // characters one type action sends (paste longer text through the clipboard)
+	MaxKeyText    = 256  // bytes of a key combination
+	MaxScrollStep = 100  // scroll_amount
+)
 
 // ValidateAction checks one action. width and height, when non-zero, bound
 // coordinates to the screen. workflow allows the workflow-only actions.
@@ -44,8 +53,8 @@ func ValidateAction(p string, a Action, width, height int, workflow bool) error 
 		if err := oneOf(join(p, "scroll_direction"), a.ScrollDirection, "up", "down", "left", "right"); err != nil {
 			return err
 		}
-		if a.ScrollAmount < 0 || a.ScrollAmount > 100 {
-			return Invalid(join(p, "scroll_amount"), "%d is out of range 0..100", a.ScrollAmount)
+		if a.ScrollAmount < 0 || a.ScrollAmount > MaxScrollStep {
+			return Invalid(join(p, "scroll_amount"), "%d is out of range 0..%d", a.ScrollAmount, MaxScrollStep)
 		}
 	case "type", "key", "hold_key":
 		if a.Text == "" {
@@ -53,6 +62,12 @@ func ValidateAction(p string, a Action, width, height int, workflow bool) error 
 		}
 		if a.Action == "type" && strings.ContainsRune(a.Text, 0) {
 			return Invalid(join(p, "text"), "contains a NUL byte")
+		}
+		if n := utf8.RuneCountInString(a.Text); a.Action == "type" && n > MaxTypeText {
+			return Invalid(join(p, "text"), "%d characters: a type action sends at most %d (set longer text through the clipboard)", n, MaxTypeText)
+		}
+		if a.Action != "type" && len(a.Text) > MaxKeyText {
+			return Invalid(join(p, "text"), "%d bytes: a key combination is at most %d", len(a.Text), MaxKeyText)
 		}
 	case "zoom":
 		if len(a.Region) != 4 {
@@ -69,8 +84,8 @@ func ValidateAction(p string, a Action, width, height int, workflow bool) error 
 			return Invalid(join(p, "command"), "required for exec")
 		}
 	}
-	if a.Duration < 0 || a.Duration > MaxWait {
-		return Invalid(join(p, "duration"), "%g is out of range 0..%d seconds", a.Duration, MaxWait)
+	if a.Duration < 0 || a.Duration > MaxWait || math.IsNaN(a.Duration) {
+		return Invalid(join(p, "duration"), "%g seconds: a %s lasts at most %d seconds", a.Duration, a.Action, MaxWait)
 	}
 	if a.Action == "wait" && a.Duration == 0 {
 		return Invalid(join(p, "duration"), "required for wait")

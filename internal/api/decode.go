@@ -68,6 +68,10 @@ func splitDocuments(data []byte) ([]any, error) {
 	}
 	if trimmed[0] == '{' || trimmed[0] == '[' {
 		v, err := parseJSON(trimmed)
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			return nil, err
+		}
 		if err != nil {
 			return nil, Invalid("", "invalid JSON: %v", err)
 		}
@@ -107,17 +111,91 @@ func splitDocuments(data []byte) ([]any, error) {
 	return docs, nil
 }
 
+// parseJSON decodes b into generic values (numbers as json.Number),
+// refusing duplicate keys: encoding/json keeps the last of them silently,
+// so {"name":"a","name":"b"} would name the object b.
 func parseJSON(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := parseValue(dec, "", 0)
+	if err != nil {
 		return nil, err
 	}
-	if dec.More() {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("unexpected data after the top-level value")
 	}
 	return v, nil
+}
+
+// maxJSONDepth bounds nesting, so that a hostile body cannot exhaust the
+// stack.
+const maxJSONDepth = 100
+
+func parseValue(dec *json.Decoder, path string, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, Invalid("", "nested more than %d levels deep", maxJSONDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			m := map[string]any{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k := kt.(string)
+				if _, dup := m[k]; dup {
+					return nil, Invalid(join(path, k), "duplicate key")
+				}
+				v, err := parseValue(dec, join(path, k), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				m[k] = v
+			}
+			if _, err := dec.Token(); err != nil { // '}'
+				return nil, err
+			}
+			return m, nil
+		case '[':
+			arr := []any{}
+			for i := 0; dec.More(); i++ {
+				v, err := parseValue(dec, fmt.Sprintf("%s[%d]", path, i), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, v)
+			}
+			if _, err := dec.Token(); err != nil { // ']'
+				return nil, err
+			}
+			return arr, nil
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	default:
+		return t, nil
+	}
+}
+
+// CheckJSON reports the first duplicate key in the JSON document b, naming
+// its path, or a syntax error. Bodies decoded straight into Go structs go
+// through it first.
+func CheckJSON(b []byte) error {
+	_, err := parseJSON(b)
+	var fe *FieldError
+	if err != nil && !errors.As(err, &fe) {
+		return Invalid("", "invalid JSON: %v", err)
+	}
+	return err
 }
 
 func decodeGeneric(doc any, opts DecodeOptions) ([]Object, error) {

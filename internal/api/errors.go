@@ -14,6 +14,11 @@ var (
 	ErrConflict      = errors.New("conflict")
 	ErrUnsupported   = errors.New("not supported")
 	ErrUnavailable   = errors.New("unavailable")
+	// ErrGone: what was asked for is no longer there to give, such as the
+	// changes after a resourceVersion the store no longer remembers.
+	ErrGone = errors.New("gone")
+	// ErrNoSpace: the disk holding the store is full.
+	ErrNoSpace = errors.New("no space left")
 )
 
 // FieldError is a validation error that names the offending field path, such

@@ -19,6 +19,13 @@ type selTerm struct {
 	values []string
 }
 
+// Bounds on a selector: a list or watch checks every term against every
+// object, and a store may turn terms into query clauses.
+const (
+	MaxSelectorTerms  = 32
+	MaxSelectorValues = 256 // in all the in/notin sets together
+)
+
 // ParseSelector parses a label selector such as "pool=web,tier!=gpu".
 func ParseSelector(s string) (Selector, error) {
 	var sel Selector
@@ -26,10 +33,19 @@ func ParseSelector(s string) (Selector, error) {
 	if s == "" {
 		return sel, nil
 	}
-	for _, raw := range splitTerms(s) {
+	raws := splitTerms(s)
+	if len(raws) > MaxSelectorTerms {
+		return Selector{}, Invalid("labelSelector", "%d terms: a selector may have at most %d", len(raws), MaxSelectorTerms)
+	}
+	values := 0
+	for _, raw := range raws {
 		t, err := parseTerm(strings.TrimSpace(raw))
 		if err != nil {
 			return Selector{}, Invalid("labelSelector", "%v", err)
+		}
+		values += len(t.values)
+		if values > MaxSelectorValues {
+			return Selector{}, Invalid("labelSelector", "more than %d values: a selector may list at most %d", MaxSelectorValues, MaxSelectorValues)
 		}
 		sel.terms = append(sel.terms, t)
 	}

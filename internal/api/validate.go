@@ -487,3 +487,42 @@ func sortedStringKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// HostPath is a field of an object that names a file or folder on the host.
+type HostPath struct {
+	Field string
+	Path  string
+}
+
+// HostPaths lists the host paths o names: template image files and volume
+// host folders. The server allows them only under its allowed roots.
+func HostPaths(o Object) []HostPath {
+	var out []HostPath
+	add := func(field, p string) {
+		if p != "" {
+			out = append(out, HostPath{field, p})
+		}
+	}
+	volumes := func(prefix string, vs []Volume) {
+		for i, v := range vs {
+			add(fmt.Sprintf("%s.volumes[%d].hostPath", prefix, i), v.HostPath)
+		}
+	}
+	switch o := o.(type) {
+	case *Template:
+		if q := o.Spec.QEMU; q != nil {
+			add("spec.qemu.disk", q.Disk)
+			add("spec.qemu.kernel", q.Kernel)
+			add("spec.qemu.initrd", q.Initrd)
+		}
+		if h := o.Spec.HyperV; h != nil {
+			add("spec.hyperv.vhdxPath", h.VHDXPath)
+		}
+		add("spec.vhdxPath", o.Spec.VHDXPath)
+	case *Sandbox:
+		volumes("spec", o.Spec.Volumes)
+	case *SandboxPool:
+		volumes("spec.template.spec", o.Spec.Template.Spec.Volumes)
+	}
+	return out
+}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,6 +68,10 @@ func (e *Error) Is(target error) bool {
 		return e.Code == http.StatusBadRequest
 	case api.ErrUnsupported:
 		return e.Code == http.StatusNotImplemented
+	case api.ErrGone:
+		return e.Code == http.StatusGone
+	case api.ErrNoSpace:
+		return e.Code == http.StatusInsufficientStorage
 	}
 	return false
 }
@@ -136,22 +141,45 @@ func resourcePath(kind string) (api.KindInfo, string, error) {
 	return k, "/api/v1/" + k.Plural, nil
 }
 
-// List returns the objects of a kind matching a label selector.
+// ListPageSize is how many objects List asks for at a time.
+const ListPageSize = 500
+
+// List returns the objects of a kind matching a label selector, following
+// the server's pages.
 func (c *Client) List(ctx context.Context, kind, selector string) ([]api.Object, error) {
 	k, p, err := resourcePath(kind)
 	if err != nil {
 		return nil, err
 	}
-	if selector != "" {
-		p += "?labelSelector=" + url.QueryEscape(selector)
+	var out []api.Object
+	cont := ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(ListPageSize)}}
+		if selector != "" {
+			q.Set("labelSelector", selector)
+		}
+		if cont != "" {
+			q.Set("continue", cont)
+		}
+		var raw struct {
+			Metadata struct {
+				Continue string `json:"continue"`
+			} `json:"metadata"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if _, err := c.Do(ctx, http.MethodGet, p+"?"+q.Encode(), nil, "", &raw); err != nil {
+			return nil, err
+		}
+		objs, err := decodeItems(k.Kind, raw.Items)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, objs...)
+		if raw.Metadata.Continue == "" {
+			return out, nil
+		}
+		cont = raw.Metadata.Continue
 	}
-	var raw struct {
-		Items []json.RawMessage `json:"items"`
-	}
-	if _, err := c.Do(ctx, http.MethodGet, p, nil, "", &raw); err != nil {
-		return nil, err
-	}
-	return decodeItems(k.Kind, raw.Items)
 }
 
 func decodeItems(kind string, items []json.RawMessage) ([]api.Object, error) {

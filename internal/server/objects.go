@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,11 +34,15 @@ type List struct {
 
 // writeRawList writes a List whose items are the store's JSON as is: no
 // decoding and re-encoding of thousands of objects.
-func writeRawList(w http.ResponseWriter, kind string, rv int64, items []json.RawMessage) {
+func writeRawList(w http.ResponseWriter, kind string, rv int64, cont string, items []json.RawMessage) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 64<<10)
-	fmt.Fprintf(bw, `{"apiVersion":%q,"kind":%q,"metadata":{"resourceVersion":"%d"},"items":[`, api.Version, kind, rv)
+	fmt.Fprintf(bw, `{"apiVersion":%q,"kind":%q,"metadata":{"resourceVersion":"%d"`, api.Version, kind, rv)
+	if cont != "" {
+		fmt.Fprintf(bw, `,"continue":%q`, cont)
+	}
+	bw.WriteString(`},"items":[`)
 	for i, it := range items {
 		if i > 0 {
 			bw.WriteByte(',')
@@ -48,9 +53,62 @@ func writeRawList(w http.ResponseWriter, kind string, rv int64, items []json.Raw
 	bw.Flush()
 }
 
-// ListMeta carries the revision a list was read at.
+// ListMeta carries the revision a list was read at and, when the list is
+// paged, the token for the next page.
 type ListMeta struct {
 	ResourceVersion string `json:"resourceVersion,omitempty"`
+	Continue        string `json:"continue,omitempty"`
+}
+
+// MaxListLimit bounds a list's limit parameter.
+const MaxListLimit = 100000
+
+// continueToken is the opaque continue of a paged list: where the next page
+// starts. Each page is read at its own revision (the store keeps no
+// history to read an older one from), as a Kubernetes list does once its
+// first page's revision is compacted.
+type continueToken struct {
+	After string `json:"after"`
+}
+
+func encodeContinue(after string) string {
+	if after == "" {
+		return ""
+	}
+	b, _ := json.Marshal(continueToken{After: after})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeContinue(s string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var t continueToken
+	if err == nil {
+		err = json.Unmarshal(b, &t)
+	}
+	if err == nil && t.After == "" {
+		err = fmt.Errorf("empty")
+	}
+	if err == nil {
+		err = api.ValidateName("continue", t.After)
+	}
+	if err != nil {
+		return "", api.Invalid("continue", "not a continue token from this server (pass the metadata.continue of the previous page as is)")
+	}
+	return t.After, nil
+}
+
+// parseRV reads the resourceVersion parameter: -1 when absent or "0"
+// (any revision will do).
+func parseRV(r *http.Request) (int64, error) {
+	v := r.URL.Query().Get("resourceVersion")
+	if v == "" || v == "0" {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, api.Invalid("resourceVersion", "%q is not a resourceVersion (a number from a list or object)", v)
+	}
+	return n, nil
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -59,21 +117,48 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	sel, err := api.ParseSelector(r.URL.Query().Get("labelSelector"))
+	q := r.URL.Query()
+	sel, err := api.ParseSelector(q.Get("labelSelector"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rv, err := parseRV(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if isWatch(r) {
-		s.watch(w, r, k.Kind, sel)
+		s.watch(w, r, k.Kind, sel, rv)
 		return
 	}
-	items, rv, err := s.opts.Store.ListRaw(r.Context(), k.Kind, sel)
+	pg := store.Page{Selector: sel}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			s.fail(w, r, api.Invalid("limit", "%q is not a number in 1..%d", v, MaxListLimit))
+			return
+		}
+		pg.Limit = n
+	}
+	if v := q.Get("continue"); v != "" {
+		if pg.After, err = decodeContinue(v); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	items, cur, next, err := s.opts.Store.ListRaw(r.Context(), k.Kind, pg)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeRawList(w, k.Kind+"List", rv, items)
+	// A list is served at the current revision, which is never older
+	// than one the client saw; a revision from the future cannot be.
+	if rv > cur {
+		s.fail(w, r, fmt.Errorf("resourceVersion %d is newer than the store's (%d): %w", rv, cur, api.ErrGone))
+		return
+	}
+	writeRawList(w, k.Kind+"List", cur, encodeContinue(next), items)
 }
 
 func isWatch(r *http.Request) bool {
@@ -113,6 +198,11 @@ func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, k api.KindInf
 	api.Default(o)
 	if err := api.Validate(o); err != nil {
 		return nil, err
+	}
+	for _, hp := range api.HostPaths(o) {
+		if err := s.opts.AllowedRoots.Check(hp.Field, hp.Path); err != nil {
+			return nil, err
+		}
 	}
 	return o, nil
 }
@@ -216,6 +306,10 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 	body, err := s.readBody(w, r)
 	if err != nil {
 		s.failBody(w, r, err)
+		return
+	}
+	if err := api.CheckJSON(body); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	var req ScaleRequest
@@ -336,9 +430,17 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	if isWatch(r) {
-		s.watchEvents(w, r, f)
+	rv, err := parseRV(r)
+	if err != nil {
+		s.fail(w, r, err)
 		return
+	}
+	if isWatch(r) {
+		s.watchEvents(w, r, f, rv)
+		return
+	}
+	if rv >= 0 {
+		f.AfterID, f.Limit = rv, 0
 	}
 	evs, err := s.opts.Store.ListEvents(r.Context(), f)
 	if err != nil {

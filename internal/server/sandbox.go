@@ -155,6 +155,9 @@ func (s *Server) decodeStrict(w http.ResponseWriter, r *http.Request, v any) err
 	if len(bytes.TrimSpace(body)) == 0 {
 		return api.Invalid("", "empty body: expected a JSON object")
 	}
+	if err := api.CheckJSON(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -11,11 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -39,13 +40,36 @@ type Options struct {
 	Ready func(ctx context.Context) error
 	// Version is reported by /version.
 	Version string
+	// Hosts are the names a request's Host may carry (see guard.go); the
+	// loopback names only when zero.
+	Hosts HostPolicy
+	// BodyTimeout bounds the time a client takes to send a request body
+	// (DefaultBodyTimeout when 0).
+	BodyTimeout time.Duration
+	// ReadHeaderTimeout, IdleTimeout and ShutdownGrace configure Serve
+	// (the Default… values when 0).
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	ShutdownGrace     time.Duration
+	// AllowedRoots are the host directories that host paths in objects
+	// (template image files, volume hostPaths) must lie under.
+	AllowedRoots hostpath.Roots
 }
+
+// Timeouts used when Options leave them 0.
+const (
+	DefaultBodyTimeout       = 30 * time.Second
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultShutdownGrace     = 10 * time.Second
+)
 
 // Server is the HTTP API.
 type Server struct {
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	opts  Options
+	log   *slog.Logger
+	mux   *http.ServeMux
+	hosts HostPolicy
 }
 
 // New builds the server and its routes.
@@ -56,13 +80,27 @@ func New(opts Options) *Server {
 	if opts.MaxBody == 0 {
 		opts.MaxBody = DefaultMaxBody
 	}
-	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&opts.BodyTimeout, DefaultBodyTimeout}, {&opts.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&opts.IdleTimeout, DefaultIdleTimeout}, {&opts.ShutdownGrace, DefaultShutdownGrace}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux(), hosts: opts.Hosts}
+	if s.hosts.names == nil {
+		s.hosts, _ = NewHostPolicy("", nil)
+	}
 	s.routes()
 	return s
 }
 
-// Handler returns the server's root handler.
-func (s *Server) Handler() http.Handler { return s.authenticate(s.mux) }
+// Handler returns the server's root handler: the guard (guard.go), then
+// authentication, then the routes.
+func (s *Server) Handler() http.Handler {
+	return s.guard(s.authenticate(s.bodyDeadline(s.mux)))
+}
 
 func (s *Server) routes() {
 	m := s.mux
@@ -99,7 +137,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube"`)
-			writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token: set HVKUBE_TOKEN"))
+			refuse(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token: set HVKUBE_TOKEN"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -154,6 +192,10 @@ func statusOf(err error) int {
 		return http.StatusNotImplemented
 	case errors.Is(err, api.ErrUnavailable):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, api.ErrGone):
+		return http.StatusGone
+	case errors.Is(err, api.ErrNoSpace):
+		return http.StatusInsufficientStorage
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	default:
@@ -187,17 +229,17 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc.Encode(v)
 }
 
-// readBody reads a request body within the size limit, rejecting content
-// types that are neither JSON nor YAML.
+// readBody reads a request body within the size limit and its deadline
+// (bodyDeadline), then lifts the deadline. The guard has checked its
+// content type.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	ct := strings.ToLower(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
-	switch ct {
-	case "", "application/json", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml",
-		"text/plain", "application/merge-patch+json":
-	default:
-		return nil, &httpError{code: http.StatusUnsupportedMediaType, err: fmt.Errorf("unsupported content type %q: send application/json or application/yaml", ct)}
-	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		w.Header().Set("Connection", "close")
+		return nil, &httpError{code: http.StatusRequestTimeout, err: fmt.Errorf("the request body did not arrive within %s", s.opts.BodyTimeout)}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -65,8 +65,17 @@ func (sw *streamWriter) send(typ string, obj any, flush bool) error {
 // heartbeat keeps idle watches from being cut by proxies.
 const heartbeat = 30 * time.Second
 
-func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel api.Selector) {
-	items, wt, err := s.opts.Store.ListAndWatch(r.Context(), kind, sel)
+// watch streams changes of kind: with rv < 0, the current objects as ADDED
+// first, then every change; with a resourceVersion, the changes after it.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel api.Selector, rv int64) {
+	var items []api.Object
+	var wt *store.Watcher
+	var err error
+	if rv < 0 {
+		items, wt, err = s.opts.Store.ListAndWatch(r.Context(), kind, sel)
+	} else {
+		wt, err = s.opts.Store.WatchFrom(r.Context(), kind, sel, rv)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -80,23 +89,30 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel 
 	s.pump(r, sw, wt)
 }
 
-func (s *Server) watchEvents(w http.ResponseWriter, r *http.Request, f store.EventFilter) {
+// watchEvents streams the audit log: the newest events first (f.Limit of
+// them), or with a resourceVersion (an event's), every event after it;
+// then each new one.
+func (s *Server) watchEvents(w http.ResponseWriter, r *http.Request, f store.EventFilter, rv int64) {
 	_, wt, err := s.opts.Store.ListAndWatch(r.Context(), api.KindEvent, api.Selector{})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	sw := newStream(w, r)
+	if rv >= 0 {
+		f.AfterID = rv
+		f.Limit = 0
+	}
 	prior, err := s.opts.Store.ListEvents(r.Context(), f)
 	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	last := ""
+	sw := newStream(w, r)
+	lastID := rv
 	for i, e := range prior {
 		sw.send(store.Added, e, i == len(prior)-1)
-		last = e.Metadata.ResourceVersion
+		lastID = store.ParseRV(e.Metadata.ResourceVersion)
 	}
-	lastID := store.ParseRV(last)
 	s.pumpFiltered(r, sw, wt, func(o api.Object) bool {
 		e := o.(*api.Event)
 		if store.ParseRV(e.Metadata.ResourceVersion) <= lastID {

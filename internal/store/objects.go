@@ -40,14 +40,16 @@ func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.
 	return listObjects(ctx, tx, kind, sel)
 }
 
-// ListRaw is List without decoding: each item is the object's stored JSON.
-func (s *Store) ListRaw(ctx context.Context, kind string, sel api.Selector) ([]json.RawMessage, int64, error) {
+// ListRaw is List without decoding, a page at a time: each item is the
+// object's stored JSON, and next is the name the next page starts after
+// ("" on the last page). Each page is read at the revision it returns.
+func (s *Store) ListRaw(ctx context.Context, kind string, pg Page) (items []json.RawMessage, rv int64, next string, err error) {
 	tx, err := s.r.BeginTx(ctx, &sqlReadOnly)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+		return nil, 0, "", fmt.Errorf("list %s: %w", kind, err)
 	}
 	defer tx.Rollback()
-	return listRaw(ctx, tx, kind, sel)
+	return listRaw(ctx, tx, kind, pg)
 }
 
 // Create stores a new object; see Tx.Create.
@@ -172,7 +174,12 @@ type EventFilter struct {
 	Kind  string // involved object's kind; empty is any
 	Name  string // involved object's name; empty is any
 	Since time.Time
-	Limit int // newest N; 0 means 1000
+	Limit int // newest N; 0 means 1000 (all, with AfterID)
+	// AfterID, when set, asks for every event after the event with this
+	// id (its resourceVersion). If the log no longer holds the events
+	// right after it, or has no such event yet, the error wraps
+	// api.ErrGone.
+	AfterID int64
 }
 
 // ListEvents returns events oldest first.
@@ -183,6 +190,24 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]*api.Event, er
 	}
 	q := `SELECT id, kind, name, uid, type, reason, message, ts FROM events WHERE 1=1`
 	var args []any
+	if f.AfterID > 0 {
+		var oldest, newest int64
+		err := s.r.QueryRowContext(ctx, `SELECT COALESCE((SELECT MIN(id) FROM events), 0), COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`).Scan(&oldest, &newest)
+		if err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		switch {
+		case f.AfterID > newest:
+			return nil, fmt.Errorf("resourceVersion %d is newer than the newest event (%d): %w", f.AfterID, newest, api.ErrGone)
+		case oldest > 0 && f.AfterID < oldest-1:
+			return nil, fmt.Errorf("the events after resourceVersion %d were pruned (the log keeps the newest %d): list again: %w", f.AfterID, s.maxEvents, api.ErrGone)
+		}
+		q += ` AND id > ?`
+		args = append(args, f.AfterID)
+		if f.Limit <= 0 {
+			limit = s.maxEvents
+		}
+	}
 	if f.Kind != "" {
 		q += ` AND kind = ?`
 		args = append(args, f.Kind)

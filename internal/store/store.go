@@ -41,10 +41,11 @@ type Options struct {
 
 // Store is the SQLite-backed object store. It is safe for concurrent use.
 type Store struct {
-	w   *sql.DB // exactly one connection: SQLite has one writer anyway
-	r   *sql.DB // readers
-	now func() time.Time
-	log *slog.Logger
+	w    *sql.DB // exactly one connection: SQLite has one writer anyway
+	r    *sql.DB // readers
+	path string  // the database file
+	now  func() time.Time
+	log  *slog.Logger
 
 	maxEvents int
 
@@ -67,6 +68,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	path := filepath.Join(dir, DBFile)
+	if err := checkWritable(dir, path); err != nil {
+		return nil, err
+	}
 	// Pragmas go in the DSN so that every pooled connection gets them.
 	dsn := "file:" + filepath.ToSlash(path) +
 		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)" +
@@ -85,7 +89,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
-	s := &Store{w: w, r: r, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, watchers: map[*Watcher]struct{}{}}
+	s := &Store{w: w, r: r, path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, watchers: map[*Watcher]struct{}{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -97,7 +101,16 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
+		if c := sqliteCode(err); c != 0 {
+			return nil, writeProbeError(path, err)
+		}
 		return nil, err
+	}
+	// A database that SQLite opened but cannot write (a read-only file
+	// system) passes the migrations when none is due.
+	if _, err := s.w.ExecContext(ctx, `UPDATE revision SET rv = rv WHERE id = 1`); err != nil {
+		s.Close()
+		return nil, writeProbeError(path, err)
 	}
 	return s, nil
 }
@@ -189,15 +202,16 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Tx) error) error {
 	defer s.writeMu.Unlock()
 	sqlTx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return s.classify(fmt.Errorf("begin: %w", err))
 	}
 	tx := &Tx{s: s, tx: sqlTx, ctx: ctx}
 	if err := fn(tx); err != nil {
 		sqlTx.Rollback()
-		return err
+		return s.classify(err)
 	}
 	if err := sqlTx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		sqlTx.Rollback()
+		return s.classify(fmt.Errorf("commit: %w", err))
 	}
 	s.publish(tx.pending)
 	if tx.events > 0 {
@@ -287,7 +301,7 @@ func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
 		}
 		return next, true, nil
 	}
-	return tx.write(next)
+	return tx.write(next, cur.GetMeta().Labels)
 }
 
 // UpdateStatus replaces the stored object's status with o's. The
@@ -306,7 +320,7 @@ func (tx *Tx) UpdateStatus(o api.Object) (api.Object, error) {
 	}
 	next := api.DeepCopy(cur)
 	setStatus(next, o)
-	out, _, err := tx.write(next)
+	out, _, err := tx.write(next, cur.GetMeta().Labels)
 	return out, err
 }
 
@@ -334,7 +348,7 @@ func (tx *Tx) Delete(kind, name string, opts DeleteOptions) (obj api.Object, del
 		next := api.DeepCopy(cur)
 		t := tx.s.now().UTC()
 		next.GetMeta().DeletionTimestamp = &t
-		out, _, err := tx.write(next)
+		out, _, err := tx.write(next, cur.GetMeta().Labels)
 		return out, false, err
 	}
 	if err := tx.remove(cur); err != nil {
@@ -343,7 +357,8 @@ func (tx *Tx) Delete(kind, name string, opts DeleteOptions) (obj api.Object, del
 	return cur, true, nil
 }
 
-func (tx *Tx) write(o api.Object) (api.Object, bool, error) {
+// write stores o over its earlier version, whose labels were prevLabels.
+func (tx *Tx) write(o api.Object, prevLabels map[string]string) (api.Object, bool, error) {
 	rv, err := tx.nextRV()
 	if err != nil {
 		return nil, false, err
@@ -352,7 +367,7 @@ func (tx *Tx) write(o api.Object) (api.Object, bool, error) {
 	if err := tx.put(o, rv, false); err != nil {
 		return nil, false, err
 	}
-	tx.pending = append(tx.pending, WatchEvent{Type: Modified, Object: o})
+	tx.pending = append(tx.pending, WatchEvent{Type: Modified, Object: o, prevLabels: prevLabels})
 	return api.DeepCopy(o), true, nil
 }
 
@@ -464,7 +479,7 @@ func getObject(ctx context.Context, q querier, kind, name string) (api.Object, e
 }
 
 func listObjects(ctx context.Context, q querier, kind string, sel api.Selector) ([]api.Object, int64, error) {
-	raws, rv, err := listRaw(ctx, q, kind, sel)
+	raws, rv, _, err := listRaw(ctx, q, kind, Page{Selector: sel})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -479,15 +494,28 @@ func listObjects(ctx context.Context, q querier, kind string, sel api.Selector) 
 	return out, rv, nil
 }
 
+// Page selects part of a list: the objects matching Selector, by name,
+// after the name After, at most Limit of them (0: all).
+type Page struct {
+	Selector api.Selector
+	After    string
+	Limit    int
+}
+
 // listRaw returns the stored JSON of the matching objects without decoding
-// them; labels are read from their own column to filter.
-func listRaw(ctx context.Context, q querier, kind string, sel api.Selector) ([]json.RawMessage, int64, error) {
-	var rv int64
+// them; labels are read from their own column to filter. next is the name
+// the next page starts after, or "" when there is no more.
+func listRaw(ctx context.Context, q querier, kind string, pg Page) (items []json.RawMessage, rv int64, next string, err error) {
 	if err := q.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv); err != nil {
-		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+		return nil, 0, "", fmt.Errorf("list %s: %w", kind, err)
 	}
-	query := `SELECT data, labels FROM objects WHERE kind = ?`
+	sel := pg.Selector
+	query := `SELECT name, data, labels FROM objects WHERE kind = ?`
 	args := []any{kind}
+	if pg.After != "" {
+		query += ` AND name > ?`
+		args = append(args, pg.After)
+	}
 	// Label keys are restricted to [A-Za-z0-9._/-], so quoting them in a
 	// JSON path is safe; the values are bound parameters.
 	for k, v := range sel.Equalities() {
@@ -496,30 +524,37 @@ func listRaw(ctx context.Context, q querier, kind string, sel api.Selector) ([]j
 	}
 	rows, err := q.QueryContext(ctx, query+` ORDER BY name`, args...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+		return nil, 0, "", fmt.Errorf("list %s: %w", kind, err)
 	}
 	defer rows.Close()
-	out := []json.RawMessage{}
+	items = []json.RawMessage{}
+	last := ""
 	for rows.Next() {
+		var name string
 		var data, labelJSON []byte
-		if err := rows.Scan(&data, &labelJSON); err != nil {
-			return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+		if err := rows.Scan(&name, &data, &labelJSON); err != nil {
+			return nil, 0, "", fmt.Errorf("list %s: %w", kind, err)
 		}
 		if !sel.Empty() {
 			var labels map[string]string
 			if err := json.Unmarshal(labelJSON, &labels); err != nil {
-				return nil, 0, fmt.Errorf("list %s: labels: %w", kind, err)
+				return nil, 0, "", fmt.Errorf("list %s: labels: %w", kind, err)
 			}
 			if !sel.Matches(labels) {
 				continue
 			}
 		}
-		out = append(out, data)
+		if pg.Limit > 0 && len(items) == pg.Limit {
+			next = last // one more matches: there is another page
+			break
+		}
+		items = append(items, data)
+		last = name
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+		return nil, 0, "", fmt.Errorf("list %s: %w", kind, err)
 	}
-	return out, rv, nil
+	return items, rv, next, nil
 }
 
 func decodeRow(kind string, data []byte) (api.Object, error) {

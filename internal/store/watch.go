@@ -23,6 +23,11 @@ const (
 type WatchEvent struct {
 	Type   string     `json:"type"`
 	Object api.Object `json:"object"`
+
+	// prevLabels are a modified object's labels before the change: an
+	// object that leaves a watch's selector is DELETED for that watch, one
+	// that enters it ADDED.
+	prevLabels map[string]string
 }
 
 // ErrWatchOverflow ends a watch whose reader fell too far behind; the reader
@@ -71,12 +76,38 @@ func (w *Watcher) stop(err error) {
 // The watcher ends when ctx ends. Pass api.KindEvent to watch the audit log
 // (the list is then empty).
 func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, *Watcher, error) {
+	return s.listAndWatch(ctx, kind, sel, -1)
+}
+
+// WatchFrom returns a Watcher of the changes after revision rv, with no
+// initial list. The store keeps no history of changes, so it can only
+// watch from its current revision; any other rv is an error wrapping
+// api.ErrGone (list again, then watch from the list's revision).
+func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv int64) (*Watcher, error) {
+	_, w, err := s.listAndWatch(ctx, kind, sel, rv)
+	return w, err
+}
+
+// listAndWatch registers a watcher; from < 0 lists first, otherwise from
+// must be the current revision.
+func (s *Store) listAndWatch(ctx context.Context, kind string, sel api.Selector, from int64) ([]api.Object, *Watcher, error) {
 	w := &Watcher{kind: kind, sel: sel, ch: make(chan WatchEvent, WatchBuffer), done: make(chan struct{})}
-	// Holding the write lock means nothing commits between the list and
-	// the registration.
+	// Holding the write lock means nothing commits between the list (or
+	// the revision check) and the registration.
 	s.writeMu.Lock()
 	var items []api.Object
-	if kind != api.KindEvent {
+	switch {
+	case from >= 0:
+		cur, err := s.Revision(ctx)
+		if err != nil {
+			s.writeMu.Unlock()
+			return nil, nil, err
+		}
+		if err := checkWatchRV(from, cur); err != nil {
+			s.writeMu.Unlock()
+			return nil, nil, err
+		}
+	case kind != api.KindEvent:
 		var err error
 		items, _, err = s.List(ctx, kind, sel)
 		if err != nil {
@@ -106,6 +137,18 @@ func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector)
 	return items, w, nil
 }
 
+// checkWatchRV says whether a watch can start after revision rv when the
+// store is at cur.
+func checkWatchRV(rv, cur int64) error {
+	switch {
+	case rv < cur:
+		return fmt.Errorf("resourceVersion %d is too old: the store is at %d and keeps no history of changes; list again and watch from the list's resourceVersion: %w", rv, cur, api.ErrGone)
+	case rv > cur:
+		return fmt.Errorf("resourceVersion %d is newer than the store's (%d): list again and watch from the list's resourceVersion: %w", rv, cur, api.ErrGone)
+	}
+	return nil
+}
+
 // publish hands committed changes to watchers. It never blocks: a watcher
 // whose buffer is full is stopped with ErrWatchOverflow.
 func (s *Store) publish(evs []WatchEvent) {
@@ -119,18 +162,45 @@ func (s *Store) publish(evs []WatchEvent) {
 			if ev.Object.GetTypeMeta().Kind != w.kind {
 				continue
 			}
-			if ev.Object.GetTypeMeta().Kind != api.KindEvent && !w.sel.Matches(ev.Object.GetMeta().Labels) {
-				continue
+			typ := ev.Type
+			if ev.Object.GetTypeMeta().Kind != api.KindEvent {
+				typ = w.view(ev)
+				if typ == "" {
+					continue
+				}
 			}
 			select {
 			case <-w.done:
-			case w.ch <- WatchEvent{Type: ev.Type, Object: ev.Object}:
+			case w.ch <- WatchEvent{Type: typ, Object: ev.Object}:
 			default:
 				delete(s.watchers, w)
 				w.stop(ErrWatchOverflow)
 			}
 		}
 	}
+}
+
+// view is the type of ev as this watcher's selector sees it, or "" if the
+// watcher does not see it: a modification that takes an object out of the
+// selector is a deletion, one that brings it in an addition.
+func (w *Watcher) view(ev WatchEvent) string {
+	is := w.sel.Matches(ev.Object.GetMeta().Labels)
+	if ev.Type != Modified {
+		if is {
+			return ev.Type
+		}
+		return ""
+	}
+	was := w.sel.Matches(ev.prevLabels)
+	switch {
+	case was && is:
+		return Modified
+	case is:
+		return Added
+	case was:
+		return Deleted
+	}
+	return ""
 }
 
 func isNotFound(err error) bool { return errors.Is(err, api.ErrNotFound) }

@@ -164,6 +164,9 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 
 	t.Run("StaleSparesRemovedAtStart", func(t *testing.T) {
 		sp := waitSpare(t)
+		if !processAlive(sp.p.pid, sp.p.name) {
+			t.Fatal("the spare does not run")
+		}
 		// A second backend on the same directory is a server restarted
 		// after a crash: it kills the spares it finds.
 		b2, err := New(ctx, Config{Dir: b.cfg.Dir, ImageDir: b.cfg.ImageDir, NoSpares: true})
@@ -171,7 +174,7 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 			t.Fatal(err)
 		}
 		defer b2.Close()
-		if processAlive(sp.p.pid, spareNamePrefix) {
+		if processAlive(sp.p.pid, sp.p.name) {
 			t.Fatal("a spare left by an earlier backend still runs")
 		}
 		if left := sparesLeft(); len(left) > 0 {
@@ -183,8 +186,11 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 		b.dropSpare(tplID) // the one the restarted backend killed
 		b.refillSpare(b.mustTemplate(t, tplID))
 		sp := waitSpare(t)
+		if !processAlive(sp.p.pid, sp.p.name) {
+			t.Fatal("the spare does not run")
+		}
 		b.dropSpare(tplID)
-		if processAlive(sp.p.pid, spareNamePrefix) {
+		if processAlive(sp.p.pid, sp.p.name) {
 			t.Fatal("a dropped spare still runs")
 		}
 		if left := sparesLeft(); len(left) > 0 {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/hostpath"
 )
 
 // imageInfo is the image.json an image builder writes beside the image
@@ -60,7 +61,8 @@ var defaultHelpers = map[string]string{
 
 // resolveImage finds a template's image: by name under imageDir (NAME/current,
 // as `make image` leaves it) or by explicit paths.
-func resolveImage(imageDir string, q api.QEMUImage) (image, error) {
+// Explicit paths must lie under roots.
+func resolveImage(imageDir string, roots hostpath.Roots, q api.QEMUImage) (image, error) {
 	if q.Image != "" {
 		link := filepath.Join(imageDir, q.Image, "current")
 		dir, err := filepath.EvalSymlinks(link)
@@ -108,12 +110,15 @@ func resolveImage(imageDir string, q api.QEMUImage) (image, error) {
 	if img.Kernel == "" {
 		return image{}, fmt.Errorf("spec.qemu.kernel: required with spec.qemu.disk (hvkube boots images with -kernel): %w", api.ErrInvalid)
 	}
-	for _, p := range []string{img.Kernel, img.Initrd, img.Disk} {
-		if p == "" {
+	for _, f := range []struct{ field, p string }{{"spec.qemu.kernel", img.Kernel}, {"spec.qemu.initrd", img.Initrd}, {"spec.qemu.disk", img.Disk}} {
+		if f.p == "" {
 			continue
 		}
-		if _, err := os.Stat(p); err != nil {
-			return image{}, fmt.Errorf("template image file: %w", err)
+		if err := roots.Check(f.field, f.p); err != nil {
+			return image{}, err
+		}
+		if _, err := os.Stat(f.p); err != nil {
+			return image{}, fmt.Errorf("%s: %w", f.field, err)
 		}
 	}
 	return img.withDefaults(), nil

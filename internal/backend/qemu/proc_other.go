@@ -20,3 +20,5 @@ func hostMemory() (int, int, error)                                 { return 0, 
 func kvmAvailable() bool                                            { return false }
 
 func diskUsage(path string) int64 { return 0 }
+
+func ownProcesses(dir string) []procRef { return nil }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +27,7 @@ func startProcess(binary string, args []string, dir, logPath string, files []*os
 	defer logf.Close()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
+	cmd.Env = childEnv()
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.ExtraFiles = files
@@ -141,4 +143,40 @@ func diskUsage(path string) int64 {
 		return 0
 	}
 	return st.Blocks * 512
+}
+
+// ownProcesses lists the QEMU processes started by a backend whose
+// directory is dir: their -pidfile lies under it and their -name is one of
+// hvkube's.
+func ownProcesses(dir string) []procRef {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	prefix := filepath.Clean(dir) + string(filepath.Separator)
+	var out []procRef
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		var name, pidfile string
+		for i := 0; i+1 < len(args); i++ {
+			switch args[i] {
+			case "-name":
+				name = args[i+1]
+			case "-pidfile":
+				pidfile = args[i+1]
+			}
+		}
+		if strings.HasPrefix(name, "hvkube-") && strings.HasPrefix(pidfile, prefix) {
+			out = append(out, procRef{pid: pid, name: name})
+		}
+	}
+	return out
 }

@@ -141,3 +141,48 @@ func (p *proc) logTail() string {
 	}
 	return ": qemu says: " + s
 }
+
+// procRef names a process: its pid and its QEMU -name.
+type procRef struct {
+	pid  int
+	name string
+}
+
+// childEnv is the environment of the processes the backend starts: the
+// server's, without its own variables (HVKUBE_TOKEN among them). QEMU and
+// qemu-img need none of them, and a guest-facing process must not hold the
+// API's secrets.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HVKUBE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// removeStrays kills the QEMU processes of this backend's directory that no
+// sandbox owns: spares and template builds of a server that was killed, and
+// QEMUs whose sandbox directory is gone. It runs once at start, after the
+// sandboxes are adopted.
+func (b *Backend) removeStrays() {
+	owned := map[int]bool{}
+	b.mu.Lock()
+	for _, v := range b.vms {
+		owned[v.meta.PID] = true
+		if v.p != nil {
+			owned[v.p.pid] = true
+		}
+	}
+	b.mu.Unlock()
+	for _, p := range ownProcesses(b.cfg.Dir) {
+		if owned[p.pid] {
+			continue
+		}
+		b.log.Warn("killing a QEMU that no sandbox owns (left by an earlier server)", "pid", p.pid, "name", p.name)
+		if err := killProcess(p.pid, p.name, 10*time.Second); err != nil {
+			b.log.Error("could not kill a stray QEMU", "pid", p.pid, "err", err)
+		}
+	}
+}

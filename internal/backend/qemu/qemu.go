@@ -40,6 +40,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/hostpath"
 )
 
 // Config configures the backend.
@@ -70,7 +71,11 @@ type Config struct {
 	// NoSpares turns off spare clones (see spare): every clone then starts
 	// its QEMU on demand.
 	NoSpares bool
-	Logger   *slog.Logger
+	// AllowedRoots are the host directories a template's explicit image
+	// files (spec.qemu.disk, kernel, initrd) must lie under; ImageDir
+	// alone when empty.
+	AllowedRoots hostpath.Roots
+	Logger       *slog.Logger
 }
 
 // Backend is the QEMU backend. It is safe for concurrent use.
@@ -124,6 +129,18 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("qemu backend: Dir is required")
 	}
+	// QEMU runs in its own directory and finds its files by these paths;
+	// they must not be relative. They also tell this backend's processes
+	// from others' (ownProcesses).
+	for _, d := range []*string{&cfg.Dir, &cfg.ImageDir, &cfg.RunDir} {
+		if *d != "" && !filepath.IsAbs(*d) {
+			abs, err := filepath.Abs(*d)
+			if err != nil {
+				return nil, fmt.Errorf("qemu backend: %w", err)
+			}
+			*d = abs
+		}
+	}
 	if cfg.ImageDir == "" {
 		cfg.ImageDir = DefaultImageDir()
 	}
@@ -157,6 +174,13 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if len(cfg.AllowedRoots) == 0 {
+		roots, err := hostpath.NewRoots(cfg.ImageDir)
+		if err != nil {
+			return nil, fmt.Errorf("qemu backend: %w", err)
+		}
+		cfg.AllowedRoots = roots
+	}
 	for _, bin := range []*string{&cfg.Binary, &cfg.QEMUImg} {
 		p, err := exec.LookPath(*bin)
 		if err != nil {
@@ -171,10 +195,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	b := &Backend{cfg: cfg, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSlot{}}
 	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
-	b.removeStaleSpares()
 	if _, err := b.List(ctx); err != nil {
 		return nil, err
 	}
+	b.removeStrays()
+	b.removeStaleSpares()
 	b.log.Info("qemu backend ready", "accel", cfg.Accel, "dir", cfg.Dir, "images", cfg.ImageDir, "sandboxes", len(b.vms))
 	return b, nil
 }
@@ -280,7 +305,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	if t, err := b.loadTemplate(spec.ID); err == nil {
 		return t.info(), nil
 	}
-	img, err := resolveImage(b.cfg.ImageDir, spec.Image)
+	img, err := resolveImage(b.cfg.ImageDir, b.cfg.AllowedRoots, spec.Image)
 	if err != nil {
 		return backend.TemplateInfo{}, err
 	}
@@ -413,7 +438,9 @@ func (b *Backend) runDirFor(dir string) string {
 
 // overlay creates a qcow2 overlay backed by base.
 func (b *Backend) overlay(ctx context.Context, base, path string) error {
-	out, err := exec.CommandContext(ctx, b.cfg.QEMUImg, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, path).CombinedOutput()
+	cmd := exec.CommandContext(ctx, b.cfg.QEMUImg, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, path)
+	cmd.Env = childEnv()
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("qemu-img create %s: %w: %s", path, err, strings.TrimSpace(string(out)))
 	}

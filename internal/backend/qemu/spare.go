@@ -24,7 +24,7 @@ import (
 // and not yet touched: tens of MiB, mostly the display's memory. It is not
 // counted against the host memory limit; the clone that takes it is.
 // Spares do not outlive the backend: Close kills them, and New kills any a
-// crashed server left behind.
+// crashed server left behind (removeStrays).
 type spare struct {
 	dir, run   string // its directory and socket directory
 	p          *proc
@@ -204,8 +204,8 @@ func (b *Backend) dropAllSpares() {
 	}
 }
 
-// removeStaleSpares kills and removes the spares a previous server left
-// behind (it ended without Close): no sandbox knows them.
+// removeStaleSpares removes the spares' files a previous server left
+// behind (it ended without Close); removeStrays has killed their QEMUs.
 func (b *Backend) removeStaleSpares() {
 	entries, err := os.ReadDir(b.sparesDir())
 	if err != nil {
@@ -213,9 +213,6 @@ func (b *Backend) removeStaleSpares() {
 	}
 	for _, e := range entries {
 		dir := filepath.Join(b.sparesDir(), e.Name())
-		if pid, err := readPID(filepath.Join(dir, "pid")); err == nil {
-			killProcess(pid, spareNamePrefix, 10*time.Second)
-		}
 		os.RemoveAll(b.runDirFor(dir))
 		os.RemoveAll(dir)
 	}

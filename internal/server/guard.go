@@ -1,0 +1,225 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// A server on loopback is reachable from every web page its user opens, so
+// the guard answers only requests that name this server and, for anything
+// that changes state, come from no web page or from one of its own:
+//
+//   - Host must be one of the server's own names (DNS rebinding points a
+//     page's own name at 127.0.0.1; its requests then carry that name):
+//     421 otherwise.
+//   - A request that changes state (any method but GET, HEAD and OPTIONS,
+//     and every WebSocket upgrade, which browsers send cross-origin
+//     without asking) must not come from another origin: an Origin header
+//     that is not this server's own, or Sec-Fetch-Site other than
+//     same-origin or none, gets 403.
+//   - A read that a page on another site embeds (an <img> or <script> of
+//     an API URL; Sec-Fetch-Site cross-site or same-site, and not a
+//     top-level navigation) gets 403 as well.
+//   - A request body must be JSON or YAML: the content types a page may
+//     send without asking first (text/plain, forms) get 415.
+//
+// Clients that are not browsers (the CLI, curl, SDKs) send no Origin and
+// no Sec-Fetch-* headers and are not affected. Rejections close the
+// connection, so that a body nobody will read is not waited for.
+
+// HostPolicy is the set of names a request's Host may carry.
+type HostPolicy struct {
+	names map[string]bool
+	any   bool
+}
+
+// LoopbackHosts are always the server's own names.
+var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
+
+// NewHostPolicy allows the loopback names, the host of addr (the listen
+// address) and extra (--allowed-hosts). When addr listens on every
+// interface, the addresses of this host's interfaces and its host name are
+// allowed too. An extra entry "*" allows any Host (behind a proxy that
+// checks it).
+func NewHostPolicy(addr string, extra []string) (HostPolicy, error) {
+	p := HostPolicy{names: map[string]bool{}}
+	add := func(h string) {
+		h = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+		if h != "" {
+			p.names[h] = true
+		}
+	}
+	for _, h := range LoopbackHosts {
+		add(h)
+	}
+	for _, h := range extra {
+		h = strings.TrimSpace(h)
+		if h == "*" {
+			p.any = true
+			continue
+		}
+		if strings.ContainsAny(h, "/ ") {
+			return HostPolicy{}, fmt.Errorf("--allowed-hosts: %q is not a host name", h)
+		}
+		if hh, _, err := net.SplitHostPort(h); err == nil {
+			h = hh
+		}
+		add(h)
+	}
+	if addr != "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return HostPolicy{}, fmt.Errorf("--addr %q: %w", addr, err)
+		}
+		add(host)
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			if addrs, err := net.InterfaceAddrs(); err == nil {
+				for _, a := range addrs {
+					if n, ok := a.(*net.IPNet); ok {
+						add(n.IP.String())
+					}
+				}
+			}
+			if hn, err := osHostname(); err == nil {
+				add(hn)
+			}
+		}
+	}
+	return p, nil
+}
+
+// Allows reports whether hostport (a Host header) names this server.
+func (p HostPolicy) Allows(hostport string) bool {
+	if p.any {
+		return true
+	}
+	h := hostport
+	if hh, _, err := net.SplitHostPort(hostport); err == nil {
+		h = hh
+	}
+	h = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+	return p.names[h]
+}
+
+// isWebSocket reports whether r asks to upgrade to a WebSocket.
+func isWebSocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+func changesState(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return isWebSocket(r)
+	}
+	return true
+}
+
+// writeContentTypes are the request body types the API reads.
+var writeContentTypes = map[string]bool{
+	"application/json": true, "application/merge-patch+json": true,
+	"application/yaml": true, "application/x-yaml": true, "text/yaml": true, "text/x-yaml": true,
+}
+
+// mediaType is r's Content-Type without parameters, lower case.
+func mediaType(r *http.Request) string {
+	ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
+	return strings.ToLower(strings.TrimSpace(ct))
+}
+
+// hasBody reports whether r carries a request body.
+func hasBody(r *http.Request) bool {
+	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
+}
+
+// guardError is a request the guard refuses, and why.
+type guardError struct {
+	code int
+	msg  string
+}
+
+// check applies the rules above to r.
+func (s *Server) check(r *http.Request) *guardError {
+	if !s.hosts.Allows(r.Host) {
+		return &guardError{http.StatusMisdirectedRequest, fmt.Sprintf("Host %q is not a name of this server: use 127.0.0.1 or localhost, or start the server with --allowed-hosts", r.Host)}
+	}
+	site := strings.ToLower(r.Header.Get("Sec-Fetch-Site"))
+	if changesState(r) {
+		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
+			return &guardError{http.StatusForbidden, fmt.Sprintf("requests from the web page at %s may not change this server (cross-origin %s refused)", o, r.Method)}
+		}
+		if site != "" && site != "same-origin" && site != "none" {
+			return &guardError{http.StatusForbidden, fmt.Sprintf("a %s request from another site (Sec-Fetch-Site: %s) may not change this server", r.Method, site)}
+		}
+		if !isWebSocket(r) {
+			ct := mediaType(r)
+			if (ct != "" && !writeContentTypes[ct]) || (ct == "" && hasBody(r)) {
+				if ct == "" {
+					ct = "none"
+				}
+				return &guardError{http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %s is not accepted: send application/json or application/yaml", ct)}
+			}
+		}
+		return nil
+	}
+	if (site == "cross-site" || site == "same-site") && !strings.EqualFold(r.Header.Get("Sec-Fetch-Mode"), "navigate") {
+		return &guardError{http.StatusForbidden, fmt.Sprintf("pages on other sites may not embed this server's responses (Sec-Fetch-Site: %s)", site)}
+	}
+	return nil
+}
+
+// sameOrigin reports whether the Origin header origin is this server as
+// reached through host (the request's Host).
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false // "null" (sandboxed frames, file: pages) included
+	}
+	return strings.EqualFold(u.Host, host)
+}
+
+// guard refuses what check refuses, before authentication and before a
+// body is read.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e := s.check(r); e != nil {
+			level := slog.LevelDebug
+			if e.code != http.StatusUnsupportedMediaType {
+				level = slog.LevelWarn // a web page, or a name that is not ours
+			}
+			s.log.Log(r.Context(), level, "request refused", "method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin"), "status", e.code, "why", e.msg)
+			refuse(w, e.code, errors.New(e.msg))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuse answers an early rejection and closes the connection, so that the
+// server does not wait for a body it will not read.
+func refuse(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Connection", "close")
+	writeError(w, code, err)
+}
+
+// bodyDeadline bounds the time a client may take to send its request body:
+// a body that trickles in holds a connection and a goroutine. Streams of
+// the server's own (watches) and WebSocket upgrades carry no body and are
+// not bounded. readBody lifts the deadline once the body is in, so that
+// the server still notices a client that goes away during long work.
+func (s *Server) bodyDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hasBody(r) && !isWebSocket(r) {
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+var osHostname = os.Hostname

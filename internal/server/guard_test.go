@@ -1,0 +1,302 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// served is a Server answering on a real listener through Serve, with its
+// own timeouts, as `hvkube serve` runs it.
+type served struct {
+	addr string
+	st   *store.Store
+	stop func() error
+}
+
+func serveReal(t *testing.T, opts Options) *served {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Store = st
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New(opts).Serve(ctx, ln) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	t.Cleanup(func() {
+		stop()
+		st.Close()
+	})
+	return &served{addr: ln.Addr().String(), st: st, stop: stop}
+}
+
+const sandboxJSON = `{"apiVersion":"hvkube/v1","kind":"Sandbox","metadata":{"name":"desk"}}`
+
+// TestBrowserOriginSafety sends what browsers send: pages of other origins
+// and DNS-rebound names are refused, with or without a token, and nothing
+// changes; the server's own pages, the CLI and curl are served.
+func TestBrowserOriginSafety(t *testing.T) {
+	for _, token := range []string{"", "s3cret"} {
+		hosts, err := NewHostPolicy("127.0.0.1:0", []string{"hvkube.internal"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := serveReal(t, Options{Token: token, Hosts: hosts})
+		self := "http://" + srv.addr
+		_, port, _ := net.SplitHostPort(srv.addr)
+		tests := []struct {
+			name, method, path, host, ctype, body string
+			headers                               map[string]string
+			code                                  int
+		}{
+			{name: "cross-origin simple POST", method: "POST", path: "/api/v1/sandboxes", ctype: "text/plain", body: sandboxJSON,
+				headers: map[string]string{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}, code: 403},
+			{name: "cross-origin POST, old browser", method: "POST", path: "/api/v1/sandboxes", ctype: "text/plain", body: sandboxJSON,
+				headers: map[string]string{"Origin": "http://evil.example"}, code: 403},
+			{name: "cross-origin JSON POST", method: "POST", path: "/api/v1/sandboxes", ctype: "application/json", body: sandboxJSON,
+				headers: map[string]string{"Origin": "http://evil.example"}, code: 403},
+			{name: "form POST without Origin", method: "POST", path: "/api/v1/sandboxes", ctype: "application/x-www-form-urlencoded", body: "a=b", code: 415},
+			{name: "bodiless cross-origin POST", method: "POST", path: "/api/v1/sandboxes/desk/pause",
+				headers: map[string]string{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, code: 403},
+			{name: "cross-site fetch metadata only", method: "DELETE", path: "/api/v1/sandboxes/desk",
+				headers: map[string]string{"Sec-Fetch-Site": "cross-site"}, code: 403},
+			{name: "same-site page of another port", method: "POST", path: "/api/v1/sandboxes", ctype: "application/json", body: sandboxJSON,
+				headers: map[string]string{"Origin": "http://127.0.0.1:3000", "Sec-Fetch-Site": "same-site"}, code: 403},
+			{name: "sandboxed frame (Origin null)", method: "POST", path: "/api/v1/sandboxes", ctype: "application/json", body: sandboxJSON,
+				headers: map[string]string{"Origin": "null"}, code: 403},
+			{name: "DNS rebinding read", method: "GET", path: "/api/v1/sandboxes", host: "evil.example:" + port, code: 421},
+			{name: "DNS rebinding write", method: "POST", path: "/api/v1/sandboxes", host: "evil.example:" + port, ctype: "application/json", body: sandboxJSON,
+				headers: map[string]string{"Origin": "http://evil.example:" + port, "Sec-Fetch-Site": "same-origin"}, code: 421},
+			{name: "DNS rebinding health", method: "GET", path: "/healthz", host: "evil.example", code: 421},
+			{name: "cross-site image embed", method: "GET", path: "/api/v1/sandboxes", headers: map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}, code: 403},
+			{name: "cross-origin WebSocket", method: "GET", path: "/api/v1/sandboxes/desk/display",
+				headers: map[string]string{"Origin": "http://evil.example", "Upgrade": "websocket", "Connection": "Upgrade"}, code: 403},
+			// What must keep working.
+			{name: "the server's own page POSTs", method: "POST", path: "/api/v1/sandboxes", ctype: "application/json", body: sandboxJSON,
+				headers: map[string]string{"Origin": self, "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}, code: 201},
+			{name: "the server's own page reads", method: "GET", path: "/api/v1/sandboxes/desk",
+				headers: map[string]string{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}, code: 200},
+			{name: "a link from another site opens", method: "GET", path: "/api/v1/sandboxes/desk",
+				headers: map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}, code: 200},
+			{name: "typed into the address bar", method: "GET", path: "/api/v1/sandboxes/desk", headers: map[string]string{"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate"}, code: 200},
+			{name: "localhost", method: "GET", path: "/api/v1/sandboxes/desk", host: "localhost:" + port, code: 200},
+			{name: "LOCALHOST.", method: "GET", path: "/api/v1/sandboxes/desk", host: "LOCALHOST.:" + port, code: 200},
+			{name: "an --allowed-hosts name", method: "GET", path: "/api/v1/sandboxes/desk", host: "hvkube.internal", code: 200},
+			{name: "curl: bodiless POST", method: "POST", path: "/api/v1/sandboxpools/none/scale", ctype: "application/json", body: `{"replicas":1}`, code: 404},
+			{name: "CLI delete", method: "DELETE", path: "/api/v1/sandboxes/desk", code: 200},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name+"/token="+token, func(t *testing.T) {
+				before := rvOf(t, srv.st)
+				req, _ := http.NewRequest(tt.method, self+tt.path, strings.NewReader(tt.body))
+				if tt.body == "" {
+					req.Body = http.NoBody
+				}
+				if tt.host != "" {
+					req.Host = tt.host
+				}
+				if tt.ctype != "" {
+					req.Header.Set("Content-Type", tt.ctype)
+				}
+				for k, v := range tt.headers {
+					req.Header.Set(k, v)
+				}
+				if token != "" {
+					req.Header.Set("Authorization", "Bearer "+token)
+				}
+				resp, err := http.DefaultTransport.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tt.code {
+					t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.code, b)
+				}
+				if tt.code >= 400 {
+					if !strings.Contains(string(b), `"error"`) {
+						t.Fatalf("no JSON error: %s", b)
+					}
+					if after := rvOf(t, srv.st); after != before {
+						t.Fatalf("a refused request changed the store (revision %d -> %d)", before, after)
+					}
+				}
+			})
+		}
+	}
+}
+
+func rvOf(t *testing.T, st *store.Store) int64 {
+	t.Helper()
+	rv, err := st.Revision(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rv
+}
+
+func TestHostPolicy(t *testing.T) {
+	tests := []struct {
+		addr  string
+		extra []string
+		host  string
+		want  bool
+	}{
+		{"127.0.0.1:8080", nil, "127.0.0.1:8080", true},
+		{"127.0.0.1:8080", nil, "127.0.0.1", true},
+		{"127.0.0.1:8080", nil, "[::1]:8080", true},
+		{"127.0.0.1:8080", nil, "localhost", true},
+		{"127.0.0.1:8080", nil, "evil.example:8080", false},
+		{"127.0.0.1:8080", nil, "127.0.0.1.nip.io:8080", false},
+		{"127.0.0.1:8080", nil, "10.0.0.5:8080", false},
+		{"127.0.0.1:8080", nil, "", false},
+		{"10.0.0.5:8080", nil, "10.0.0.5:8080", true},
+		{"desk.example:8080", nil, "desk.example", true},
+		{"127.0.0.1:8080", []string{"hvkube.corp:443"}, "hvkube.corp", true},
+		{"127.0.0.1:8080", []string{"*"}, "anything.example", true},
+		{"0.0.0.0:8080", nil, "127.0.0.1:8080", true},
+	}
+	for _, tt := range tests {
+		p, err := NewHostPolicy(tt.addr, tt.extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Allows(tt.host); got != tt.want {
+			t.Errorf("addr %s extra %v: Allows(%q) = %v, want %v", tt.addr, tt.extra, tt.host, got, tt.want)
+		}
+	}
+	if _, err := NewHostPolicy("127.0.0.1:8080", []string{"http://x/"}); err == nil {
+		t.Error("a URL in --allowed-hosts was accepted")
+	}
+}
+
+// rawRequest writes head (a request without its body, or with part of it)
+// on a new connection and returns the connection.
+func rawRequest(t *testing.T, addr, head string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// readAnswer reads the status line and headers of the answer on c within d,
+// then whether the server closed the connection after its body.
+func readAnswer(t *testing.T, c net.Conn, d time.Duration) (status string, closed bool) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer within %s: %v", d, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.Status, resp.Close
+}
+
+// TestUnauthenticatedBodyIsNotRead: a client that announces a large body
+// and sends none gets its 401 at once, and the connection is closed.
+func TestUnauthenticatedBodyIsNotRead(t *testing.T) {
+	srv := serveReal(t, Options{Token: "s3cret", BodyTimeout: time.Minute})
+	c := rawRequest(t, srv.addr, "POST /api/v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+	start := time.Now()
+	status, closed := readAnswer(t, c, 5*time.Second)
+	if !strings.HasPrefix(status, "401") || !closed {
+		t.Fatalf("answer %q, closed %v; want 401 and a closed connection", status, closed)
+	}
+	t.Logf("401 after %s without the body", time.Since(start).Round(time.Millisecond))
+}
+
+// TestSlowBodyTimesOut: a body that trickles in is cut at the body
+// deadline with 408, and nothing is created.
+func TestSlowBodyTimesOut(t *testing.T) {
+	srv := serveReal(t, Options{BodyTimeout: 300 * time.Millisecond})
+	c := rawRequest(t, srv.addr, "POST /api/v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"apiVersion\":")
+	status, closed := readAnswer(t, c, 5*time.Second)
+	if !strings.HasPrefix(status, "408") || !closed {
+		t.Fatalf("answer %q, closed %v; want 408 and a closed connection", status, closed)
+	}
+	if rv := rvOf(t, srv.st); rv != 0 {
+		t.Fatalf("store revision %d after a timed-out body", rv)
+	}
+	// A long watch is not cut by the body deadline.
+	resp, err := http.Get("http://" + srv.addr + "/api/v1/sandboxes?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	time.Sleep(600 * time.Millisecond)
+	resp2, err := http.Post("http://"+srv.addr+"/api/v1/sandboxes", "application/json", strings.NewReader(sandboxJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.Contains(line, `"ADDED"`) {
+		t.Fatalf("watch after the body deadline: %q %v", line, err)
+	}
+}
+
+// TestIdleConnectionsClose: a connection that sends no request, or sends
+// nothing after its last one, is closed.
+func TestIdleConnectionsClose(t *testing.T) {
+	srv := serveReal(t, Options{ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
+	silent := rawRequest(t, srv.addr, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+	idle := rawRequest(t, srv.addr, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	if status, closed := readAnswer(t, idle, 5*time.Second); !strings.HasPrefix(status, "200") || closed {
+		t.Fatalf("keep-alive answer %q, closed %v", status, closed)
+	}
+	for name, c := range map[string]net.Conn{"half-sent headers": silent, "idle keep-alive": idle} {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 512)
+		var err error
+		for err == nil {
+			_, err = c.Read(buf)
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%s: the server kept the connection open", name)
+		}
+	}
+}
+
+// TestShutdownClosesSlowClients: Serve returns nil within its grace period
+// even while clients are in the middle of sending.
+func TestShutdownClosesSlowClients(t *testing.T) {
+	srv := serveReal(t, Options{ShutdownGrace: 500 * time.Millisecond, BodyTimeout: time.Hour, ReadHeaderTimeout: time.Hour})
+	rawRequest(t, srv.addr, "POST /api/v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	rawRequest(t, srv.addr, "GET /healthz HTTP/1.1\r\nHost: 127.")
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := srv.stop(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("shutdown took %s with a 500ms grace period", took)
+	}
+}
