@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps build image run demo test test-short bench vet fmt clean windows
+.PHONY: all deps build image run demo test test-short bench vet tidy fmt clean windows
 
 all: build
 
@@ -36,16 +36,21 @@ vet:
 	$(GO) vet ./...
 	GOOS=windows $(GO) vet ./...
 
+tidy:
+	$(GO) mod tidy -diff
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-# The QEMU tests need the image; HVKUBE_REQUIRE_QEMU turns a missing image
-# into a failure instead of a skip.
+# The QEMU tests need the image and the browser tests Chromium;
+# HVKUBE_REQUIRE_QEMU and HVKUBE_REQUIRE_BROWSER turn a missing one into a
+# failure instead of a skip.
 test: export HVKUBE_REQUIRE_QEMU = 1
-test: deps vet image
+test: export HVKUBE_REQUIRE_BROWSER = 1
+test: deps vet tidy image
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) test -count=1 -timeout 60m ./...
-	$(GO) test -count=1 -race -timeout 20m ./internal/api/... ./internal/store/... ./internal/server/... ./internal/cli/... ./internal/controller/... ./internal/display/... ./internal/backend/qemu/...
+	$(GO) test -count=1 -race -timeout 20m ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/display/... ./internal/backend/qemu/...
 
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md

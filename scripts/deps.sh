@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing hvkube needs on Debian
-# bookworm, skipping what is already there: QEMU, the image build tools and
-# the Go modules. Uses sudo when not root.
+# bookworm, skipping what is already there: QEMU, the image build tools,
+# Chromium for the browser tests and the Go modules. Uses sudo when not root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,7 @@ packages=(
   qemu-guest-agent  # the guest agent protocol tests talk to a real one on the host
   debootstrap       # guest image build
   e2fsprogs         # mkfs.ext4 -d: guest disk without loop devices
+  chromium          # headless browser tests: what a web page can do to the server
   curl unzip ca-certificates
 )
 

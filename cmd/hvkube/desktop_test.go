@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
 )
 
 // requireImage skips when the desktop image is not built, unless make test
@@ -63,7 +65,7 @@ func mustHV(t *testing.T, p *proc, args ...string) string {
 func TestDesktopEndToEnd(t *testing.T) {
 	requireImage(t)
 	dir := t.TempDir()
-	p := startServe(t, dir, nil)
+	p := startServe(t, dir, nil, "--allow-host-path", "/srv")
 	mustHV(t, p, "apply", "-f", "../../examples/template.yaml")
 	out := mustHV(t, p, "wait", "template", "linux-desktop", "--for", "phase=Ready", "--timeout", "10m")
 	if !strings.Contains(out, "Building") || !strings.Contains(out, "template/linux-desktop Ready") {
@@ -180,6 +182,12 @@ func sandboxBadInput(t *testing.T, p *proc) {
 		{"exec without command", "POST", "browser-agent-1/exec", `{"args":["x"]}`, 400, "command"},
 		{"exec bad env", "POST", "browser-agent-1/exec", `{"command":"env","env":["NOEQUALS"]}`, 400, "env[0]"},
 		{"exec bad timeout", "POST", "browser-agent-1/exec", `{"command":"true","timeoutSeconds":-1}`, 400, "timeoutSeconds"},
+		{"type too long", "POST", "browser-agent-1/input", `{"action":"type","text":"` + strings.Repeat("a", api.MaxTypeText+1) + `"}`, 400, "text"},
+		{"key too long", "POST", "browser-agent-1/input", `{"action":"key","text":"` + strings.Repeat("a", api.MaxKeyText+1) + `"}`, 400, "text"},
+		{"hold_key too long", "POST", "browser-agent-1/input", `{"action":"hold_key","text":"shift","duration":3600}`, 400, "duration"},
+		{"wait too long", "POST", "browser-agent-1/input", `{"action":"wait","duration":101}`, 400, "duration"},
+		{"duplicate key", "POST", "browser-agent-1/input", `{"action":"mouse_move","coordinate":[1,1],"action":"left_click"}`, 400, "action"},
+		{"exec duplicate key", "POST", "browser-agent-1/exec", `{"command":"true","command":"reboot"}`, 400, "command"},
 	}
 	// The heartbeat moves lastHeartbeat on its own; the rest must not move.
 	state := func() string {

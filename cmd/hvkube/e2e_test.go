@@ -80,6 +80,11 @@ func startServe(t *testing.T, dataDir string, extraEnv []string, args ...string)
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-p.done
+		// VMs outlive the server by design; a test that failed half way
+		// must not leave its VMs running.
+		for _, pid := range qemusOf(dataDir) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 	})
 	select {
 	case p.addr = <-addrc:

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -88,4 +89,82 @@ func TestSIGTERMWithSlowClients(t *testing.T) {
 		t.Fatal("serve did not stop within 10s of SIGTERM with a 1s grace period")
 	}
 	t.Logf("stopped %s after SIGTERM", time.Since(start).Round(10*time.Millisecond))
+}
+
+// qemusOf lists the pids of the QEMU processes whose command line names
+// dir: the VMs of a server whose data directory it is.
+func qemusOf(dir string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), "qemu-system") || !strings.Contains(string(b), dir+"/") {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestNoLeakedVMsAfterServerKill is the sequence that used to leave a
+// QEMU running for good: a template and a sandbox up (so a spare QEMU
+// runs too), SIGKILL of the server, a restart, deletion of the sandbox
+// and the template. No QEMU of the data directory may be left. The VMs
+// must not see the server's token in their environment either.
+func TestNoLeakedVMsAfterServerKill(t *testing.T) {
+	requireImage(t)
+	dir := t.TempDir()
+	env := []string{"HVKUBE_TOKEN=s3cret"}
+	p := startServe(t, dir, env)
+	run := func(p *proc, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"--server", p.url()}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("hvkube %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run(p, "apply", "-f", "../../examples/template.yaml")
+	run(p, "wait", "template", "linux-desktop", "--for", "phase=Ready", "--timeout", "10m")
+	run(p, "apply", "-f", "../../examples/sandbox.yaml")
+	run(p, "wait", "sandbox", "browser-agent-1", "--for", "phase=Running", "--timeout", "5m")
+	// The first clone is followed by a spare for the next one.
+	var pids []int
+	for i := 0; i < 600 && len(pids) < 2; i++ {
+		time.Sleep(100 * time.Millisecond)
+		pids = qemusOf(dir)
+	}
+	if len(pids) < 2 {
+		t.Fatalf("want the sandbox's QEMU and a spare, found %v", pids)
+	}
+	for _, pid := range pids {
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(environ), "s3cret") || strings.Contains(string(environ), "HVKUBE_TOKEN") {
+			t.Fatalf("QEMU %d has the server's token in its environment", pid)
+		}
+	}
+
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	p2 := startServe(t, dir, env)
+	run(p2, "delete", "sandbox", "browser-agent-1")
+	run(p2, "delete", "template", "linux-desktop")
+	for i := 0; ; i++ {
+		left := qemusOf(dir)
+		if len(left) == 0 {
+			break
+		}
+		if i > 300 {
+			t.Fatalf("QEMU processes left after deleting everything: %v\n%s", left, p2.logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -161,5 +162,29 @@ func TestHumanDuration(t *testing.T) {
 		if got := humanDuration(tt.d); got != tt.want {
 			t.Errorf("humanDuration(%v) = %q, want %q", tt.d, got, tt.want)
 		}
+	}
+}
+
+// TestGetFollowsPages: get lists every object although the server hands
+// them out a page at a time.
+func TestGetFollowsPages(t *testing.T) {
+	url := startServer(t)
+	var sb strings.Builder
+	const n = 1234
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&sb, "---\napiVersion: hvkube/v1\nkind: Agent\nmetadata: {name: job-%04d}\nspec: {sandboxName: desk}\n", i)
+	}
+	f := filepath.Join(t.TempDir(), "agents.yaml")
+	os.WriteFile(f, []byte(sb.String()), 0o600)
+	if _, stderr, code := run(t, url, "apply", "-f", f); code != 0 {
+		t.Fatalf("apply: %s", stderr)
+	}
+	out, stderr, code := run(t, url, "get", "agents", "-o", "name")
+	if code != 0 {
+		t.Fatalf("get: %s", stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != n || lines[0] != "agent/job-0000" || lines[n-1] != fmt.Sprintf("agent/job-%04d", n-1) {
+		t.Fatalf("get listed %d agents (%q … %q), want %d", len(lines), lines[0], lines[len(lines)-1], n)
 	}
 }

@@ -169,7 +169,7 @@ func (s *Server) check(r *http.Request) *guardError {
 		return nil
 	}
 	if (site == "cross-site" || site == "same-site") && !strings.EqualFold(r.Header.Get("Sec-Fetch-Mode"), "navigate") {
-		return &guardError{http.StatusForbidden, fmt.Sprintf("pages on other sites may not embed this server's responses (Sec-Fetch-Site: %s)", site)}
+		return &guardError{http.StatusForbidden, fmt.Sprintf("pages on other sites may not read from this server (Sec-Fetch-Site: %s, Sec-Fetch-Mode: %s)", site, r.Header.Get("Sec-Fetch-Mode"))}
 	}
 	return nil
 }
