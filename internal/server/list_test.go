@@ -14,12 +14,14 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 )
 
-// watchLines opens a watch and returns its events as "TYPE name" strings.
-func watchLines(t *testing.T, ts *testServer, query string) (next func() string, code int) {
+// watchLines opens a watch of path (with its query) and returns its
+// events as "TYPE name" strings; next(wait) answers "nothing" when no event
+// comes within wait.
+func watchLines(t *testing.T, ts *testServer, path string) (next func(wait time.Duration) string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/v1/sandboxes?watch=true&"+query, nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+path, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +39,7 @@ func watchLines(t *testing.T, ts *testServer, query string) (next func() string,
 		}
 		close(lines)
 	}()
-	return func() string {
+	return func(wait time.Duration) string {
 		t.Helper()
 		select {
 		case l := <-lines:
@@ -51,11 +53,18 @@ func watchLines(t *testing.T, ts *testServer, query string) (next func() string,
 				t.Fatalf("bad line %q: %v", l, err)
 			}
 			return ev.Type + " " + ev.Object.Metadata.Name
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(wait):
 			return "nothing"
 		}
 	}, 200
 }
+
+// Waits for watch events: long for one that must come, short to see that
+// none does.
+const (
+	eventWait   = 5 * time.Second
+	nothingWait = 300 * time.Millisecond
+)
 
 func sandboxWithLabels(name, labels string) string {
 	return fmt.Sprintf("apiVersion: hvkube/v1\nkind: Sandbox\nmetadata:\n  name: %s\n  labels: {%s}\n", name, labels)
@@ -73,7 +82,7 @@ func TestWatchSelectorTransitions(t *testing.T) {
 	}
 	put("a", "tier: web")
 	put("b", "tier: db")
-	next, _ := watchLines(t, ts, "labelSelector="+url.QueryEscape("tier=web"))
+	next, _ := watchLines(t, ts, "/api/v1/sandboxes?watch=true&labelSelector="+url.QueryEscape("tier=web"))
 	steps := []struct {
 		do   func()
 		want string
@@ -88,7 +97,11 @@ func TestWatchSelectorTransitions(t *testing.T) {
 	}
 	for i, s := range steps {
 		s.do()
-		if got := next(); got != s.want {
+		wait := eventWait
+		if s.want == "nothing" {
+			wait = nothingWait
+		}
+		if got := next(wait); got != s.want {
 			t.Fatalf("step %d: got %q, want %q", i, got, s.want)
 		}
 	}
@@ -106,20 +119,20 @@ func TestWatchFromResourceVersion(t *testing.T) {
 	if code != 200 || json.Unmarshal(body, &list) != nil || list.Metadata.ResourceVersion == "" {
 		t.Fatalf("list: %d %s", code, body)
 	}
-	next, code := watchLines(t, ts, "resourceVersion="+list.Metadata.ResourceVersion)
+	next, code := watchLines(t, ts, "/api/v1/sandboxes?watch=true&resourceVersion="+list.Metadata.ResourceVersion)
 	if code != 200 {
 		t.Fatalf("watch from the list's revision: %d", code)
 	}
-	if got := next(); got != "nothing" {
+	if got := next(nothingWait); got != "nothing" {
 		t.Fatalf("a watch from the current revision replayed %q", got)
 	}
 	ts.do(t, "POST", "/api/v1/sandboxes", "application/yaml", sandboxWithLabels("b", ""))
-	if got := next(); got != "ADDED b" {
+	if got := next(eventWait); got != "ADDED b" {
 		t.Fatalf("got %q, want ADDED b", got)
 	}
 	// The revision is now older than the store's: the server cannot send
 	// what happened after it, and says so.
-	if _, code := watchLines(t, ts, "resourceVersion="+list.Metadata.ResourceVersion); code != http.StatusGone {
+	if _, code := watchLines(t, ts, "/api/v1/sandboxes?watch=true&resourceVersion="+list.Metadata.ResourceVersion); code != http.StatusGone {
 		t.Fatalf("watch from an old revision: %d, want 410", code)
 	}
 	// A list may name any revision it is not older than.

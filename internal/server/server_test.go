@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
@@ -169,49 +167,19 @@ func TestAuth(t *testing.T) {
 func TestWatchStream(t *testing.T) {
 	ts := start(t, Options{})
 	ts.do(t, "POST", "/api/v1/sandboxpools", "application/yaml", poolYAML)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/v1/sandboxpools?watch=true", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	next, code := watchLines(t, ts, "/api/v1/sandboxpools?watch=true")
+	if code != 200 {
+		t.Fatalf("watch: %d", code)
 	}
-	defer resp.Body.Close()
-	lines := make(chan string, 10)
-	go func() {
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	next := func() string {
-		select {
-		case l := <-lines:
-			var ev struct {
-				Type   string `json:"type"`
-				Object struct {
-					Metadata api.ObjectMeta `json:"metadata"`
-				} `json:"object"`
-			}
-			if err := json.Unmarshal([]byte(l), &ev); err != nil {
-				t.Fatalf("bad line %q: %v", l, err)
-			}
-			return ev.Type + " " + ev.Object.Metadata.Name
-		case <-time.After(5 * time.Second):
-			t.Fatal("timed out")
-			return ""
-		}
-	}
-	if got := next(); got != "ADDED browser-workers" {
+	if got := next(eventWait); got != "ADDED browser-workers" {
 		t.Fatalf("initial: %s", got)
 	}
 	ts.do(t, "PATCH", "/api/v1/sandboxpools/browser-workers/scale", "application/json", `{"replicas":4}`)
-	if got := next(); got != "MODIFIED browser-workers" {
+	if got := next(eventWait); got != "MODIFIED browser-workers" {
 		t.Fatalf("after scale: %s", got)
 	}
 	ts.do(t, "DELETE", "/api/v1/sandboxpools/browser-workers", "", "")
-	if got := next(); got != "DELETED browser-workers" {
+	if got := next(eventWait); got != "DELETED browser-workers" {
 		t.Fatalf("after delete: %s", got)
 	}
 }
