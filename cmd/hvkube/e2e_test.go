@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -194,5 +195,58 @@ func TestServeWithTokenAndGracefulShutdown(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop within 10s of SIGTERM")
+	}
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestWatchSurvivesRestart: `get -w` keeps going across a restart of the
+// server, and shows what changed while it was down.
+func TestWatchSurvivesRestart(t *testing.T) {
+	dir, addr := t.TempDir(), freePort(t)
+	p := startServe(t, dir, nil, "--backend", "none", "--addr", addr)
+	hv(t, p, "apply", "-f", "../../examples/sandboxpool.yaml")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch := exec.CommandContext(ctx, binary, "--server", p.url(), "get", "pools", "-w", "--no-headers")
+	out, _ := watch.StdoutPipe()
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); watch.Wait() }()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func() string {
+		select {
+		case l := <-lines:
+			return strings.Join(strings.Fields(l), " ")
+		case <-time.After(20 * time.Second):
+			return "timeout"
+		}
+	}
+	if got := next(); !strings.HasPrefix(got, "browser-workers 0/5 ") {
+		t.Fatalf("first line %q", got)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	p2 := startServe(t, dir, nil, "--backend", "none", "--addr", addr)
+	mustHV(t, p2, "scale", "browser-workers", "--replicas", "3")
+	if got := next(); !strings.HasPrefix(got, "browser-workers 0/3 ") {
+		t.Fatalf("after the restart %q", got)
 	}
 }

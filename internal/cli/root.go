@@ -93,6 +93,9 @@ a token, when the server needs one, from HVKUBE_TOKEN.`,
 		newSandboxOpCmd(e, "reset", "Return sandboxes to their clean snapshot"),
 		newLogsCmd(e),
 		newWaitCmd(e),
+		newPoolCmd(e),
+		newAgentCmd(e),
+		newVMCmd(e),
 		newVersionCmd(e),
 	)
 	root.AddCommand(opts.Extra...)

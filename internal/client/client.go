@@ -309,62 +309,139 @@ type WatchEvent struct {
 }
 
 // Watch streams the objects of a kind (events with kind "events"): first the
-// current ones as ADDED, then every change, until ctx ends or the stream
-// breaks (a final WatchEvent with Err set).
+// current ones as ADDED, then every change, until ctx ends. When the stream
+// breaks (the server restarted, a proxy cut it) Watch reconnects and
+// resumes after the last change it delivered; when the server can no
+// longer resume from there (410 Gone) it lists again, delivering the
+// current objects as ADDED once more. A watch that cannot reconnect within
+// ReconnectFor ends with a final WatchEvent with Err set.
 func (c *Client) Watch(ctx context.Context, kind, selector string) (<-chan WatchEvent, error) {
 	k, p, err := resourcePath(kind)
 	if err != nil {
 		return nil, err
 	}
-	p += "?watch=true"
-	if selector != "" {
-		p += "&labelSelector=" + url.QueryEscape(selector)
+	q := url.Values{"watch": {"true"}}
+	if k.Kind != api.KindEvent {
+		q.Set("allowWatchBookmarks", "true")
 	}
-	resp, err := c.Raw(ctx, http.MethodGet, p, nil, "")
+	if selector != "" {
+		q.Set("labelSelector", selector)
+	}
+	resp, err := c.Raw(ctx, http.MethodGet, p+"?"+q.Encode(), nil, "")
 	if err != nil {
 		return nil, err
 	}
 	ch := make(chan WatchEvent, 64)
 	go func() {
 		defer close(ch)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			line := bytes.TrimSpace(sc.Bytes())
-			if len(line) == 0 {
-				continue // heartbeat
-			}
-			var raw struct {
-				Type   string          `json:"type"`
-				Object json.RawMessage `json:"object"`
-			}
-			if err := json.Unmarshal(line, &raw); err != nil {
-				ch <- WatchEvent{Err: fmt.Errorf("watch: %w", err)}
+		last := ""
+		for {
+			var err error
+			last, err = c.readWatch(ctx, k.Kind, resp, last, ch)
+			if ctx.Err() != nil {
 				return
 			}
-			if raw.Type == "ERROR" {
-				var e Error
-				json.Unmarshal(raw.Object, &e)
-				ch <- WatchEvent{Err: fmt.Errorf("watch ended: %s", e.Message)}
-				return
-			}
-			o, err := decodeObject(k.Kind, raw.Object)
+			resp, err = c.rewatch(ctx, p, q, &last, err)
 			if err != nil {
-				ch <- WatchEvent{Err: err}
+				select {
+				case ch <- WatchEvent{Err: err}:
+				case <-ctx.Done():
+				}
 				return
 			}
-			select {
-			case ch <- WatchEvent{Type: raw.Type, Object: o}:
-			case <-ctx.Done():
-				return
-			}
-		}
-		if err := sc.Err(); err != nil && ctx.Err() == nil {
-			ch <- WatchEvent{Err: fmt.Errorf("watch: %w", err)}
 		}
 	}()
 	return ch, nil
+}
+
+// ReconnectFor is how long Watch keeps trying to reconnect a broken stream.
+var ReconnectFor = 2 * time.Minute
+
+// errWatchGone asks rewatch to list again.
+var errWatchGone = errors.New("the watch fell behind")
+
+// rewatch reconnects a broken watch after *last, or from scratch when the
+// server cannot resume (then *last is cleared).
+func (c *Client) rewatch(ctx context.Context, p string, q url.Values, last *string, cause error) (*http.Response, error) {
+	deadline := time.Now().Add(ReconnectFor)
+	delay := 100 * time.Millisecond
+	if errors.Is(cause, errWatchGone) {
+		*last = ""
+	}
+	for {
+		rq := url.Values{}
+		for k, v := range q {
+			rq[k] = v
+		}
+		if *last != "" {
+			rq.Set("resourceVersion", *last)
+		}
+		resp, err := c.Raw(ctx, http.MethodGet, p+"?"+rq.Encode(), nil, "")
+		if err == nil {
+			return resp, nil
+		}
+		if errors.Is(err, api.ErrGone) && *last != "" {
+			*last = "" // list again
+			continue
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Code < 500 {
+			return nil, fmt.Errorf("watch: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("watch: could not reconnect within %s: %w", ReconnectFor, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+// readWatch delivers one watch stream's events to ch until it ends, and
+// returns the resourceVersion of the last one delivered.
+func (c *Client) readWatch(ctx context.Context, kind string, resp *http.Response, last string, ch chan<- WatchEvent) (string, error) {
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue // heartbeat
+		}
+		var raw struct {
+			Type   string          `json:"type"`
+			Object json.RawMessage `json:"object"`
+		}
+		if err := json.Unmarshal(line, &raw); err != nil {
+			return last, fmt.Errorf("watch: %w", err)
+		}
+		if raw.Type == "ERROR" {
+			return last, errWatchGone
+		}
+		if raw.Type == "BOOKMARK" {
+			var b struct {
+				Metadata api.ObjectMeta `json:"metadata"`
+			}
+			if json.Unmarshal(raw.Object, &b) == nil && b.Metadata.ResourceVersion != "" {
+				last = b.Metadata.ResourceVersion
+			}
+			continue
+		}
+		o, err := decodeObject(kind, raw.Object)
+		if err != nil {
+			return last, err
+		}
+		select {
+		case ch <- WatchEvent{Type: raw.Type, Object: o}:
+		case <-ctx.Done():
+			return last, ctx.Err()
+		}
+		last = o.GetMeta().ResourceVersion
+	}
+	return last, sc.Err()
 }
 
 // WaitReady polls /readyz until the server answers or timeout passes.

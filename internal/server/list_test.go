@@ -107,8 +107,8 @@ func TestWatchSelectorTransitions(t *testing.T) {
 	}
 }
 
-// TestWatchFromResourceVersion: a watch from the list's resourceVersion
-// gets exactly the later changes; one the server cannot honour is 410.
+// TestWatchFromResourceVersion: a watch from a resourceVersion gets
+// exactly the later changes; one the server cannot honour is 410.
 func TestWatchFromResourceVersion(t *testing.T) {
 	ts := start(t, Options{})
 	ts.do(t, "POST", "/api/v1/sandboxes", "application/yaml", sandboxWithLabels("a", ""))
@@ -130,10 +130,16 @@ func TestWatchFromResourceVersion(t *testing.T) {
 	if got := next(eventWait); got != "ADDED b" {
 		t.Fatalf("got %q, want ADDED b", got)
 	}
-	// The revision is now older than the store's: the server cannot send
-	// what happened after it, and says so.
-	if _, code := watchLines(t, ts, "/api/v1/sandboxes?watch=true&resourceVersion="+list.Metadata.ResourceVersion); code != http.StatusGone {
-		t.Fatalf("watch from an old revision: %d, want 410", code)
+	// From the same, now older, revision a watch replays what came after.
+	again, code := watchLines(t, ts, "/api/v1/sandboxes?watch=true&resourceVersion="+list.Metadata.ResourceVersion)
+	if code != 200 {
+		t.Fatalf("watch from an older revision: %d", code)
+	}
+	if got := again(eventWait); got != "ADDED b" {
+		t.Fatalf("replay from an older revision: %q, want ADDED b", got)
+	}
+	if _, code := watchLines(t, ts, "/api/v1/sandboxes?watch=true&resourceVersion=999999"); code != http.StatusGone {
+		t.Fatalf("watch from a future revision: %d, want 410", code)
 	}
 	// A list may name any revision it is not older than.
 	if code, _, b := ts.do(t, "GET", "/api/v1/sandboxes?resourceVersion="+list.Metadata.ResourceVersion, "", ""); code != 200 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,12 +82,28 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel 
 		return
 	}
 	sw := newStream(w, r)
+	bookmark := r.URL.Query().Get("allowWatchBookmarks") == "true"
 	for i, it := range items {
-		if err := sw.send(store.Added, it, i == len(items)-1); err != nil {
+		if err := sw.send(store.Added, it, i == len(items)-1 && !bookmark); err != nil {
+			return
+		}
+	}
+	if bookmark {
+		// The revision the listed objects were read at: a client that
+		// reconnects resumes from it, not from the newest listed object.
+		if err := sw.send(Bookmark, bookmarkObject(wt.From()), true); err != nil {
 			return
 		}
 	}
 	s.pump(r, sw, wt)
+}
+
+// Bookmark is the watch event type that carries only a resourceVersion:
+// the stream has caught up to it.
+const Bookmark = "BOOKMARK"
+
+func bookmarkObject(rv int64) any {
+	return map[string]any{"metadata": map[string]string{"resourceVersion": strconv.FormatInt(rv, 10)}}
 }
 
 // watchEvents streams the audit log: the newest events first (f.Limit of

@@ -37,6 +37,9 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxEvents bounds the audit log; older events are pruned. 0 means 50,000.
 	MaxEvents int
+	// MaxChanges bounds the change log that watches resume from; older
+	// changes are compacted away. 0 means 100,000.
+	MaxChanges int
 }
 
 // Store is the SQLite-backed object store. It is safe for concurrent use.
@@ -47,7 +50,8 @@ type Store struct {
 	now  func() time.Time
 	log  *slog.Logger
 
-	maxEvents int
+	maxEvents  int
+	maxChanges int
 
 	// writeMu serialises write transactions so that watchers see changes in
 	// commit order.
@@ -57,6 +61,7 @@ type Store struct {
 	watchers map[*Watcher]struct{}
 	closed   bool
 	inserted int // events since the last prune
+	logged   int // changes since the last compaction
 }
 
 // DBFile is the database's file name inside the data directory.
@@ -89,7 +94,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
-	s := &Store{w: w, r: r, path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, watchers: map[*Watcher]struct{}{}}
+	s := &Store{w: w, r: r, path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, maxChanges: opts.MaxChanges, watchers: map[*Watcher]struct{}{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -98,6 +103,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	if s.maxEvents == 0 {
 		s.maxEvents = 50000
+	}
+	if s.maxChanges == 0 {
+		s.maxChanges = 100000
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
@@ -193,6 +201,7 @@ type Tx struct {
 	ctx     context.Context
 	pending []WatchEvent
 	events  int
+	changes int
 }
 
 // Tx runs fn in one write transaction: every change fn makes commits
@@ -214,8 +223,8 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Tx) error) error {
 		return s.classify(fmt.Errorf("commit: %w", err))
 	}
 	s.publish(tx.pending)
-	if tx.events > 0 {
-		s.maybePrune(ctx, tx.events)
+	if tx.events > 0 || tx.changes > 0 {
+		s.maybePrune(ctx, tx.events, tx.changes)
 	}
 	return nil
 }
@@ -261,10 +270,9 @@ func (tx *Tx) Create(o api.Object) (api.Object, error) {
 	m.Generation = 1
 	m.CreationTimestamp = tx.s.now().UTC()
 	m.DeletionTimestamp = nil
-	if err := tx.put(o, rv, true); err != nil {
+	if err := tx.put(o, rv, Added, nil); err != nil {
 		return nil, err
 	}
-	tx.pending = append(tx.pending, WatchEvent{Type: Added, Object: o})
 	return api.DeepCopy(o), nil
 }
 
@@ -364,10 +372,9 @@ func (tx *Tx) write(o api.Object, prevLabels map[string]string) (api.Object, boo
 		return nil, false, err
 	}
 	o.GetMeta().ResourceVersion = strconv.FormatInt(rv, 10)
-	if err := tx.put(o, rv, false); err != nil {
+	if err := tx.put(o, rv, Modified, prevLabels); err != nil {
 		return nil, false, err
 	}
-	tx.pending = append(tx.pending, WatchEvent{Type: Modified, Object: o, prevLabels: prevLabels})
 	return api.DeepCopy(o), true, nil
 }
 
@@ -381,11 +388,17 @@ func (tx *Tx) remove(o api.Object) error {
 		return fmt.Errorf("delete %s: %w", m.Name, err)
 	}
 	m.ResourceVersion = strconv.FormatInt(rv, 10)
-	tx.pending = append(tx.pending, WatchEvent{Type: Deleted, Object: o})
-	return nil
+	data, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	return tx.logChange(WatchEvent{Type: Deleted, Object: o}, rv, data)
 }
 
-func (tx *Tx) put(o api.Object, rv int64, insert bool) error {
+// put writes o at revision rv: inserted for Added, else over the stored
+// row; the change goes to the change log and, after the commit, to the
+// watchers.
+func (tx *Tx) put(o api.Object, rv int64, typ string, prevLabels map[string]string) error {
 	data, err := json.Marshal(o)
 	if err != nil {
 		return fmt.Errorf("encode: %w", err)
@@ -396,7 +409,7 @@ func (tx *Tx) put(o api.Object, rv int64, insert bool) error {
 	if len(m.Labels) > 0 {
 		labels, _ = json.Marshal(m.Labels)
 	}
-	if insert {
+	if typ == Added {
 		_, err = tx.tx.ExecContext(tx.ctx, `INSERT INTO objects (kind, name, uid, rv, data, labels) VALUES (?, ?, ?, ?, ?, ?)`, kind, m.Name, m.UID, rv, data, labels)
 	} else {
 		_, err = tx.tx.ExecContext(tx.ctx, `UPDATE objects SET rv = ?, data = ?, labels = ? WHERE kind = ? AND name = ?`, rv, data, labels, kind, m.Name)
@@ -404,6 +417,23 @@ func (tx *Tx) put(o api.Object, rv int64, insert bool) error {
 	if err != nil {
 		return fmt.Errorf("write %s %s: %w", kind, m.Name, err)
 	}
+	return tx.logChange(WatchEvent{Type: typ, Object: o, prevLabels: prevLabels}, rv, data)
+}
+
+// logChange appends ev, written at rv as data, to the change log.
+func (tx *Tx) logChange(ev WatchEvent, rv int64, data []byte) error {
+	var prev any
+	if ev.prevLabels != nil {
+		b, _ := json.Marshal(ev.prevLabels)
+		prev = string(b)
+	}
+	m := ev.Object.GetMeta()
+	if _, err := tx.tx.ExecContext(tx.ctx, `INSERT INTO changes (rv, kind, name, type, data, prev_labels) VALUES (?, ?, ?, ?, ?, ?)`,
+		rv, ev.Object.GetTypeMeta().Kind, m.Name, ev.Type, data, prev); err != nil {
+		return fmt.Errorf("log change of %s: %w", m.Name, err)
+	}
+	tx.pending = append(tx.pending, ev)
+	tx.changes++
 	return nil
 }
 
@@ -437,20 +467,54 @@ func fillEventMeta(ev *api.Event, id int64) {
 	}
 }
 
-func (s *Store) maybePrune(ctx context.Context, added int) {
+// maybePrune bounds the audit log (MaxEvents) and the change log
+// (MaxChanges), every thousand additions.
+func (s *Store) maybePrune(ctx context.Context, events, changes int) {
 	s.mu.Lock()
-	s.inserted += added
-	due := s.inserted >= 1000
-	if due {
+	s.inserted += events
+	s.logged += changes
+	pruneEvents, pruneChanges := s.inserted >= 1000, s.logged >= 1000
+	if pruneEvents {
 		s.inserted = 0
 	}
+	if pruneChanges {
+		s.logged = 0
+	}
 	s.mu.Unlock()
-	if !due {
-		return
+	if pruneEvents {
+		if _, err := s.w.ExecContext(ctx, `DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?`, s.maxEvents); err != nil {
+			s.log.Warn("prune events", "err", err)
+		}
 	}
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?`, s.maxEvents); err != nil {
-		s.log.Warn("prune events", "err", err)
+	if pruneChanges {
+		if err := s.compact(ctx); err != nil {
+			s.log.Warn("compact the change log", "err", err)
+		}
 	}
+}
+
+// compact drops the changes older than the newest MaxChanges and records
+// the revision up to which they are gone, so that a watch from before it
+// is refused rather than silently missing changes. The caller holds
+// writeMu (it runs at the end of Tx).
+func (s *Store) compact(ctx context.Context) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var cut int64
+	err = tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT rv FROM changes ORDER BY rv DESC LIMIT 1 OFFSET ?), 0)`, s.maxChanges).Scan(&cut)
+	if err != nil || cut == 0 {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM changes WHERE rv <= ?`, cut); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE revision SET compacted_rv = MAX(compacted_rv, ?) WHERE id = 1`, cut); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 func checkPrecondition(cur api.Object, rv string) error {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -43,11 +44,16 @@ type Watcher struct {
 	kind string
 	sel  api.Selector
 	ch   chan WatchEvent
+	from int64 // the revision the watch starts after
 
 	once sync.Once
 	err  error
 	done chan struct{}
 }
+
+// From is the revision the watch starts after: the revision of the listed
+// objects, or the one asked for. Every change it delivers is newer.
+func (w *Watcher) From() int64 { return w.from }
 
 // Events is the stream of changes. It is closed when the watch ends; Err
 // then says why.
@@ -79,10 +85,11 @@ func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector)
 	return s.listAndWatch(ctx, kind, sel, -1)
 }
 
-// WatchFrom returns a Watcher of the changes after revision rv, with no
-// initial list. The store keeps no history of changes, so it can only
-// watch from its current revision; any other rv is an error wrapping
-// api.ErrGone (list again, then watch from the list's revision).
+// WatchFrom returns a Watcher of the changes of kind after revision rv,
+// with no initial list: the changes the log holds first, then each new one.
+// An rv older than the log reaches (compacted away), newer than the store,
+// or with more changes since than a watcher buffers is an error wrapping
+// api.ErrGone: list again, then watch from the list's revision.
 func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv int64) (*Watcher, error) {
 	_, w, err := s.listAndWatch(ctx, kind, sel, rv)
 	return w, err
@@ -98,18 +105,14 @@ func (s *Store) listAndWatch(ctx context.Context, kind string, sel api.Selector,
 	var items []api.Object
 	switch {
 	case from >= 0:
-		cur, err := s.Revision(ctx)
-		if err != nil {
+		if err := s.replay(ctx, w, from); err != nil {
 			s.writeMu.Unlock()
 			return nil, nil, err
 		}
-		if err := checkWatchRV(from, cur); err != nil {
-			s.writeMu.Unlock()
-			return nil, nil, err
-		}
+		w.from = from
 	case kind != api.KindEvent:
 		var err error
-		items, _, err = s.List(ctx, kind, sel)
+		items, w.from, err = s.List(ctx, kind, sel)
 		if err != nil {
 			s.writeMu.Unlock()
 			return nil, nil, err
@@ -137,16 +140,50 @@ func (s *Store) listAndWatch(ctx context.Context, kind string, sel api.Selector,
 	return items, w, nil
 }
 
-// checkWatchRV says whether a watch can start after revision rv when the
-// store is at cur.
-func checkWatchRV(rv, cur int64) error {
-	switch {
-	case rv < cur:
-		return fmt.Errorf("resourceVersion %d is too old: the store is at %d and keeps no history of changes; list again and watch from the list's resourceVersion: %w", rv, cur, api.ErrGone)
-	case rv > cur:
-		return fmt.Errorf("resourceVersion %d is newer than the store's (%d): list again and watch from the list's resourceVersion: %w", rv, cur, api.ErrGone)
+// replay puts the logged changes of w's kind after revision from into w.
+// The caller holds writeMu, so nothing commits meanwhile.
+func (s *Store) replay(ctx context.Context, w *Watcher, from int64) error {
+	var cur, compacted int64
+	if err := s.r.QueryRowContext(ctx, `SELECT rv, compacted_rv FROM revision WHERE id = 1`).Scan(&cur, &compacted); err != nil {
+		return fmt.Errorf("watch %s: %w", w.kind, err)
 	}
-	return nil
+	switch {
+	case from > cur:
+		return fmt.Errorf("resourceVersion %d is newer than the store's (%d): list again and watch from the list's resourceVersion: %w", from, cur, api.ErrGone)
+	case from < compacted:
+		return fmt.Errorf("resourceVersion %d is too old: the changes up to %d were compacted; list again and watch from the list's resourceVersion: %w", from, compacted, api.ErrGone)
+	case from == cur:
+		return nil
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT type, data, prev_labels FROM changes WHERE kind = ? AND rv > ? ORDER BY rv`, w.kind, from)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", w.kind, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var typ string
+		var data []byte
+		var prev sql.NullString
+		if err := rows.Scan(&typ, &data, &prev); err != nil {
+			return fmt.Errorf("watch %s: %w", w.kind, err)
+		}
+		o, err := decodeRow(w.kind, data)
+		if err != nil {
+			return err
+		}
+		ev := WatchEvent{Type: typ, Object: o}
+		if prev.Valid {
+			json.Unmarshal([]byte(prev.String), &ev.prevLabels)
+		}
+		if typ := w.view(ev); typ != "" {
+			select {
+			case w.ch <- WatchEvent{Type: typ, Object: o}:
+			default:
+				return fmt.Errorf("more than %d changes since resourceVersion %d: list again: %w", WatchBuffer, from, api.ErrGone)
+			}
+		}
+	}
+	return rows.Err()
 }
 
 // publish hands committed changes to watchers. It never blocks: a watcher

@@ -17,7 +17,6 @@ func processAlive(pid int, name string) bool                        { return fal
 func killProcess(pid int, name string, timeout time.Duration) error { return nil }
 func privateMemory(pid int) (int64, error)                          { return 0, errNoQEMU }
 func hostMemory() (int, int, error)                                 { return 0, 0, errNoQEMU }
-func kvmAvailable() bool                                            { return false }
 
 func diskUsage(path string) int64 { return 0 }
 

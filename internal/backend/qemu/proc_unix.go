@@ -127,15 +127,6 @@ func hostMemory() (total, available int, err error) {
 	return total, available, nil
 }
 
-func kvmAvailable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
-
 // diskUsage is the space a (sparse) file takes on disk.
 func diskUsage(path string) int64 {
 	var st syscall.Stat_t

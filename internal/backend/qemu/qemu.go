@@ -1,5 +1,5 @@
-// Package qemu is hvkube's QEMU backend for Linux hosts: KVM where /dev/kvm
-// is usable, TCG software emulation otherwise.
+// Package qemu is hvkube's QEMU backend for Linux hosts: KVM where a probe
+// VM runs under it, TCG software emulation otherwise.
 //
 // Templates are cold-booted once with their RAM in a file
 // (memory-backend-file, share=on); when the desktop answers, the VM is
@@ -61,7 +61,8 @@ type Config struct {
 	// Binary is qemu-system-x86_64; QEMUImg is qemu-img.
 	Binary  string
 	QEMUImg string
-	// Accel is kvm, tcg or empty for kvm when /dev/kvm is usable.
+	// Accel is kvm, tcg, or empty to choose at New: kvm when a probe VM
+	// runs under KVM, else tcg.
 	Accel string
 	// MemoryLimitPercent of host memory is the most guest memory the
 	// backend commits (default 80).
@@ -80,9 +81,10 @@ type Config struct {
 
 // Backend is the QEMU backend. It is safe for concurrent use.
 type Backend struct {
-	cfg Config
-	log *slog.Logger
-	enc display.Encoder
+	cfg         Config
+	accelReason string // why cfg.Accel was chosen
+	log         *slog.Logger
+	enc         display.Encoder
 
 	mu        sync.Mutex // guards the following fields
 	vms       map[string]*vm
@@ -165,12 +167,6 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.BootTimeout == 0 {
 		cfg.BootTimeout = 5 * time.Minute
 	}
-	if cfg.Accel == "" {
-		cfg.Accel = "tcg"
-		if kvmAvailable() {
-			cfg.Accel = "kvm"
-		}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -188,19 +184,23 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 		*bin = p
 	}
+	accelReason := "set by configuration"
+	if cfg.Accel == "" {
+		cfg.Accel, accelReason = probeAccel(ctx, cfg.Binary, cfg.Logger)
+	}
 	for _, d := range []string{filepath.Join(cfg.Dir, "templates"), filepath.Join(cfg.Dir, "sandboxes"), filepath.Join(cfg.Dir, "spares"), cfg.RunDir, cfg.ShmDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("qemu backend: %w", err)
 		}
 	}
-	b := &Backend{cfg: cfg, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSlot{}}
+	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSlot{}}
 	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := b.List(ctx); err != nil {
 		return nil, err
 	}
 	b.removeStrays()
 	b.removeStaleSpares()
-	b.log.Info("qemu backend ready", "accel", cfg.Accel, "dir", cfg.Dir, "images", cfg.ImageDir, "sandboxes", len(b.vms))
+	b.log.Info("qemu backend ready", "accel", cfg.Accel, "accelReason", accelReason, "dir", cfg.Dir, "images", cfg.ImageDir, "sandboxes", len(b.vms))
 	return b, nil
 }
 
@@ -209,6 +209,10 @@ func (b *Backend) Name() string { return "qemu" }
 
 // Accel reports the accelerator in use (kvm or tcg).
 func (b *Backend) Accel() string { return b.cfg.Accel }
+
+// AccelReason says why Accel is in use: set by configuration, or what the
+// probe at New found (a probe VM ran under KVM, or why it could not).
+func (b *Backend) AccelReason() string { return b.accelReason }
 
 // Close drops the backend's connections and discards its spare clones;
 // the sandboxes' VMs keep running.

@@ -1,0 +1,226 @@
+//go:build linux
+
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// requireQEMU returns the path of qemu-system-x86_64, skipping when it is
+// not installed unless HVKUBE_REQUIRE_QEMU is set.
+func requireQEMU(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		if os.Getenv("HVKUBE_REQUIRE_QEMU") != "" {
+			t.Fatalf("qemu-system-x86_64 is not installed: %v", err)
+		}
+		t.Skipf("qemu-system-x86_64 is not installed: %v", err)
+	}
+	return p
+}
+
+// kvmOpens reports whether /dev/kvm opens read-write here, which decides
+// what probeAccel can answer.
+func kvmOpens() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestProbeBootSector(t *testing.T) {
+	s := bootSector()
+	if got, want := len(s), 512; got != want {
+		t.Fatalf("len = %d, want %d", got, want)
+	}
+	if got, want := hex.EncodeToString(s[510:]), "55aa"; got != want {
+		t.Errorf("signature = %s, want %s", got, want)
+	}
+	// cli; xor ax,ax; mov ds,ax; cld; mov si,0x7c17; mov dx,0x3f8;
+	// next: lodsb; test al,al; jz done; out dx,al; jmp next;
+	// done: hlt; jmp done; then the marker.
+	const wantCode = "fa31c08ed8fcbe177cbaf803ac84c07403eeebf8f4ebfd"
+	code, _ := hex.DecodeString(wantCode)
+	if got := hex.EncodeToString(s[:len(code)]); got != wantCode {
+		t.Errorf("code = %s, want %s", got, wantCode)
+	}
+	msg := s[len(code):]
+	if !bytes.HasPrefix(msg, []byte(probeMarker+"\x00")) {
+		t.Errorf("the code is not followed by the NUL-terminated marker: %q", msg[:len(probeMarker)+1])
+	}
+	if got, want := int(binary.LittleEndian.Uint16(s[7:9])), 0x7c00+len(code); got != want {
+		t.Errorf("mov si points at %#x, want the marker at %#x", got, want)
+	}
+	for i := len(code) + len(probeMarker); i < 510; i++ {
+		if s[i] != 0 {
+			t.Fatalf("byte %d = %#x, want 0", i, s[i])
+		}
+	}
+}
+
+// probeLeftovers lists what a probe left under tmp: files, and probe
+// processes whose working directory was there.
+func probeLeftovers(t *testing.T, tmp string) []string {
+	t.Helper()
+	var left []string
+	entries, _ := os.ReadDir(tmp)
+	for _, e := range entries {
+		left = append(left, filepath.Join(tmp, e.Name()))
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if !bytes.Contains(cmdline, []byte("\x00hvkube-accel-probe\x00")) {
+			continue
+		}
+		cwd, _ := os.Readlink(filepath.Join("/proc", p.Name(), "cwd"))
+		if strings.HasPrefix(cwd, tmp+string(filepath.Separator)) {
+			left = append(left, "process "+strconv.Itoa(pid))
+		}
+	}
+	return left
+}
+
+func TestRunProbe(t *testing.T) {
+	bin := requireQEMU(t)
+	tests := []struct {
+		name    string
+		accel   string
+		wantErr string // "" for success
+	}{
+		// TCG proves that the boot sector runs and the marker is seen,
+		// on any host.
+		{"the guest runs under tcg", "tcg", ""},
+		{"qemu refuses the accelerator", "hvkube-no-such-accel", "exited before its guest printed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp) // where runProbe makes its directory
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			// A generous wait: a loaded host may be slow to boot even
+			// this; runProbe's result, not its speed, is under test.
+			took, err := runProbe(ctx, bin, tt.accel, 30*time.Second, discardLogger())
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("runProbe: %v", err)
+			case tt.wantErr == "" && took <= 0:
+				t.Errorf("took = %v, want > 0", took)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.accel):
+				t.Errorf("err = %v, want QEMU's own words, which name %q", err, tt.accel)
+			}
+			if left := probeLeftovers(t, tmp); len(left) > 0 {
+				t.Errorf("the probe left %v", left)
+			}
+		})
+	}
+}
+
+func TestProbeAccel(t *testing.T) {
+	bin := requireQEMU(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	accel, reason := probeAccel(context.Background(), bin, discardLogger())
+	t.Logf("accel %s: %s", accel, reason)
+	if !kvmOpens() {
+		if accel != "tcg" || !strings.HasPrefix(reason, "no usable /dev/kvm: ") {
+			t.Errorf("without /dev/kvm: got (%q, %q), want tcg and a reason naming /dev/kvm", accel, reason)
+		}
+		return
+	}
+	switch {
+	case accel == "kvm" && strings.HasPrefix(reason, "a probe VM ran under KVM in "):
+	case accel == "tcg" && strings.HasPrefix(reason, "/dev/kvm opens but a probe VM could not run under KVM: "):
+	default:
+		t.Errorf("got (%q, %q), want kvm after a probe VM ran or tcg with why it did not", accel, reason)
+	}
+	if left := probeLeftovers(t, tmp); len(left) > 0 {
+		t.Errorf("the probe left %v", left)
+	}
+}
+
+func TestNewAccel(t *testing.T) {
+	requireQEMU(t)
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skipf("qemu-img is not installed: %v", err)
+	}
+	tests := []struct {
+		name       string
+		accel      string
+		wantAccel  string // "" for either
+		wantReason string // a prefix
+	}{
+		{"tcg by configuration", "tcg", "tcg", "set by configuration"},
+		{"kvm by configuration is not probed", "kvm", "kvm", "set by configuration"},
+		{"auto without /dev/kvm", "", "tcg", "no usable /dev/kvm: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.accel == "" && kvmOpens() {
+				tt.wantAccel, tt.wantReason = "", ""
+			}
+			dir := t.TempDir()
+			b, err := New(context.Background(), Config{
+				Dir: filepath.Join(dir, "data"), ImageDir: dir, RunDir: filepath.Join(dir, "run"), ShmDir: filepath.Join(dir, "shm"),
+				Accel: tt.accel, Logger: discardLogger(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if tt.wantAccel != "" && b.Accel() != tt.wantAccel {
+				t.Errorf("Accel() = %q, want %q", b.Accel(), tt.wantAccel)
+			}
+			if b.Accel() != "kvm" && b.Accel() != "tcg" {
+				t.Errorf("Accel() = %q, want kvm or tcg", b.Accel())
+			}
+			if b.AccelReason() == "" || !strings.HasPrefix(b.AccelReason(), tt.wantReason) {
+				t.Errorf("AccelReason() = %q, want one starting with %q", b.AccelReason(), tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestProbeSummarize(t *testing.T) {
+	tests := []struct {
+		name, output, want string
+	}{
+		{"empty", "", ""},
+		{"one line", "qemu-system-x86_64: -accel kvm: failed to initialize kvm: Permission denied\n",
+			"qemu-system-x86_64: -accel kvm: failed to initialize kvm: Permission denied"},
+		{"the error before a register dump", "KVM: entry failed, hardware error 0x80000021\n\nIf you're running a guest on an Intel machine\nEAX=00000000 EBX=00000000\nESI=00000000 EDI=00000000\n",
+			"KVM: entry failed, hardware error 0x80000021; If you're running a guest on an Intel machine; EAX=00000000 EBX=00000000"},
+		{"long", strings.Repeat("x", 500), strings.Repeat("x", 400) + "…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := summarize(tt.output); got != tt.want {
+				t.Errorf("summarize() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

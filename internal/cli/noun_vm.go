@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+func newVMCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "vm",
+		Short: "List sandbox VMs, pause and resume them, take screenshots",
+		Long: `Work with individual sandboxes (the desktop VMs). These are shortcuts over
+the same API as get, pause, resume, save, reset, screen and describe:
+'hvkube vm list' is 'hvkube get sandboxes -o wide'.`,
+		Example: `  hvkube vm list
+  hvkube vm pause browser-pool-x7k2p
+  hvkube vm resume browser-pool-x7k2p
+  hvkube vm screenshot browser-pool-x7k2p -o screen.png
+  hvkube vm console browser-pool-x7k2p`,
+		Args: cobra.NoArgs,
+	}
+	pause := newSandboxOpCmd(e, "pause", "Pause running sandboxes (they stay in RAM)")
+	pause.Example = "  hvkube vm pause browser-pool-x7k2p"
+	resume := newSandboxOpCmd(e, "resume", "Resume paused or saved sandboxes")
+	resume.Long = "Resume paused or saved sandboxes; returns when each guest answers."
+	resume.Example = "  hvkube vm resume browser-pool-x7k2p"
+	save := newSandboxOpCmd(e, "save", "Save sandboxes to disk and end their VMs")
+	save.Example = "  hvkube vm save browser-pool-x7k2p"
+	reset := newSandboxOpCmd(e, "reset", "Return sandboxes to their clean snapshot")
+	reset.Example = "  hvkube vm reset browser-pool-x7k2p"
+	cmd.AddCommand(newVMListCmd(e), newVMInfoCmd(e), pause, resume, save, reset, newVMScreenshotCmd(e), newVMConsoleCmd(e))
+	return cmd
+}
+
+func newVMListCmd(e *env) *cobra.Command {
+	var output, selector, pool string
+	var watch, noHeaders bool
+	cmd := &cobra.Command{
+		Use:   "list [--pool POOL] [-o wide|json|yaml|name]",
+		Short: "List sandboxes with their template, display and process (same as get sandboxes -o wide)",
+		Example: `  hvkube vm list
+  hvkube vm list --pool browser-pool
+  hvkube vm list -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if pool != "" {
+				if selector != "" {
+					selector += ","
+				}
+				selector += "pool=" + pool
+			}
+			return e.runGet(cmd, "sandboxes", output, selector, watch, noHeaders)
+		},
+	}
+	addListFlags(cmd, &output, &selector, &watch, &noHeaders, "wide")
+	cmd.Flags().StringVarP(&pool, "pool", "p", "", "only the sandboxes of this pool (the label pool=POOL)")
+	return cmd
+}
+
+func newVMInfoCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:     "info NAME",
+		Short:   "Show a sandbox in detail, with its recent events (same as describe sandbox)",
+		Example: "  hvkube vm info browser-pool-x7k2p",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return e.runCommand(cmd, newDescribeCmd(e), []string{"--", "sandbox", args[0]})
+		},
+	}
+}
+
+// newVMScreenshotCmd is the screen command under vm, with -o/--output as
+// another name for --save.
+func newVMScreenshotCmd(e *env) *cobra.Command {
+	cmd := newScreenCmd(e)
+	var output string
+	cmd.Use = "screenshot NAME [-o FILE]"
+	cmd.Long += "\n\n-o FILE is the same as --save FILE."
+	cmd.Example = `  hvkube vm screenshot browser-pool-x7k2p -o screen.png
+  hvkube vm screenshot browser-pool-x7k2p --format jpeg --width 640 > small.jpg`
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write the image to FILE (same as --save)")
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if !cmd.Flags().Changed("output") {
+			return nil
+		}
+		if cmd.Flags().Changed("save") {
+			return fmt.Errorf("give -o or --save, not both")
+		}
+		return cmd.Flags().Set("save", output)
+	}
+	return cmd
+}
+
+func newVMConsoleCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "console NAME",
+		Short: "Show where a sandbox's screen is served",
+		Long: `Show where a sandbox's screen is served: the VNC endpoint on the server's
+host (status.display, a unix socket or a loopback TCP address). This command
+opens nothing. A browser live view comes with the display gateway, which the
+server does not serve yet; until then take screenshots with 'hvkube vm
+screenshot', or point a VNC viewer on the server's host at the endpoint.`,
+		Example: "  hvkube vm console browser-pool-x7k2p",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			o, err := c.Get(cmd.Context(), api.KindSandbox, args[0])
+			if err != nil {
+				return err
+			}
+			sb := o.(*api.Sandbox)
+			phase := orDefault(phaseOf(sb, sb.Status.Phase), api.SandboxPending)
+			if sb.Status.Display == "" {
+				return fmt.Errorf("sandbox/%s has no display yet: it is %s", args[0], phase)
+			}
+			fmt.Fprintf(e.out, "sandbox/%s is %s\n", args[0], phase)
+			fmt.Fprintf(e.out, "display:    %s (%s, on the server's host)\n", sb.Status.Display, orDefault(sb.Spec.Display.Protocol, api.DefaultProtocol))
+			if res := orDefault(sb.Status.Resolution, sb.Spec.Display.Resolution); res != "" {
+				fmt.Fprintf(e.out, "resolution: %s\n", res)
+			}
+			fmt.Fprintf(e.out, "live view:  not served yet; it comes with the display gateway\n")
+			fmt.Fprintf(e.out, "screenshot: hvkube vm screenshot %s -o screen.png\n", args[0])
+			return nil
+		},
+	}
+}
