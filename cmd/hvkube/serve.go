@@ -20,6 +20,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/hostpath"
+	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -35,6 +36,7 @@ type serveConfig struct {
 	allowedHosts    []string
 	allowHostPaths  []string
 	shutdownGrace   time.Duration
+	nodeName        string
 }
 
 func newServeCmd() *cobra.Command {
@@ -73,6 +75,7 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.defaultTemplate, "default-template", "linux-desktop", "template for sandboxes that name no templateRef")
 	f.StringSliceVar(&cfg.allowedHosts, "allowed-hosts", nil, "more names clients may reach the server by (Host header), comma-separated or repeated")
 	f.StringArrayVar(&cfg.allowHostPaths, "allow-host-path", nil, "a host directory objects may name files under, besides --image-dir (repeatable)")
+	f.StringVar(&cfg.nodeName, "node-name", node.DefaultName(), "this host's name in the status of the sandboxes and agents it runs")
 	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
 	return cmd
 }
@@ -214,13 +217,23 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	if be != nil {
 		defer be.Close()
-		mgr := controller.New(controller.Options{Store: st, Backend: be, DefaultTemplate: cfg.defaultTemplate, Logger: log})
-		if err := mgr.Start(ctx); err != nil {
+	}
+	// The controllers stop, and their workers return, before the backend
+	// and the store close (deferred calls run in reverse).
+	mgr := controller.NewManager(st, log, 0)
+	defer mgr.Stop()
+	if be != nil {
+		nd := node.New(node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log})
+		if err := nd.Start(ctx); err != nil {
 			return err
 		}
-		opts.Sandboxes = mgr
-		opts.Ready = mgr.Ready
+		nd.Register(mgr)
+		opts.Sandboxes = nd
 	}
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+	opts.Ready = mgr.Ready
 	srv := server.New(opts)
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

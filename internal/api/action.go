@@ -2,18 +2,23 @@ package api
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
 
 // Actions lists the computer-use actions in the input API, workflow steps
-// and MCP tools, plus the workflow-only ones (exec).
+// and MCP tools, plus the workflow-only ones (WorkflowActions).
 var Actions = []string{
 	"screenshot", "left_click", "right_click", "middle_click", "double_click",
 	"triple_click", "mouse_move", "left_click_drag", "left_mouse_down",
 	"left_mouse_up", "scroll", "type", "key", "hold_key", "cursor_position",
-	"wait", "zoom", "exec",
+	"wait", "zoom", "exec", "assert",
 }
+
+// WorkflowActions are the steps only a workflow has: exec runs a command in
+// the guest, assert checks the guest or the screen.
+var WorkflowActions = []string{"exec", "assert"}
 
 // Bounds on one action. An API call, an MCP tool call or a workflow step
 // holds a request and a sandbox while it runs; longer work is several
@@ -37,7 +42,7 @@ func ValidateAction(p string, a Action, width, height int, workflow bool) error 
 	if a.Action == "" {
 		return Invalid(join(p, "action"), "required")
 	}
-	if !known || (a.Action == "exec" && !workflow) {
+	if !known || (!workflow && slices.Contains(WorkflowActions, a.Action)) {
 		return Invalid(join(p, "action"), "unknown action %q", a.Action)
 	}
 	needCoord := false
@@ -80,9 +85,35 @@ func ValidateAction(p string, a Action, width, height int, workflow bool) error 
 			return Invalid(join(p, "region"), "%v is outside the %dx%d screen", a.Region, width, height)
 		}
 	case "exec":
-		if strings.TrimSpace(a.Command) == "" {
-			return Invalid(join(p, "command"), "required for exec")
+		if len(a.Command) == 0 || strings.TrimSpace(a.Command[0]) == "" {
+			return Invalid(join(p, "command"), "required for exec: the program and its arguments, as a list")
 		}
+	case "assert":
+		forms := 0
+		if a.FileContains != nil {
+			forms++
+			if a.FileContains.Path == "" || !strings.HasPrefix(a.FileContains.Path, "/") {
+				return Invalid(join(p, "fileContains.path"), "required: an absolute path in the guest")
+			}
+		}
+		if len(a.Command) > 0 {
+			forms++
+			if strings.TrimSpace(a.Command[0]) == "" {
+				return Invalid(join(p, "command"), "the program is empty")
+			}
+		}
+		if a.ScreenNotBlank {
+			forms++
+		}
+		if forms != 1 {
+			return Invalid(join(p, "action"), "an assert needs exactly one of fileContains, command (with exitCode) or screenNotBlank")
+		}
+		if a.ExitCode != nil && len(a.Command) == 0 {
+			return Invalid(join(p, "exitCode"), "only goes with command")
+		}
+	}
+	if err := validateArgv(join(p, "command"), a.Command); err != nil {
+		return err
 	}
 	if a.Duration < 0 || a.Duration > MaxWait || math.IsNaN(a.Duration) {
 		return Invalid(join(p, "duration"), "%g seconds: a %s lasts at most %d seconds", a.Duration, a.Action, MaxWait)

@@ -121,11 +121,14 @@ func defaultAgent(s *AgentSpec) {
 		switch {
 		case len(s.Task.Steps) > 0:
 			s.Type = "workflow"
-		case s.Custom != nil:
+		case len(s.Task.Command) > 0:
 			s.Type = "custom"
 		default:
 			s.Type = DefaultAgentType
 		}
+	}
+	if s.Type == "custom" && s.Task.In == "" {
+		s.Task.In = "host"
 	}
 	if s.Completion.Type == "" {
 		if s.Type == "mcp-agent" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Object is any stored resource.
@@ -158,6 +159,47 @@ func (v *IntOrString) UnmarshalJSON(b []byte) error {
 	v.IsString = false
 	if err := json.Unmarshal(b, &v.IntVal); err != nil {
 		return fmt.Errorf("expected an integer or a string")
+	}
+	return nil
+}
+
+// Condition statuses.
+const (
+	ConditionTrue    = "True"
+	ConditionFalse   = "False"
+	ConditionUnknown = "Unknown"
+)
+
+// SetCondition puts c into conds, replacing the condition of its type. The
+// lastTransitionTime moves to now only when the status changes. It reports
+// whether anything changed, so that a controller writes status only then.
+func SetCondition(conds *[]Condition, c Condition, now time.Time) bool {
+	for i := range *conds {
+		old := &(*conds)[i]
+		if old.Type != c.Type {
+			continue
+		}
+		c.LastTransitionTime = old.LastTransitionTime
+		if old.Status != c.Status {
+			c.LastTransitionTime = now.UTC()
+		}
+		if *old == c {
+			return false
+		}
+		*old = c
+		return true
+	}
+	c.LastTransitionTime = now.UTC()
+	*conds = append(*conds, c)
+	return true
+}
+
+// FindCondition returns the condition of type typ, or nil.
+func FindCondition(conds []Condition, typ string) *Condition {
+	for i := range conds {
+		if conds[i].Type == typ {
+			return &conds[i]
+		}
 	}
 	return nil
 }

@@ -132,7 +132,24 @@ type TemplateStatus struct {
 	Reason             string            `json:"reason,omitempty"`
 	Message            string            `json:"message,omitempty"`
 	ObservedGeneration int64             `json:"observedGeneration,omitempty"`
+	Conditions         []Condition       `json:"conditions,omitempty"`
 	Snapshot           *TemplateSnapshot `json:"snapshot,omitempty"`
+	// Shapes are the snapshots of other shapes (memory, resolution) built
+	// for sandboxes that ask for them, per node.
+	Shapes []TemplateShape `json:"shapes,omitempty"`
+}
+
+// TemplateShape is a snapshot of the template at another memory size or
+// resolution than its spec's, built on a node the first time a sandbox
+// there asks for that shape.
+type TemplateShape struct {
+	Node       string    `json:"node"`
+	MemoryMB   int       `json:"memoryMB"`
+	Resolution string    `json:"resolution"`
+	ID         string    `json:"id"`
+	Phase      string    `json:"phase"`
+	Message    string    `json:"message,omitempty"`
+	CreatedAt  time.Time `json:"createdAt,omitzero"`
 }
 
 // TemplateSnapshot describes a built template snapshot.
@@ -223,23 +240,30 @@ const (
 
 // SandboxStatus is what a sandbox is.
 type SandboxStatus struct {
-	Phase              string     `json:"phase,omitempty"`
-	Reason             string     `json:"reason,omitempty"`
-	Message            string     `json:"message,omitempty"`
-	ObservedGeneration int64      `json:"observedGeneration,omitempty"`
-	Template           string     `json:"template,omitempty"`
-	BackendID          string     `json:"backendID,omitempty"`
-	DisplayPort        int        `json:"displayPort,omitempty"`
-	Display            string     `json:"display,omitempty"`
-	Resolution         string     `json:"resolution,omitempty"`
-	IPAddress          string     `json:"ipAddress,omitempty"`
-	CurrentAgent       string     `json:"currentAgent,omitempty"`
-	LastHeartbeat      *time.Time `json:"lastHeartbeat,omitempty"`
-	StartedAt          *time.Time `json:"startedAt,omitempty"`
-	ReadyAt            *time.Time `json:"readyAt,omitempty"`
-	TerminatedAt       *time.Time `json:"terminatedAt,omitempty"`
-	LastResumedAt      *time.Time `json:"lastResumedAt,omitempty"`
-	PID                int        `json:"pid,omitempty"`
+	Phase              string      `json:"phase,omitempty"`
+	Reason             string      `json:"reason,omitempty"`
+	Message            string      `json:"message,omitempty"`
+	ObservedGeneration int64       `json:"observedGeneration,omitempty"`
+	Conditions         []Condition `json:"conditions,omitempty"`
+	// Node is the host whose node agent owns the sandbox's VM.
+	Node string `json:"node,omitempty"`
+	// ClaimedAt is when CurrentAgent took the sandbox; ReleasedAt when the
+	// last agent gave it back (idle time counts from it).
+	ClaimedAt     *time.Time `json:"claimedAt,omitempty"`
+	ReleasedAt    *time.Time `json:"releasedAt,omitempty"`
+	Template      string     `json:"template,omitempty"`
+	BackendID     string     `json:"backendID,omitempty"`
+	DisplayPort   int        `json:"displayPort,omitempty"`
+	Display       string     `json:"display,omitempty"`
+	Resolution    string     `json:"resolution,omitempty"`
+	IPAddress     string     `json:"ipAddress,omitempty"`
+	CurrentAgent  string     `json:"currentAgent,omitempty"`
+	LastHeartbeat *time.Time `json:"lastHeartbeat,omitempty"`
+	StartedAt     *time.Time `json:"startedAt,omitempty"`
+	ReadyAt       *time.Time `json:"readyAt,omitempty"`
+	TerminatedAt  *time.Time `json:"terminatedAt,omitempty"`
+	LastResumedAt *time.Time `json:"lastResumedAt,omitempty"`
+	PID           int        `json:"pid,omitempty"`
 }
 
 // ---- SandboxPool ----
@@ -294,20 +318,28 @@ type Scaling struct {
 
 // SandboxPoolStatus counts a pool's sandboxes.
 type SandboxPoolStatus struct {
-	Replicas           int         `json:"replicas"`
-	Ready              int         `json:"ready"`
-	Warm               int         `json:"warm"`
-	Busy               int         `json:"busy"`
+	Replicas int `json:"replicas"`
+	// Desired is how many sandboxes the pool aims for now: spec.replicas,
+	// raised to keep minReady idle and by the queue of pending agents.
+	Desired int `json:"desired"`
+	Ready   int `json:"ready"`
+	Warm    int `json:"warm"`
+	Busy    int `json:"busy"`
+	// ExcessSince is when the pool first had more sandboxes than desired;
+	// it scales down after scaling.scaleDownDelay.
+	ExcessSince        *time.Time  `json:"excessSince,omitempty"`
 	ObservedGeneration int64       `json:"observedGeneration,omitempty"`
 	Conditions         []Condition `json:"conditions,omitempty"`
 }
 
 // Condition is one observed aspect of an object.
 type Condition struct {
-	Type               string    `json:"type"`
-	Status             string    `json:"status"`
+	Type   string `json:"type"`
+	Status string `json:"status"` // True, False or Unknown
+	// Reason is a stable CamelCase word; Message is for people.
 	Reason             string    `json:"reason,omitempty"`
 	Message            string    `json:"message,omitempty"`
+	ObservedGeneration int64     `json:"observedGeneration,omitempty"`
 	LastTransitionTime time.Time `json:"lastTransitionTime,omitzero"`
 }
 
@@ -328,11 +360,13 @@ type AgentSpec struct {
 	// Type is mcp-agent, workflow or custom (playwright and selenium later).
 	Type        string     `json:"type,omitempty"`
 	Task        Task       `json:"task,omitzero"`
-	Custom      *Command   `json:"custom,omitempty"`
 	MCP         *MCPConfig `json:"mcp,omitempty"`
 	Completion  Completion `json:"completion,omitzero"`
 	Output      Output     `json:"output,omitzero"`
 	RequiresGPU bool       `json:"requiresGpu,omitempty"`
+	// TTLSecondsAfterFinished deletes the agent this long after it
+	// completed or failed, as a Kubernetes Job's does; unset keeps it.
+	TTLSecondsAfterFinished *int `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // SandboxSelector picks sandboxes by label. Pool is shorthand for
@@ -349,22 +383,39 @@ type Task struct {
 	Steps    []Action        `json:"steps,omitempty"`
 	// TimeoutSeconds is seed 001's per-task timeout; completion.timeoutMinutes wins when both are set.
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
+	// Command is a custom agent's program and arguments, as a list (never
+	// a shell line).
+	Command []string `json:"command,omitempty"`
+	// In is where a custom agent's command runs: host (default) or guest.
+	In string `json:"in,omitempty"`
 }
 
 // Action is one computer-use action. The input API, workflow steps and the
 // MCP tools share these names and fields, so a recorded run replays as a
 // workflow.
 type Action struct {
-	Action          string   `json:"action"`
-	Coordinate      []int    `json:"coordinate,omitempty"`
-	StartCoordinate []int    `json:"start_coordinate,omitempty"`
-	Text            string   `json:"text,omitempty"`
-	ScrollDirection string   `json:"scroll_direction,omitempty"`
-	ScrollAmount    int      `json:"scroll_amount,omitempty"`
-	Duration        float64  `json:"duration,omitempty"`
-	Region          []int    `json:"region,omitempty"`
-	Command         string   `json:"command,omitempty"`
-	Args            []string `json:"args,omitempty"`
+	Action          string  `json:"action"`
+	Coordinate      []int   `json:"coordinate,omitempty"`
+	StartCoordinate []int   `json:"start_coordinate,omitempty"`
+	Text            string  `json:"text,omitempty"`
+	ScrollDirection string  `json:"scroll_direction,omitempty"`
+	ScrollAmount    int     `json:"scroll_amount,omitempty"`
+	Duration        float64 `json:"duration,omitempty"`
+	Region          []int   `json:"region,omitempty"`
+	// Command is the program and arguments of an exec step, or of a
+	// command assert (workflow steps only).
+	Command []string `json:"command,omitempty"`
+	// Assert forms (action: assert): a file in the guest contains text, a
+	// command exits with ExitCode (default 0), or the screen is not blank.
+	FileContains   *FileContains `json:"fileContains,omitempty"`
+	ExitCode       *int          `json:"exitCode,omitempty"`
+	ScreenNotBlank bool          `json:"screenNotBlank,omitempty"`
+}
+
+// FileContains asserts that the guest file Path contains Text.
+type FileContains struct {
+	Path string `json:"path"`
+	Text string `json:"text"`
 }
 
 // MCPConfig points an mcp-agent at its tools.
@@ -401,16 +452,22 @@ const (
 
 // AgentStatus is where an agent is in its run.
 type AgentStatus struct {
-	Phase              string       `json:"phase,omitempty"`
-	Reason             string       `json:"reason,omitempty"`
-	Message            string       `json:"message,omitempty"`
-	ObservedGeneration int64        `json:"observedGeneration,omitempty"`
-	Sandbox            string       `json:"sandbox,omitempty"`
-	Attempts           int          `json:"attempts,omitempty"`
-	ScheduledAt        *time.Time   `json:"scheduledAt,omitempty"`
-	StartedAt          *time.Time   `json:"startedAt,omitempty"`
-	CompletedAt        *time.Time   `json:"completedAt,omitempty"`
-	Result             *AgentResult `json:"result,omitempty"`
+	Phase              string      `json:"phase,omitempty"`
+	Reason             string      `json:"reason,omitempty"`
+	Message            string      `json:"message,omitempty"`
+	ObservedGeneration int64       `json:"observedGeneration,omitempty"`
+	Conditions         []Condition `json:"conditions,omitempty"`
+	Sandbox            string      `json:"sandbox,omitempty"`
+	// Node runs the agent: the node of its sandbox.
+	Node string `json:"node,omitempty"`
+	// Attempts counts the runs started; Failures the ones that failed (a
+	// run cut short by a restart of its node is not a failure).
+	Attempts    int          `json:"attempts,omitempty"`
+	Failures    int          `json:"failures,omitempty"`
+	ScheduledAt *time.Time   `json:"scheduledAt,omitempty"`
+	StartedAt   *time.Time   `json:"startedAt,omitempty"`
+	CompletedAt *time.Time   `json:"completedAt,omitempty"`
+	Result      *AgentResult `json:"result,omitempty"`
 }
 
 // AgentResult is what an agent produced.
@@ -420,6 +477,22 @@ type AgentResult struct {
 	Artifacts       []string        `json:"artifacts,omitempty"`
 	Screenshots     []string        `json:"screenshots,omitempty"`
 	DurationSeconds float64         `json:"durationSeconds,omitempty"`
+	// Steps are a workflow's steps as they ran.
+	Steps []StepResult `json:"steps,omitempty"`
+	// ExitCode is a custom agent's.
+	ExitCode *int `json:"exitCode,omitempty"`
+}
+
+// StepResult is one workflow step as it ran.
+type StepResult struct {
+	Action string `json:"action"`
+	OK     bool   `json:"ok"`
+	// Output is what the step returned: exec output, cursor_position.
+	Output string `json:"output,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Screenshot names the screenshot taken after the step (an artifact).
+	Screenshot      string  `json:"screenshot,omitempty"`
+	DurationSeconds float64 `json:"durationSeconds"`
 }
 
 // ---- DisplayService ----
@@ -459,7 +532,9 @@ type Gateway struct {
 
 // DisplayServiceStatus lists the reachable displays.
 type DisplayServiceStatus struct {
-	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	ObservedGeneration int64       `json:"observedGeneration,omitempty"`
+	Conditions         []Condition `json:"conditions,omitempty"`
+	Endpoints          []Endpoint  `json:"endpoints,omitempty"`
 }
 
 // Endpoint is one sandbox display.

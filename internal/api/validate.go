@@ -415,8 +415,19 @@ func validateAgent(s *AgentSpec) error {
 			return err
 		}
 	}
-	if s.Type == "custom" && (s.Custom == nil || strings.TrimSpace(s.Custom.Command) == "") {
-		return Invalid("spec.custom.command", "required for a custom agent")
+	if s.Type == "custom" {
+		if len(s.Task.Command) == 0 || strings.TrimSpace(s.Task.Command[0]) == "" {
+			return Invalid("spec.task.command", "required for a custom agent: the program and its arguments, as a list")
+		}
+		if err := oneOf("spec.task.in", s.Task.In, "", "host", "guest"); err != nil {
+			return err
+		}
+	}
+	if err := validateArgv("spec.task.command", s.Task.Command); err != nil {
+		return err
+	}
+	if t := s.TTLSecondsAfterFinished; t != nil && *t < 0 {
+		return Invalid("spec.ttlSecondsAfterFinished", "%d is negative", *t)
 	}
 	if err := nonNegative("spec.task.timeoutSeconds", s.Task.TimeoutSeconds); err != nil {
 		return err
@@ -525,4 +536,14 @@ func HostPaths(o Object) []HostPath {
 		volumes("spec.template.spec", o.Spec.Template.Spec.Volumes)
 	}
 	return out
+}
+
+// validateArgv checks a program and its arguments given as a list.
+func validateArgv(field string, argv []string) error {
+	for i, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			return Invalid(fmt.Sprintf("%s[%d]", field, i), "contains a NUL byte")
+		}
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/client"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -255,7 +256,10 @@ func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID str
 	defer st.Close()
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	mgr := controller.New(controller.Options{Store: st, Backend: be})
+	mgr := controller.NewManager(st, nil, 0)
+	defer mgr.Stop()
+	nd := node.New(node.Options{Store: st, Backend: be})
+	nd.Register(mgr)
 	// The template object points at the snapshot already built.
 	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
 	tpl.Metadata.Name = "bench"
@@ -267,7 +271,7 @@ func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID str
 	if err := mgr.Start(mctx); err != nil {
 		return err
 	}
-	c, stop, err := serve(server.Options{Store: st, Sandboxes: mgr})
+	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd})
 	if err != nil {
 		return err
 	}

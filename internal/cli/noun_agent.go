@@ -59,7 +59,7 @@ A step is one computer-use action, with the fields the input API takes:
     - {action: type, text: "New York"}
     - {action: key, text: Return}
     - {action: wait, duration: 1}
-    - {action: exec, command: xdg-open, args: ["https://example.com"]}
+    - {action: exec, command: [xdg-open, "https://example.com"]}
 
 Unknown fields are errors; the server checks the actions themselves and names
 the step at fault (spec.task.steps[N]).

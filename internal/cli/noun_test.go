@@ -97,7 +97,7 @@ func TestAgentSubmit(t *testing.T) {
 		{Action: "type", Text: "New York"},
 		{Action: "key", Text: "Return"},
 		{Action: "wait", Duration: 1.5},
-		{Action: "exec", Command: "xdg-open", Args: []string{"https://example.com"}},
+		{Action: "exec", Command: []string{"xdg-open", "https://example.com"}},
 	}
 	yamlFile := writeFile(t, "book-flight.yaml", `# the steps of a booking
 steps:
@@ -106,7 +106,7 @@ steps:
     text: New York
   - {action: key, text: Return}
   - {action: wait, duration: 1.5}
-  - {action: exec, command: xdg-open, args: ["https://example.com"]}
+  - {action: exec, command: [xdg-open, "https://example.com"]}
 `)
 	listFile := writeFile(t, "list.json", `[{"action": "key", "text": "ctrl+l"}]`)
 	generated := "(none)"

@@ -5,98 +5,164 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
-// Finalizers hvkube puts on objects that own outside state.
-const (
-	FinalizerVM       = "hvkube.io/vm"
-	FinalizerSnapshot = "hvkube.io/template-snapshot"
-)
-
-// Options configure a Manager.
-type Options struct {
-	Store   *store.Store
-	Backend backend.Backend
-	// DefaultTemplate is used by sandboxes that name no templateRef.
-	DefaultTemplate string
-	Logger          *slog.Logger
-	// Resync is how often every object is looked at again (default 1m).
-	Resync time.Duration
+// Reconciler brings the object of one kind named by a key in line with
+// its spec. It re-reads what it acts on every time: a key says only which
+// object to look at.
+type Reconciler interface {
+	Reconcile(ctx context.Context, name string) (Result, error)
 }
 
-// Manager runs the template and sandbox controllers over one backend, and
-// serves the imperative sandbox operations of the API (pause, screen,
-// input, …) under the same per-sandbox lock as the sandbox controller.
+// ReconcilerFunc adapts a function to Reconciler.
+type ReconcilerFunc func(ctx context.Context, name string) (Result, error)
+
+// Reconcile calls f.
+func (f ReconcilerFunc) Reconcile(ctx context.Context, name string) (Result, error) {
+	return f(ctx, name)
+}
+
+// Controller is a reconciler with what drives it: the kind whose object
+// names are its keys, the changes of other kinds that concern those keys,
+// and how many keys it works on at once.
+type Controller struct {
+	Name       string
+	For        string
+	Reconciler Reconciler
+	Workers    int
+	// Watches map changes of other kinds (or of For) to keys.
+	Watches []Watch
+}
+
+// Watch maps a changed object of Kind to the keys it concerns.
+type Watch struct {
+	Kind string
+	Map  func(o api.Object) []string
+}
+
+// Manager runs registered controllers over one store: one watch per kind,
+// fanned out to the controllers' queues, a periodic resync, and an orderly
+// stop. It knows no backend: controllers that own VMs register with it
+// like the others.
 type Manager struct {
-	st  *store.Store
-	be  backend.Backend
-	log *slog.Logger
-	opt Options
+	st     store.Interface
+	log    *slog.Logger
+	resync time.Duration
 
-	templates *Queue
-	sandboxes *Queue
-	locks     keyedMutex
-
-	mu      sync.Mutex // guards started
-	started bool
+	mu          sync.Mutex // guards the following fields
+	controllers []*registered
+	started     bool
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 }
 
-// New returns a Manager; Start runs it.
-func New(opts Options) *Manager {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Resync == 0 {
-		opts.Resync = time.Minute
-	}
-	return &Manager{
-		st: opts.Store, be: opts.Backend, log: opts.Logger, opt: opts,
-		templates: NewQueue("template", opts.Logger),
-		sandboxes: NewQueue("sandbox", opts.Logger),
-	}
+type registered struct {
+	Controller
+	q *Queue
 }
 
-// Start removes orphaned VMs, then runs the controllers until ctx ends. It
-// returns once they run.
+// NewManager returns a Manager over st. resync is how often every object
+// is reconciled again (0: one minute).
+func NewManager(st store.Interface, log *slog.Logger, resync time.Duration) *Manager {
+	if log == nil {
+		log = slog.Default()
+	}
+	if resync == 0 {
+		resync = time.Minute
+	}
+	return &Manager{st: st, log: log, resync: resync}
+}
+
+// Register adds a controller; it must be called before Start. It returns
+// the controller's queue, so that its owner can add keys itself (after an
+// operation that the store does not see).
+func (m *Manager) Register(c Controller) *Queue {
+	if c.Workers == 0 {
+		c.Workers = 1
+	}
+	r := &registered{Controller: c, q: NewQueue(c.Name, m.log)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started {
+		panic("controller: Register after Start")
+	}
+	m.controllers = append(m.controllers, r)
+	return r.q
+}
+
+// Start lists and watches every kind the controllers need and runs their
+// workers until Stop (or ctx ends). It returns once they run.
 func (m *Manager) Start(ctx context.Context) error {
-	if err := m.cleanOrphans(ctx); err != nil {
-		return err
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started {
+		return errors.New("controller: started twice")
 	}
-	for _, w := range []struct {
-		kind string
-		add  func(api.Object)
-	}{
-		{api.KindTemplate, func(o api.Object) {
-			m.templates.Add(o.GetMeta().Name)
-			m.enqueueAll(ctx, api.KindSandbox, m.sandboxes) // sandboxes waiting on it
-		}},
-		{api.KindSandbox, func(o api.Object) { m.sandboxes.Add(o.GetMeta().Name) }},
-	} {
-		items, wt, err := m.st.ListAndWatch(ctx, w.kind, api.Selector{})
+	ctx, m.cancel = context.WithCancel(ctx)
+	kinds := map[string][]func(api.Object){}
+	for _, c := range m.controllers {
+		q := c.q
+		kinds[c.For] = append(kinds[c.For], func(o api.Object) { q.Add(o.GetMeta().Name) })
+		for _, w := range c.Watches {
+			mapf := w.Map
+			kinds[w.Kind] = append(kinds[w.Kind], func(o api.Object) {
+				for _, k := range mapf(o) {
+					q.Add(k)
+				}
+			})
+		}
+	}
+	for kind, handlers := range kinds {
+		items, wt, err := m.st.ListAndWatch(ctx, kind, api.Selector{})
 		if err != nil {
-			return err
+			m.cancel()
+			return fmt.Errorf("watch %s: %w", kind, err)
+		}
+		dispatch := func(o api.Object) {
+			for _, h := range handlers {
+				h(o)
+			}
 		}
 		for _, it := range items {
-			w.add(it)
+			dispatch(it)
 		}
-		go m.follow(ctx, w.kind, wt, w.add)
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.follow(ctx, kind, wt, dispatch)
+		}()
 	}
-	// Template builds block for a while; they get their own workers.
-	go m.templates.Run(ctx, 2, m.reconcileTemplate)
-	go m.sandboxes.Run(ctx, 4, m.reconcileSandbox)
-	go m.resync(ctx)
-	m.mu.Lock()
+	for _, c := range m.controllers {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			c.q.Run(ctx, c.Workers, c.Reconciler.Reconcile)
+		}()
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.resyncLoop(ctx)
+	}()
 	m.started = true
-	m.mu.Unlock()
 	return nil
+}
+
+// Stop ends the controllers and waits until every worker has returned
+// from the key it was working on. It is safe to call more than once.
+func (m *Manager) Stop() {
+	m.mu.Lock()
+	cancel := m.cancel
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	m.wg.Wait()
 }
 
 // Ready reports whether the controllers run.
@@ -109,172 +175,66 @@ func (m *Manager) Ready(ctx context.Context) error {
 	return nil
 }
 
-// follow feeds a watch into a queue, re-listing if the watch ends early.
-func (m *Manager) follow(ctx context.Context, kind string, wt *store.Watcher, add func(api.Object)) {
+// follow feeds a watch to its handlers. When the watch ends early it
+// resumes after the last change it saw, or lists again when the store
+// cannot resume from there.
+func (m *Manager) follow(ctx context.Context, kind string, wt *store.Watcher, dispatch func(api.Object)) {
+	last := wt.From()
 	for {
 		for ev := range wt.Events() {
-			add(ev.Object)
+			dispatch(ev.Object)
+			last = store.ParseRV(ev.Object.GetMeta().ResourceVersion)
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		m.log.Warn("watch ended; listing again", "kind", kind, "err", wt.Err())
-		items, next, err := m.st.ListAndWatch(ctx, kind, api.Selector{})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		m.log.Warn("watch ended; resuming", "kind", kind, "after", last, "err", wt.Err())
+		for ctx.Err() == nil {
+			next, err := m.st.WatchFrom(ctx, kind, api.Selector{}, last)
+			if errors.Is(err, api.ErrGone) {
+				var items []api.Object
+				items, next, err = m.st.ListAndWatch(ctx, kind, api.Selector{})
+				if err == nil {
+					for _, it := range items {
+						dispatch(it)
+					}
+				}
 			}
-			time.Sleep(time.Second)
-			continue
+			if err == nil {
+				wt, last = next, next.From()
+				break
+			}
+			m.log.Warn("watch again", "kind", kind, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
-		for _, it := range items {
-			add(it)
-		}
-		wt = next
 	}
 }
 
-func (m *Manager) resync(ctx context.Context) {
-	t := time.NewTicker(m.opt.Resync)
+func (m *Manager) resyncLoop(ctx context.Context) {
+	t := time.NewTicker(m.resync)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			m.enqueueAll(ctx, api.KindTemplate, m.templates)
-			m.enqueueAll(ctx, api.KindSandbox, m.sandboxes)
+			for _, c := range m.controllers {
+				m.EnqueueAll(ctx, c.For, c.q)
+			}
 		}
 	}
 }
 
-func (m *Manager) enqueueAll(ctx context.Context, kind string, q *Queue) {
+// EnqueueAll adds the name of every object of kind to q.
+func (m *Manager) EnqueueAll(ctx context.Context, kind string, q *Queue) {
 	items, _, err := m.st.List(ctx, kind, api.Selector{})
 	if err != nil {
 		return
 	}
 	for _, it := range items {
 		q.Add(it.GetMeta().Name)
-	}
-}
-
-// cleanOrphans deletes VMs that no Sandbox object owns: left by a sandbox
-// deleted while the server was down, or by an interrupted create.
-func (m *Manager) cleanOrphans(ctx context.Context) error {
-	vms, err := m.be.List(ctx)
-	if err != nil {
-		return fmt.Errorf("list VMs: %w", err)
-	}
-	for _, vm := range vms {
-		o, err := m.st.Get(ctx, api.KindSandbox, vm.ID)
-		if err == nil && (vm.UID == "" || o.GetMeta().UID == vm.UID) {
-			continue
-		}
-		if err != nil && !errors.Is(err, api.ErrNotFound) {
-			return err
-		}
-		m.log.Warn("deleting an orphaned VM", "sandbox", vm.ID, "state", vm.State)
-		if err := m.be.Delete(ctx, vm.ID); err != nil {
-			m.log.Error("delete orphaned VM", "sandbox", vm.ID, "err", err)
-		}
-	}
-	return nil
-}
-
-// ---- shared helpers ----
-
-// event records an event, logging instead of failing.
-func (m *Manager) event(ctx context.Context, o api.Object, typ, reason, msg string) {
-	if err := m.st.RecordEvent(ctx, o, typ, reason, msg); err != nil {
-		m.log.Warn("record event", "object", o.GetMeta().Name, "err", err)
-	}
-}
-
-// ensureFinalizer adds f to o, returning the stored object.
-func (m *Manager) ensureFinalizer(ctx context.Context, o api.Object, f string) (api.Object, error) {
-	return m.editMeta(ctx, o, func(meta *api.ObjectMeta) {
-		if !slices.Contains(meta.Finalizers, f) {
-			meta.Finalizers = append(meta.Finalizers, f)
-		}
-	})
-}
-
-// removeFinalizer removes f; the store deletes an object whose deletion was
-// asked for once its last finalizer is gone.
-func (m *Manager) removeFinalizer(ctx context.Context, o api.Object, f string) error {
-	_, err := m.editMeta(ctx, o, func(meta *api.ObjectMeta) {
-		meta.Finalizers = slices.DeleteFunc(meta.Finalizers, func(s string) bool { return s == f })
-	})
-	if errors.Is(err, api.ErrNotFound) {
-		return nil
-	}
-	return err
-}
-
-// editMeta applies edit to the stored object's metadata with optimistic
-// concurrency, re-reading and retrying when someone else wrote first (a
-// user's label change must not be overwritten).
-func (m *Manager) editMeta(ctx context.Context, o api.Object, edit func(*api.ObjectMeta)) (api.Object, error) {
-	kind, name := o.GetTypeMeta().Kind, o.GetMeta().Name
-	for attempt := 0; ; attempt++ {
-		c := api.DeepCopy(o)
-		edit(c.GetMeta())
-		out, _, err := m.st.Update(ctx, c)
-		if !errors.Is(err, api.ErrConflict) || attempt >= 10 {
-			return out, err
-		}
-		if o, err = m.st.Get(ctx, kind, name); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// snapshotID names the backend snapshot of a template generation: a new
-// spec builds a new snapshot, and the old one stays for its clones.
-func snapshotID(t *api.Template) string {
-	gen := "-g" + strconv.FormatInt(t.Metadata.Generation, 10)
-	name := t.Metadata.Name
-	if len(name)+len(gen) > api.MaxNameLength {
-		name = name[:api.MaxNameLength-len(gen)]
-		for len(name) > 0 && name[len(name)-1] == '-' {
-			name = name[:len(name)-1]
-		}
-	}
-	return name + gen
-}
-
-// keyedMutex is one mutex per key.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// lock locks key and returns its unlock.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyLock{}
-	}
-	l, ok := k.locks[key]
-	if !ok {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
 	}
 }

@@ -1,6 +1,9 @@
-// Package controller holds hvkube's level-based reconcilers (templates,
-// sandboxes) and the work queue that drives them. A reconciler re-reads the
-// state it acts on every time; events only say which key to look at.
+// Package controller runs hvkube's level-based reconcilers: the work queue
+// that drives them, the Manager that feeds it from store watches, and the
+// controllers that only read and write objects (pools, agents and the
+// scheduler). It imports no backend: what owns VMs lives in package node
+// and registers with the same Manager. A reconciler re-reads the state it
+// acts on every time; events only say which key to look at.
 package controller
 
 import (
@@ -35,13 +38,19 @@ type Queue struct {
 	dirty      map[string]bool
 	processing map[string]bool
 	failures   map[string]int
-	timers     map[string]*time.Timer
+	timers     map[string]*delayed
 	shutdown   bool
+}
+
+// delayed is a pending AddAfter.
+type delayed struct {
+	t  *time.Timer
+	at time.Time
 }
 
 // NewQueue returns an empty queue.
 func NewQueue(name string, log *slog.Logger) *Queue {
-	q := &Queue{name: name, log: log, dirty: map[string]bool{}, processing: map[string]bool{}, failures: map[string]int{}, timers: map[string]*time.Timer{}}
+	q := &Queue{name: name, log: log, dirty: map[string]bool{}, processing: map[string]bool{}, failures: map[string]int{}, timers: map[string]*delayed{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -64,7 +73,9 @@ func (q *Queue) addLocked(key string) {
 	}
 }
 
-// AddAfter queues key after d; an earlier pending AddAfter of the key wins.
+// AddAfter queues key after d. When the key already waits for a delay,
+// the earlier deadline wins: a reconciler that asks to look again in an
+// hour must not postpone a retry due in a second.
 func (q *Queue) AddAfter(key string, d time.Duration) {
 	if d <= 0 {
 		q.Add(key)
@@ -72,18 +83,26 @@ func (q *Queue) AddAfter(key string, d time.Duration) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if t, ok := q.timers[key]; ok {
-		// Keep the earlier deadline.
-		if t.Stop() {
+	if q.shutdown {
+		return
+	}
+	at := time.Now().Add(d)
+	if p, ok := q.timers[key]; ok {
+		if !p.at.After(at) {
+			return
+		}
+		p.t.Stop()
+	}
+	p := &delayed{at: at}
+	p.t = time.AfterFunc(d, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.timers[key] == p {
 			delete(q.timers, key)
 		}
-	}
-	q.timers[key] = time.AfterFunc(d, func() {
-		q.mu.Lock()
-		delete(q.timers, key)
 		q.addLocked(key)
-		q.mu.Unlock()
 	})
+	q.timers[key] = p
 }
 
 // backoff is the delay before retrying a key that failed n times.
@@ -130,8 +149,8 @@ func (q *Queue) ShutDown() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.shutdown = true
-	for _, t := range q.timers {
-		t.Stop()
+	for _, p := range q.timers {
+		p.t.Stop()
 	}
 	q.cond.Broadcast()
 }

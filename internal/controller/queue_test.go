@@ -88,3 +88,27 @@ func TestQueueRecoversPanics(t *testing.T) {
 		t.Fatal("the key was not retried after a panic")
 	}
 }
+
+func TestQueueAddAfterKeepsTheEarlierDeadline(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		first, second time.Duration
+	}{
+		{"earlier first", 20 * time.Millisecond, time.Hour},
+		{"earlier second", time.Hour, 20 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			q := NewQueue("test", slog.Default())
+			defer q.ShutDown()
+			q.AddAfter("k", tt.first)
+			q.AddAfter("k", tt.second)
+			deadline := time.Now().Add(5 * time.Second)
+			for q.Len() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the key did not come back at the earlier deadline")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}

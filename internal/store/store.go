@@ -637,3 +637,24 @@ func jsonEqual(a, b any) bool {
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && string(x) == string(y)
 }
+
+// Interface is what controllers use of a store: objects by kind and name,
+// optimistic concurrency on resourceVersion (Update and UpdateStatus with a
+// resourceVersion set are conditional), watches that resume from a
+// revision, and the audit log. *Store implements it over SQLite; a store
+// kept by a Kubernetes API server can implement it too. Transactions are
+// not part of it: a controller changes one object at a time and claims
+// by resourceVersion.
+type Interface interface {
+	Get(ctx context.Context, kind, name string) (api.Object, error)
+	List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, int64, error)
+	Create(ctx context.Context, o api.Object) (api.Object, error)
+	Update(ctx context.Context, o api.Object) (api.Object, bool, error)
+	UpdateStatus(ctx context.Context, o api.Object) (api.Object, error)
+	Delete(ctx context.Context, kind, name string, opts DeleteOptions) (api.Object, bool, error)
+	ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, *Watcher, error)
+	WatchFrom(ctx context.Context, kind string, sel api.Selector, rv int64) (*Watcher, error)
+	RecordEvent(ctx context.Context, o api.Object, eventType, reason, message string) error
+}
+
+var _ Interface = (*Store)(nil)

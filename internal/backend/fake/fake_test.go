@@ -638,7 +638,7 @@ func TestInput(t *testing.T) {
 		{api.Action{Action: "scroll", Coordinate: []int{1, 1}, ScrollDirection: "sideways"}, "scroll_direction"},
 		{api.Action{Action: "teleport"}, "action"},
 		{api.Action{Action: "zoom", Region: []int{0, 0, 10, 10}}, "action"},
-		{api.Action{Action: "exec", Command: "true"}, "action"},
+		{api.Action{Action: "exec", Command: []string{"true"}}, "action"},
 	}
 	for _, tt := range bad {
 		_, err := b.Input(ctx, "a", tt.a)

@@ -49,7 +49,7 @@ func (b *Backend) Input(ctx context.Context, id string, a api.Action) (backend.I
 	}
 	rec := a
 	rec.Coordinate, rec.StartCoordinate = slices.Clone(a.Coordinate), slices.Clone(a.StartCoordinate)
-	rec.Region, rec.Args = slices.Clone(a.Region), slices.Clone(a.Args)
+	rec.Region, rec.Command = slices.Clone(a.Region), slices.Clone(a.Command)
 	s.actions = append(s.actions, rec)
 	if a.Action == "cursor_position" {
 		return backend.InputResult{X: s.x, Y: s.y}, nil

@@ -1,4 +1,4 @@
-package controller
+package node
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 // sandbox's lock (the controller takes it too) and record the new phase;
 // screen, input and guest calls go straight to the backend.
 
-func (m *Manager) sandboxFor(ctx context.Context, name string) (*api.Sandbox, error) {
-	o, err := m.st.Get(ctx, api.KindSandbox, name)
+func (n *Node) sandboxFor(ctx context.Context, name string) (*api.Sandbox, error) {
+	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if err != nil {
 		return nil, err
 	}
@@ -46,26 +46,26 @@ func needPhase(sb *api.Sandbox, verb string, phases ...string) error {
 }
 
 // Pause stops a running sandbox's vCPUs.
-func (m *Manager) Pause(ctx context.Context, name string) error {
-	return m.transition(ctx, name, "pause", []string{api.SandboxRunning, api.SandboxPaused}, api.SandboxPaused, m.be.Pause)
+func (n *Node) Pause(ctx context.Context, name string) error {
+	return n.transition(ctx, name, "pause", []string{api.SandboxRunning, api.SandboxPaused}, api.SandboxPaused, n.be.Pause)
 }
 
 // Resume runs a paused or saved sandbox.
-func (m *Manager) Resume(ctx context.Context, name string) error {
-	return m.transition(ctx, name, "resume", []string{api.SandboxPaused, api.SandboxSaved, api.SandboxRunning}, api.SandboxRunning, m.be.Resume)
+func (n *Node) Resume(ctx context.Context, name string) error {
+	return n.transition(ctx, name, "resume", []string{api.SandboxPaused, api.SandboxSaved, api.SandboxRunning}, api.SandboxRunning, n.be.Resume)
 }
 
 // Save writes a sandbox to disk and ends its process.
-func (m *Manager) Save(ctx context.Context, name string) error {
-	return m.transition(ctx, name, "save", []string{api.SandboxRunning, api.SandboxPaused, api.SandboxSaved}, api.SandboxSaved, m.be.Save)
+func (n *Node) Save(ctx context.Context, name string) error {
+	return n.transition(ctx, name, "save", []string{api.SandboxRunning, api.SandboxPaused, api.SandboxSaved}, api.SandboxSaved, n.be.Save)
 }
 
 // Reset returns a sandbox to its clean state; a running sandbox runs again
 // afterwards.
-func (m *Manager) Reset(ctx context.Context, name string) error {
-	unlock := m.locks.lock(name)
+func (n *Node) Reset(ctx context.Context, name string) error {
+	unlock := n.locks.lock(name)
 	defer unlock()
-	sb, err := m.sandboxFor(ctx, name)
+	sb, err := n.sandboxFor(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -73,20 +73,20 @@ func (m *Manager) Reset(ctx context.Context, name string) error {
 		return err
 	}
 	start := time.Now()
-	if err := m.be.Reset(ctx, name); err != nil {
+	if err := n.be.Reset(ctx, name); err != nil {
 		return err
 	}
 	phase := api.SandboxPaused
 	if sb.Status.Phase == api.SandboxRunning || sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated {
-		if err := m.be.Resume(ctx, name); err != nil {
+		if err := n.be.Resume(ctx, name); err != nil {
 			return err
 		}
 		phase = api.SandboxRunning
 	}
-	info, _ := m.be.Inspect(ctx, name)
+	info, _ := n.be.Inspect(ctx, name)
 	msg := fmt.Sprintf("reset to the clean snapshot in %s", time.Since(start).Round(time.Millisecond))
-	m.event(ctx, sb, api.EventNormal, "Reset", msg)
-	return m.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	n.event(ctx, sb, api.EventNormal, "Reset", msg)
+	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		now := time.Now().UTC()
 		s.Phase, s.Reason, s.Message, s.PID = phase, "Reset", msg, info.PID
 		if phase == api.SandboxRunning {
@@ -95,10 +95,10 @@ func (m *Manager) Reset(ctx context.Context, name string) error {
 	})
 }
 
-func (m *Manager) transition(ctx context.Context, name, verb string, from []string, to string, op func(context.Context, string) error) error {
-	unlock := m.locks.lock(name)
+func (n *Node) transition(ctx context.Context, name, verb string, from []string, to string, op func(context.Context, string) error) error {
+	unlock := n.locks.lock(name)
 	defer unlock()
-	sb, err := m.sandboxFor(ctx, name)
+	sb, err := n.sandboxFor(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -113,9 +113,9 @@ func (m *Manager) transition(ctx context.Context, name, verb string, from []stri
 		return err
 	}
 	took := time.Since(start)
-	info, _ := m.be.Inspect(ctx, name)
-	m.event(ctx, sb, api.EventNormal, phaseReason(to), fmt.Sprintf("%s in %s", verb, took.Round(time.Microsecond)))
-	return m.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	info, _ := n.be.Inspect(ctx, name)
+	n.event(ctx, sb, api.EventNormal, phaseReason(to), fmt.Sprintf("%s in %s", verb, took.Round(time.Microsecond)))
+	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message, s.PID = to, phaseReason(to), "", info.PID
 		if to == api.SandboxRunning {
 			now := time.Now().UTC()
@@ -139,12 +139,12 @@ func phaseReason(phase string) string {
 var errNoAbility = errors.New("the backend cannot do this")
 
 // Screenshot returns the sandbox's screen (running or paused).
-func (m *Manager) Screenshot(ctx context.Context, name string, opts backend.ScreenshotOptions) ([]byte, string, error) {
-	scr, ok := m.be.(backend.Screen)
+func (n *Node) Screenshot(ctx context.Context, name string, opts backend.ScreenshotOptions) ([]byte, string, error) {
+	scr, ok := n.be.(backend.Screen)
 	if !ok {
 		return nil, "", fmt.Errorf("screenshots: %w: %w", errNoAbility, api.ErrUnsupported)
 	}
-	sb, err := m.sandboxFor(ctx, name)
+	sb, err := n.sandboxFor(ctx, name)
 	if err != nil {
 		return nil, "", err
 	}
@@ -155,12 +155,12 @@ func (m *Manager) Screenshot(ctx context.Context, name string, opts backend.Scre
 }
 
 // Input sends one computer-use action to a running sandbox.
-func (m *Manager) Input(ctx context.Context, name string, a api.Action) (backend.InputResult, error) {
-	in, ok := m.be.(backend.Input)
+func (n *Node) Input(ctx context.Context, name string, a api.Action) (backend.InputResult, error) {
+	in, ok := n.be.(backend.Input)
 	if !ok {
 		return backend.InputResult{}, fmt.Errorf("input: %w: %w", errNoAbility, api.ErrUnsupported)
 	}
-	sb, err := m.sandboxFor(ctx, name)
+	sb, err := n.sandboxFor(ctx, name)
 	if err != nil {
 		return backend.InputResult{}, err
 	}
@@ -177,12 +177,12 @@ func (m *Manager) Input(ctx context.Context, name string, a api.Action) (backend
 	return in.Input(ctx, name, a)
 }
 
-func (m *Manager) guest(ctx context.Context, name, verb string) (backend.Guest, error) {
-	g, ok := m.be.(backend.Guest)
+func (n *Node) guest(ctx context.Context, name, verb string) (backend.Guest, error) {
+	g, ok := n.be.(backend.Guest)
 	if !ok {
 		return nil, fmt.Errorf("guest access: %w: %w", errNoAbility, api.ErrUnsupported)
 	}
-	sb, err := m.sandboxFor(ctx, name)
+	sb, err := n.sandboxFor(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +190,8 @@ func (m *Manager) guest(ctx context.Context, name, verb string) (backend.Guest, 
 }
 
 // Exec runs a program in a running sandbox.
-func (m *Manager) Exec(ctx context.Context, name string, req backend.ExecRequest) (backend.ExecResult, error) {
-	g, err := m.guest(ctx, name, "exec in")
+func (n *Node) Exec(ctx context.Context, name string, req backend.ExecRequest) (backend.ExecResult, error) {
+	g, err := n.guest(ctx, name, "exec in")
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
@@ -199,8 +199,8 @@ func (m *Manager) Exec(ctx context.Context, name string, req backend.ExecRequest
 }
 
 // ClipboardGet reads a running sandbox's clipboard.
-func (m *Manager) ClipboardGet(ctx context.Context, name string) (string, error) {
-	g, err := m.guest(ctx, name, "read the clipboard of")
+func (n *Node) ClipboardGet(ctx context.Context, name string) (string, error) {
+	g, err := n.guest(ctx, name, "read the clipboard of")
 	if err != nil {
 		return "", err
 	}
@@ -208,8 +208,8 @@ func (m *Manager) ClipboardGet(ctx context.Context, name string) (string, error)
 }
 
 // ClipboardSet sets a running sandbox's clipboard.
-func (m *Manager) ClipboardSet(ctx context.Context, name, text string) error {
-	g, err := m.guest(ctx, name, "set the clipboard of")
+func (n *Node) ClipboardSet(ctx context.Context, name, text string) error {
+	g, err := n.guest(ctx, name, "set the clipboard of")
 	if err != nil {
 		return err
 	}
@@ -217,11 +217,11 @@ func (m *Manager) ClipboardSet(ctx context.Context, name, text string) error {
 }
 
 // Logs returns the sandbox's console log.
-func (m *Manager) Logs(ctx context.Context, name string) (io.ReadCloser, error) {
-	if _, err := m.sandboxFor(ctx, name); err != nil {
+func (n *Node) Logs(ctx context.Context, name string) (io.ReadCloser, error) {
+	if _, err := n.sandboxFor(ctx, name); err != nil {
 		return nil, err
 	}
-	l, ok := m.be.(backend.Logs)
+	l, ok := n.be.(backend.Logs)
 	if !ok {
 		return nil, fmt.Errorf("logs: %w: %w", errNoAbility, api.ErrUnsupported)
 	}

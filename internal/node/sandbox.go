@@ -1,78 +1,80 @@
-package controller
+package node
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/controller"
 )
 
 // reconcileSandbox brings a sandbox's VM in line with its object: clones it
 // when the template is ready, follows what the VM really does, and removes
 // the VM when the object is deleted (or never existed).
-func (m *Manager) reconcileSandbox(ctx context.Context, name string) (Result, error) {
-	o, err := m.st.Get(ctx, api.KindSandbox, name)
+func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Result, error) {
+	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if err == nil && o.GetMeta().DeletionTimestamp == nil {
 		switch o.(*api.Sandbox).Status.Phase {
 		case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
 			// Observing does the slow part (the health check) without the
 			// sandbox's lock, so that API calls do not wait for it.
-			return m.observeSandbox(ctx, name)
+			return n.observeSandbox(ctx, name)
 		}
 	}
-	unlock := m.locks.lock(name)
+	unlock := n.locks.lock(name)
 	defer unlock()
-	o, err = m.st.Get(ctx, api.KindSandbox, name)
+	o, err = n.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return Result{}, m.be.Delete(ctx, name)
+		return controller.Result{}, n.be.Delete(ctx, name)
 	}
 	if err != nil {
-		return Result{}, err
+		return controller.Result{}, err
 	}
 	sb := o.(*api.Sandbox)
 	if sb.Metadata.DeletionTimestamp != nil {
 		if sb.Status.Phase != api.SandboxTerminating {
-			m.setPhase(ctx, sb, api.SandboxTerminating, "Deleting", "stopping the VM and removing its files")
+			n.setPhase(ctx, sb, api.SandboxTerminating, "Deleting", "stopping the VM and removing its files")
 		}
-		if err := m.be.Delete(ctx, name); err != nil {
-			return Result{}, err
+		if err := n.be.Delete(ctx, name); err != nil {
+			return controller.Result{}, err
 		}
-		m.event(ctx, sb, api.EventNormal, "Deleted", "VM stopped and removed")
-		return Result{}, m.removeFinalizer(ctx, sb, FinalizerVM)
+		n.event(ctx, sb, api.EventNormal, "Deleted", "VM stopped and removed")
+		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, sb, controller.FinalizerVM)
 	}
 	switch sb.Status.Phase {
 	case "", api.SandboxPending, api.SandboxCreating:
-		return m.createSandbox(ctx, sb)
+		return n.createSandbox(ctx, sb)
 	case api.SandboxError, api.SandboxTerminated:
-		return Result{}, nil
+		return controller.Result{}, nil
 	default: // its phase changed since the first look
-		return Result{RequeueAfter: time.Millisecond}, nil
+		return controller.Result{RequeueAfter: time.Millisecond}, nil
 	}
 }
 
-func (m *Manager) createSandbox(ctx context.Context, sb *api.Sandbox) (Result, error) {
-	o, err := m.ensureFinalizer(ctx, sb, FinalizerVM)
+func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.Result, error) {
+	o, err := controller.EnsureFinalizer(ctx, n.st, sb, controller.FinalizerVM)
 	if err != nil {
-		return Result{}, err
+		return controller.Result{}, err
 	}
 	sb = o.(*api.Sandbox)
 	tplName := sb.Spec.TemplateRef
 	if tplName == "" {
-		tplName = m.opt.DefaultTemplate
+		tplName = n.opt.DefaultTemplate
 	}
 	if tplName == "" {
-		return Result{}, m.pending(ctx, sb, "NoTemplate", "spec.templateRef is empty and the server has no default template")
+		return controller.Result{}, n.pending(ctx, sb, "NoTemplate", "spec.templateRef is empty and the server has no default template")
 	}
-	to, err := m.st.Get(ctx, api.KindTemplate, tplName)
+	to, err := n.st.Get(ctx, api.KindTemplate, tplName)
 	if errors.Is(err, api.ErrNotFound) {
-		return Result{RequeueAfter: 30 * time.Second}, m.pending(ctx, sb, "TemplateNotFound", fmt.Sprintf("template %s does not exist: apply it (examples/template.yaml)", tplName))
+		return controller.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "TemplateNotFound", fmt.Sprintf("template %s does not exist: apply it (examples/template.yaml)", tplName))
 	}
 	if err != nil {
-		return Result{}, err
+		return controller.Result{}, err
 	}
 	tpl := to.(*api.Template)
 	if tpl.Status.Phase != api.TemplateReady || tpl.Status.Snapshot == nil {
@@ -80,38 +82,38 @@ func (m *Manager) createSandbox(ctx context.Context, sb *api.Sandbox) (Result, e
 		if tpl.Status.Message != "" {
 			msg += ": " + tpl.Status.Message
 		}
-		return Result{}, m.pending(ctx, sb, "TemplateNotReady", msg)
+		return controller.Result{}, n.pending(ctx, sb, "TemplateNotReady", msg)
 	}
 	if len(sb.Spec.Volumes) > 0 {
-		msg := fmt.Sprintf("spec.volumes: the %s backend cannot map host folders into sandboxes yet", m.be.Name())
-		m.event(ctx, sb, api.EventWarning, "Unsupported", msg)
-		return Result{}, m.setPhase(ctx, sb, api.SandboxError, "Unsupported", msg)
+		msg := fmt.Sprintf("spec.volumes: the %s backend cannot map host folders into sandboxes yet", n.be.Name())
+		n.event(ctx, sb, api.EventWarning, "Unsupported", msg)
+		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", msg)
 	}
 	if sb.Spec.Resources.GPU {
-		return Result{RequeueAfter: time.Minute}, m.pending(ctx, sb, "NoGPU", "the sandbox asks for a GPU and this host has none for sandboxes")
+		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "NoGPU", "the sandbox asks for a GPU and this host has none for sandboxes")
 	}
 	if mem := sb.Spec.Resources.MemoryMB; mem != 0 && mem != tpl.Spec.Resources.MemoryMB {
-		return Result{RequeueAfter: time.Minute}, m.pending(ctx, sb, "MemoryMismatch",
+		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "MemoryMismatch",
 			fmt.Sprintf("spec.resources.memoryMB is %d but template %s has %d: a clone has its template's memory", mem, tplName, tpl.Spec.Resources.MemoryMB))
 	}
 	if sb.Status.Phase != api.SandboxCreating {
-		m.setPhase(ctx, sb, api.SandboxCreating, "Cloning", fmt.Sprintf("cloning from template %s", tplName))
+		n.setPhase(ctx, sb, api.SandboxCreating, "Cloning", fmt.Sprintf("cloning from template %s", tplName))
 	}
 	start := time.Now()
-	info, err := m.be.Create(ctx, backend.SandboxSpec{
+	info, err := n.be.Create(ctx, backend.SandboxSpec{
 		ID: sb.Metadata.Name, UID: sb.Metadata.UID, TemplateID: tpl.Status.Snapshot.ID,
 		Resolution: sb.Spec.Display.Resolution, Hostname: sb.Metadata.Name,
 	})
 	switch {
 	case errors.Is(err, api.ErrUnavailable):
-		m.event(ctx, sb, api.EventWarning, "InsufficientMemory", err.Error())
-		return Result{RequeueAfter: 30 * time.Second}, m.pending(ctx, sb, "InsufficientMemory", err.Error())
+		n.event(ctx, sb, api.EventWarning, "InsufficientMemory", err.Error())
+		return controller.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "InsufficientMemory", err.Error())
 	case errors.Is(err, api.ErrUnsupported), errors.Is(err, api.ErrInvalid):
-		m.event(ctx, sb, api.EventWarning, "Unsupported", err.Error())
-		return Result{}, m.setPhase(ctx, sb, api.SandboxError, "Unsupported", err.Error())
+		n.event(ctx, sb, api.EventWarning, "Unsupported", err.Error())
+		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", err.Error())
 	case err != nil:
-		m.event(ctx, sb, api.EventWarning, "CreateFailed", err.Error())
-		return Result{}, err
+		n.event(ctx, sb, api.EventWarning, "CreateFailed", err.Error())
+		return controller.Result{}, err
 	}
 	cloned := time.Since(start)
 	now := time.Now().UTC()
@@ -121,22 +123,22 @@ func (m *Manager) createSandbox(ctx context.Context, sb *api.Sandbox) (Result, e
 		// A sandbox of its own is wanted running; a pool keeps its spares
 		// paused until an agent takes one.
 		rs := time.Now()
-		if err := m.be.Resume(ctx, sb.Metadata.Name); err != nil {
-			m.event(ctx, sb, api.EventWarning, "ResumeFailed", err.Error())
-			return Result{}, err
+		if err := n.be.Resume(ctx, sb.Metadata.Name); err != nil {
+			n.event(ctx, sb, api.EventWarning, "ResumeFailed", err.Error())
+			return controller.Result{}, err
 		}
 		phase = api.SandboxRunning
 		msg += fmt.Sprintf(", resumed in %s", time.Since(rs).Round(time.Millisecond))
-		if err := m.startup(ctx, sb); err != nil {
-			m.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
-			return Result{}, m.setPhase(ctx, sb, api.SandboxError, "StartupFailed", err.Error())
+		if err := n.startup(ctx, sb); err != nil {
+			n.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
+			return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "StartupFailed", err.Error())
 		}
 	}
-	if info, err = m.be.Inspect(ctx, sb.Metadata.Name); err != nil {
-		return Result{}, err
+	if info, err = n.be.Inspect(ctx, sb.Metadata.Name); err != nil {
+		return controller.Result{}, err
 	}
-	m.event(ctx, sb, api.EventNormal, "Started", msg)
-	err = m.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	n.event(ctx, sb, api.EventNormal, "Started", msg)
+	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message = phase, "Started", msg
 		s.Template = tplName
 		s.BackendID = info.ID
@@ -148,22 +150,22 @@ func (m *Manager) createSandbox(ctx context.Context, sb *api.Sandbox) (Result, e
 			s.ReadyAt, s.LastResumedAt, s.LastHeartbeat = &now, &now, &now
 		}
 	})
-	return Result{RequeueAfter: interval(sb)}, err
+	return controller.Result{RequeueAfter: interval(sb)}, err
 }
 
 // observeSandbox follows what the VM really does: its run state, whether it
 // still exists, and (while it runs) its health. The health check runs
 // without the sandbox's lock; the result is written under it, after looking
 // at the run state again, so that a pause made meanwhile is not undone.
-func (m *Manager) observeSandbox(ctx context.Context, name string) (Result, error) {
+func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Result, error) {
 	var health error
 	checked := false
-	if info, err := m.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning {
+	if info, err := n.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning {
 		for try := 0; try < 2; try++ {
 			// A second try: a check caught by a pause and resume fails
 			// without the guest being unwell.
 			hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			health = m.healthCheck(hctx, name)
+			health = n.healthCheck(hctx, name)
 			cancel()
 			if health == nil {
 				break
@@ -171,26 +173,26 @@ func (m *Manager) observeSandbox(ctx context.Context, name string) (Result, erro
 		}
 		checked = true
 	}
-	unlock := m.locks.lock(name)
+	unlock := n.locks.lock(name)
 	defer unlock()
-	o, err := m.st.Get(ctx, api.KindSandbox, name)
+	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return Result{}, nil
+		return controller.Result{}, nil
 	}
 	if err != nil {
-		return Result{}, err
+		return controller.Result{}, err
 	}
 	sb := o.(*api.Sandbox)
 	if sb.Metadata.DeletionTimestamp != nil {
-		return Result{RequeueAfter: time.Millisecond}, nil
+		return controller.Result{RequeueAfter: time.Millisecond}, nil
 	}
-	info, err := m.be.Inspect(ctx, name)
+	info, err := n.be.Inspect(ctx, name)
 	if errors.Is(err, api.ErrNotFound) {
-		m.event(ctx, sb, api.EventWarning, "VMNotFound", "the sandbox's VM no longer exists")
-		return Result{}, m.setPhase(ctx, sb, api.SandboxError, "VMNotFound", "the sandbox's VM no longer exists")
+		n.event(ctx, sb, api.EventWarning, "VMNotFound", "the sandbox's VM no longer exists")
+		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMNotFound", "the sandbox's VM no longer exists")
 	}
 	if err != nil {
-		return Result{}, err
+		return controller.Result{}, err
 	}
 	phase := sb.Status.Phase
 	switch info.State {
@@ -204,51 +206,53 @@ func (m *Manager) observeSandbox(ctx context.Context, name string) (Result, erro
 		phase = api.SandboxTerminated
 	default:
 		msg := "the VM's process is gone (it crashed or was killed)"
-		m.event(ctx, sb, api.EventWarning, "VMGone", msg)
-		return Result{}, m.setPhase(ctx, sb, api.SandboxError, "VMGone", msg)
+		n.event(ctx, sb, api.EventWarning, "VMGone", msg)
+		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMGone", msg)
 	}
 	reason, msg := sb.Status.Reason, sb.Status.Message
 	var beat *time.Time
 	if phase == api.SandboxRunning && checked {
 		if health != nil {
 			if reason != "Unhealthy" {
-				m.event(ctx, sb, api.EventWarning, "Unhealthy", health.Error())
+				n.event(ctx, sb, api.EventWarning, "Unhealthy", health.Error())
 			}
 			reason, msg = "Unhealthy", health.Error()
 		} else {
 			now := time.Now().UTC()
 			beat = &now
 			if reason == "Unhealthy" {
-				m.event(ctx, sb, api.EventNormal, "Healthy", "the guest answers again")
+				n.event(ctx, sb, api.EventNormal, "Healthy", "the guest answers again")
 				reason, msg = "Healthy", "the guest answers"
 			}
 		}
 	}
-	err = m.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message = phase, reason, msg
 		s.PID = info.PID
-		if beat != nil {
+		// The heartbeat is refreshed only now and then: a write per health
+		// check would wake every watcher of sandboxes for nothing.
+		if beat != nil && (s.LastHeartbeat == nil || beat.Sub(*s.LastHeartbeat) >= heartbeatEvery(sb)) {
 			s.LastHeartbeat = beat
 		}
 	})
-	return Result{RequeueAfter: interval(sb)}, err
+	return controller.Result{RequeueAfter: interval(sb)}, err
 }
 
 // startup starts the sandbox's spec.startup commands in the guest, in
 // order, without waiting for them: they are programs that keep running.
-func (m *Manager) startup(ctx context.Context, sb *api.Sandbox) error {
+func (n *Node) startup(ctx context.Context, sb *api.Sandbox) error {
 	if len(sb.Spec.Startup) == 0 {
 		return nil
 	}
-	g, ok := m.be.(backend.Guest)
+	g, ok := n.be.(backend.Guest)
 	if !ok {
-		return fmt.Errorf("spec.startup: the %s backend cannot run programs in the guest", m.be.Name())
+		return fmt.Errorf("spec.startup: the %s backend cannot run programs in the guest", n.be.Name())
 	}
 	for i, c := range sb.Spec.Startup {
 		if _, err := g.Exec(ctx, sb.Metadata.Name, backend.ExecRequest{Path: c.Command, Args: c.Args, Detach: true}); err != nil {
 			return fmt.Errorf("spec.startup[%d] (%s): %w", i, c.Command, err)
 		}
-		m.event(ctx, sb, api.EventNormal, "Startup", fmt.Sprintf("started %s %s", c.Command, strings.Join(c.Args, " ")))
+		n.event(ctx, sb, api.EventNormal, "Startup", fmt.Sprintf("started %s %s", c.Command, strings.Join(c.Args, " ")))
 	}
 	return nil
 }
@@ -256,16 +260,16 @@ func (m *Manager) startup(ctx context.Context, sb *api.Sandbox) error {
 // healthCheck runs the sandbox's spec.healthCheck: the guest agent answers
 // (guest), a process of that name runs in the guest (process), or something
 // listens on a TCP port in the guest (tcp).
-func (m *Manager) healthCheck(ctx context.Context, name string) error {
-	if err := m.be.Alive(ctx, name); err != nil {
+func (n *Node) healthCheck(ctx context.Context, name string) error {
+	if err := n.be.Alive(ctx, name); err != nil {
 		return err
 	}
-	o, err := m.st.Get(ctx, api.KindSandbox, name)
+	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if err != nil {
 		return nil
 	}
 	hc := o.(*api.Sandbox).Spec.HealthCheck
-	g, ok := m.be.(backend.Guest)
+	g, ok := n.be.(backend.Guest)
 	if !ok || hc.Type == "" || hc.Type == "guest" {
 		return nil
 	}
@@ -293,6 +297,12 @@ func (m *Manager) healthCheck(ctx context.Context, name string) error {
 	return nil
 }
 
+// heartbeatEvery is how stale status.lastHeartbeat may get while the
+// health checks pass: ten intervals, at most a minute.
+func heartbeatEvery(sb *api.Sandbox) time.Duration {
+	return min(10*interval(sb), time.Minute)
+}
+
 func interval(sb *api.Sandbox) time.Duration {
 	if s := sb.Spec.HealthCheck.IntervalSeconds; s > 0 {
 		return time.Duration(s) * time.Second
@@ -300,16 +310,16 @@ func interval(sb *api.Sandbox) time.Duration {
 	return api.DefaultHealthInterval * time.Second
 }
 
-func (m *Manager) pending(ctx context.Context, sb *api.Sandbox, reason, msg string) error {
+func (n *Node) pending(ctx context.Context, sb *api.Sandbox, reason, msg string) error {
 	if sb.Status.Phase == api.SandboxPending && sb.Status.Reason == reason && sb.Status.Message == msg {
 		return nil
 	}
-	m.event(ctx, sb, api.EventNormal, reason, msg)
-	return m.setPhase(ctx, sb, api.SandboxPending, reason, msg)
+	n.event(ctx, sb, api.EventNormal, reason, msg)
+	return n.setPhase(ctx, sb, api.SandboxPending, reason, msg)
 }
 
-func (m *Manager) setPhase(ctx context.Context, sb *api.Sandbox, phase, reason, msg string) error {
-	return m.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+func (n *Node) setPhase(ctx context.Context, sb *api.Sandbox, phase, reason, msg string) error {
+	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message = phase, reason, msg
 		if phase == api.SandboxTerminated || phase == api.SandboxError {
 			s.PID = 0
@@ -317,24 +327,9 @@ func (m *Manager) setPhase(ctx context.Context, sb *api.Sandbox, phase, reason, 
 	})
 }
 
-// updateStatus re-reads the sandbox and applies change to its status.
-func (m *Manager) updateStatus(ctx context.Context, sb *api.Sandbox, change func(*api.SandboxStatus)) error {
-	o, err := m.st.Get(ctx, api.KindSandbox, sb.Metadata.Name)
-	if errors.Is(err, api.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	cur := o.(*api.Sandbox)
-	change(&cur.Status)
-	cur.Status.ObservedGeneration = cur.Metadata.Generation
-	cur.Metadata.ResourceVersion = ""
-	_, err = m.st.UpdateStatus(ctx, cur)
-	if errors.Is(err, api.ErrNotFound) {
-		return nil
-	}
-	return err
+// statusEqual reports whether two statuses are the same.
+func statusEqual(a, b api.SandboxStatus) bool {
+	return reflect.DeepEqual(a, b)
 }
 
 func orDefault(s, def string) string {

@@ -1,0 +1,208 @@
+// Package node is the part of hvkube that owns the VMs of one host, as a
+// kubelet owns its pods: it builds template snapshots here, reconciles the
+// sandboxes whose status names this node against the backend, runs the
+// agents bound to them, and serves the sandbox operations of the API
+// (pause, screen, input, exec, …). Everything it knows of the cluster it
+// reads from the store; everything it does to VMs goes through the
+// backend.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// Options configure a Node.
+type Options struct {
+	Store   store.Interface
+	Backend backend.Backend
+	// Name is this node's name, recorded in the status of the sandboxes
+	// and agents it runs (default: the host name).
+	Name string
+	// DefaultTemplate is used by sandboxes that name no templateRef.
+	DefaultTemplate string
+	Logger          *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Node reconciles this host's templates and sandboxes and serves their
+// operations. Its reconcilers run in a controller.Manager (Register).
+type Node struct {
+	st   store.Interface
+	be   backend.Backend
+	log  *slog.Logger
+	opt  Options
+	name string
+	now  func() time.Time
+
+	templates *controller.Queue
+	sandboxes *controller.Queue
+	locks     keyedMutex
+}
+
+// New returns a Node.
+func New(opts Options) *Node {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Name == "" {
+		opts.Name = DefaultName()
+	}
+	return &Node{st: opts.Store, be: opts.Backend, log: opts.Logger.With("node", opts.Name), opt: opts, name: opts.Name, now: opts.Now}
+}
+
+// DefaultName is the host name, or "local" when it has none that is a DNS
+// label.
+func DefaultName() string {
+	h, err := os.Hostname()
+	if err != nil || api.ValidateName("node", h) != nil {
+		return "local"
+	}
+	return h
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.name }
+
+// Register adds the node's controllers to m: templates (whose builds block
+// for a while, so they get their own workers) and sandboxes. A template
+// change also looks again at the sandboxes waiting for it.
+func (n *Node) Register(m *controller.Manager) {
+	n.templates = m.Register(controller.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
+		Reconciler: controller.ReconcilerFunc(n.reconcileTemplate)})
+	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: 4,
+		Reconciler: controller.ReconcilerFunc(n.reconcileSandbox),
+		Watches:    []controller.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
+}
+
+// sandboxesWaitingFor maps a template change to the sandboxes still
+// waiting for a snapshot of it.
+func (n *Node) sandboxesWaitingFor(o api.Object) []string {
+	items, _, err := n.st.List(context.Background(), api.KindSandbox, api.Selector{})
+	if err != nil {
+		return nil
+	}
+	var keys []string
+	for _, it := range items {
+		sb := it.(*api.Sandbox)
+		switch sb.Status.Phase {
+		case "", api.SandboxPending, api.SandboxCreating:
+			keys = append(keys, sb.Metadata.Name)
+		}
+	}
+	return keys
+}
+
+// Start reconciles the backend with the store before the controllers run:
+// VMs that no Sandbox object owns are deleted (a sandbox deleted while the
+// server was down, an interrupted create).
+func (n *Node) Start(ctx context.Context) error {
+	vms, err := n.be.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list VMs: %w", err)
+	}
+	for _, vm := range vms {
+		o, err := n.st.Get(ctx, api.KindSandbox, vm.ID)
+		if err == nil && (vm.UID == "" || o.GetMeta().UID == vm.UID) {
+			continue
+		}
+		if err != nil && !errors.Is(err, api.ErrNotFound) {
+			return err
+		}
+		n.log.Warn("deleting an orphaned VM", "sandbox", vm.ID, "state", vm.State)
+		if err := n.be.Delete(ctx, vm.ID); err != nil {
+			n.log.Error("delete orphaned VM", "sandbox", vm.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// event records an event, logging instead of failing.
+func (n *Node) event(ctx context.Context, o api.Object, typ, reason, msg string) {
+	controller.Event(ctx, n.st, n.log, o, typ, reason, msg)
+}
+
+// updateStatus applies change to the stored sandbox's status, conditioned
+// on the resourceVersion it read (another writer, such as the scheduler
+// claiming the sandbox, is never overwritten), and records the generation
+// it acted on. It writes nothing when nothing changed.
+func (n *Node) updateStatus(ctx context.Context, sb *api.Sandbox, change func(*api.SandboxStatus)) error {
+	_, err := controller.UpdateStatus(ctx, n.st, api.KindSandbox, sb.Metadata.Name, func(cur *api.Sandbox) bool {
+		before := api.DeepCopy(cur).Status
+		change(&cur.Status)
+		cur.Status.ObservedGeneration = cur.Metadata.Generation
+		if cur.Status.Node == "" {
+			cur.Status.Node = n.name
+		}
+		return !statusEqual(before, cur.Status)
+	})
+	if errors.Is(err, api.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// snapshotID names the backend snapshot of a template generation: a new
+// spec builds a new snapshot, and the old one stays for its clones.
+func snapshotID(t *api.Template) string {
+	gen := "-g" + strconv.FormatInt(t.Metadata.Generation, 10)
+	name := t.Metadata.Name
+	if len(name)+len(gen) > api.MaxNameLength {
+		name = name[:api.MaxNameLength-len(gen)]
+		for len(name) > 0 && name[len(name)-1] == '-' {
+			name = name[:len(name)-1]
+		}
+	}
+	return name + gen
+}
+
+// keyedMutex is one mutex per key.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l, ok := k.locks[key]
+	if !ok {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
