@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/controller"
@@ -210,7 +211,16 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	defer st.Close()
 
-	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace}
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	key, err := authtoken.LoadOrCreate(filepath.Join(cfg.dataDir, "token.key"))
+	if err != nil {
+		return err
+	}
+	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace, ScopedKey: key}
 	be, err := openBackend(ctx, cfg, roots, log)
 	if err != nil {
 		return err
@@ -218,27 +228,30 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if be != nil {
 		defer be.Close()
 	}
-	// The controllers stop, and their workers return, before the backend
-	// and the store close (deferred calls run in reverse).
+	// On the way out the controllers stop and their workers return, then
+	// the node's agent attempts end, before the backend and the store
+	// close (deferred calls run in reverse).
 	mgr := controller.NewManager(st, log, 0)
-	defer mgr.Stop()
 	if be != nil {
-		nd := node.New(node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log})
+		nd := node.New(node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log,
+			DataDir: cfg.dataDir, ServerURL: "http://" + ln.Addr().String(),
+			Tokens: func(sandbox, agent string, ttl time.Duration) string {
+				return key.Mint(authtoken.Scope{Sandbox: sandbox, Agent: agent}, time.Now(), ttl)
+			}})
 		if err := nd.Start(ctx); err != nil {
 			return err
 		}
+		defer nd.Stop()
 		nd.Register(mgr)
-		opts.Sandboxes = nd
+		opts.Sandboxes, opts.Agents = nd, nd
 	}
+	defer mgr.Stop()
+	controller.RegisterAll(mgr, st, log, nil)
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}
 	opts.Ready = mgr.Ready
 	srv := server.New(opts)
-	ln, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	log.Info("hvkube server listening", "addr", ln.Addr().String(), "dataDir", cfg.dataDir, "auth", token != "", "hostPaths", roots.String(), "version", version)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return err

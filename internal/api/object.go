@@ -203,3 +203,14 @@ func FindCondition(conds []Condition, typ string) *Condition {
 	}
 	return nil
 }
+
+// Finalizers hvkube puts on objects that own outside state.
+const (
+	FinalizerVM       = "hvkube.io/vm"
+	FinalizerSnapshot = "hvkube.io/template-snapshot"
+	// FinalizerSandboxes holds a pool until its sandboxes are gone.
+	FinalizerSandboxes = "hvkube.io/sandboxes"
+	// FinalizerRun holds an agent until its run has stopped and its
+	// sandbox is released. The server sets it when the agent is created.
+	FinalizerRun = "hvkube.io/agent-run"
+)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -30,9 +32,18 @@ func startServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The agent controller runs, as in a server: an agent's deletion
+	// waits for it. (Pools are left alone, so that the tables the tests
+	// compare do not fill with sandboxes of random names.)
+	mgr := controller.NewManager(st, nil, 0)
+	controller.NewAgents(mgr, st, slog.Default(), func() time.Time { return t0 })
+	if err := mgr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(server.New(server.Options{Store: st, Version: "test"}).Handler())
 	t.Cleanup(func() {
 		srv.Close()
+		mgr.Stop()
 		st.Close()
 	})
 	return srv.URL

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,12 +13,15 @@ import (
 
 func newDeleteCmd(e *env) *cobra.Command {
 	var files []string
-	var recursive bool
+	var recursive, wait bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "delete (KIND NAME... | -f FILE|DIR|-)",
 		Short: "Delete objects by name or by the files that made them",
 		Long: `Delete objects. Deleting an agent cancels it; deleting a sandbox stops
-and removes its VM (the object stays, Terminating, until the VM is gone).`,
+and removes its VM; deleting a pool deletes its sandboxes. Such objects stay,
+being deleted, until that is done; delete waits for it (--wait=false
+returns at once).`,
 		Example: `  hvkube delete agent book-flight-task-123
   hvkube delete pool/browser-workers
   hvkube delete -f examples/`,
@@ -56,6 +61,7 @@ and removes its VM (the object stays, Terminating, until the VM is gone).`,
 				return err
 			}
 			failed := 0
+			var pending []target
 			for _, t := range targets {
 				done, err := c.Delete(cmd.Context(), t.kind, t.name)
 				if err != nil {
@@ -63,11 +69,36 @@ and removes its VM (the object stays, Terminating, until the VM is gone).`,
 					failed++
 					continue
 				}
-				verb := "deleted"
-				if !done {
-					verb = "deletion requested"
+				if done {
+					fmt.Fprintf(e.out, "%s %q deleted\n", strings.ToLower(t.kind), t.name)
+				} else if !wait {
+					fmt.Fprintf(e.out, "%s %q deletion requested\n", strings.ToLower(t.kind), t.name)
+				} else {
+					pending = append(pending, t)
 				}
-				fmt.Fprintf(e.out, "%s %q %s\n", strings.ToLower(t.kind), t.name, verb)
+			}
+			deadline := time.Now().Add(timeout)
+			for _, t := range pending {
+				for {
+					_, err := c.Get(cmd.Context(), t.kind, t.name)
+					if errors.Is(err, api.ErrNotFound) {
+						fmt.Fprintf(e.out, "%s %q deleted\n", strings.ToLower(t.kind), t.name)
+						break
+					}
+					if err != nil || time.Now().After(deadline) {
+						if err == nil {
+							err = fmt.Errorf("%s %q is still being deleted after %s (its controller has not finished: see hvkube describe %s %s)", strings.ToLower(t.kind), t.name, timeout, strings.ToLower(t.kind), t.name)
+						}
+						fmt.Fprintf(e.errOut, "error: %v\n", err)
+						failed++
+						break
+					}
+					select {
+					case <-cmd.Context().Done():
+						return cmd.Context().Err()
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
 			}
 			if failed > 0 {
 				return &ExitError{Code: 1}
@@ -77,5 +108,7 @@ and removes its VM (the object stays, Terminating, until the VM is gone).`,
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "file, directory or - whose objects to delete")
 	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "read directories recursively")
+	cmd.Flags().BoolVar(&wait, "wait", true, "wait until objects held by finalizers are gone")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
 	return cmd
 }

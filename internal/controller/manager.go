@@ -37,6 +37,9 @@ type Controller struct {
 	Workers    int
 	// Watches map changes of other kinds (or of For) to keys.
 	Watches []Watch
+	// ResyncKey is what a resync adds for a controller whose keys are not
+	// object names (For is empty).
+	ResyncKey string
 }
 
 // Watch maps a changed object of Kind to the keys it concerns.
@@ -56,6 +59,7 @@ type Manager struct {
 
 	mu          sync.Mutex // guards the following fields
 	controllers []*registered
+	caches      map[string]*Cache
 	started     bool
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
@@ -76,6 +80,25 @@ func NewManager(st store.Interface, log *slog.Logger, resync time.Duration) *Man
 		resync = time.Minute
 	}
 	return &Manager{st: st, log: log, resync: resync}
+}
+
+// Cache returns the cache of kind, which Start fills and keeps current. It
+// must be asked for before Start.
+func (m *Manager) Cache(kind string) *Cache {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.caches == nil {
+		m.caches = map[string]*Cache{}
+	}
+	c, ok := m.caches[kind]
+	if !ok {
+		if m.started {
+			panic("controller: Cache of a new kind after Start")
+		}
+		c = newCache(kind)
+		m.caches[kind] = c
+	}
+	return c
 }
 
 // Register adds a controller; it must be called before Start. It returns
@@ -105,9 +128,14 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	ctx, m.cancel = context.WithCancel(ctx)
 	kinds := map[string][]func(api.Object){}
+	for kind := range m.caches {
+		kinds[kind] = nil
+	}
 	for _, c := range m.controllers {
 		q := c.q
-		kinds[c.For] = append(kinds[c.For], func(o api.Object) { q.Add(o.GetMeta().Name) })
+		if c.For != "" {
+			kinds[c.For] = append(kinds[c.For], func(o api.Object) { q.Add(o.GetMeta().Name) })
+		}
 		for _, w := range c.Watches {
 			mapf := w.Map
 			kinds[w.Kind] = append(kinds[w.Kind], func(o api.Object) {
@@ -123,18 +151,25 @@ func (m *Manager) Start(ctx context.Context) error {
 			m.cancel()
 			return fmt.Errorf("watch %s: %w", kind, err)
 		}
-		dispatch := func(o api.Object) {
+		cache := m.caches[kind]
+		if cache != nil {
+			cache.reset(items)
+		}
+		dispatch := func(typ string, o api.Object) {
+			if cache != nil {
+				cache.apply(typ, o)
+			}
 			for _, h := range handlers {
 				h(o)
 			}
 		}
 		for _, it := range items {
-			dispatch(it)
+			dispatch(store.Added, it)
 		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			m.follow(ctx, kind, wt, dispatch)
+			m.follow(ctx, kind, wt, cache, dispatch)
 		}()
 	}
 	for _, c := range m.controllers {
@@ -176,13 +211,13 @@ func (m *Manager) Ready(ctx context.Context) error {
 }
 
 // follow feeds a watch to its handlers. When the watch ends early it
-// resumes after the last change it saw, or lists again when the store
-// cannot resume from there.
-func (m *Manager) follow(ctx context.Context, kind string, wt *store.Watcher, dispatch func(api.Object)) {
+// resumes after the last change it saw, or lists again (refilling the
+// cache) when the store cannot resume from there.
+func (m *Manager) follow(ctx context.Context, kind string, wt *store.Watcher, cache *Cache, dispatch func(string, api.Object)) {
 	last := wt.From()
 	for {
 		for ev := range wt.Events() {
-			dispatch(ev.Object)
+			dispatch(ev.Type, ev.Object)
 			last = store.ParseRV(ev.Object.GetMeta().ResourceVersion)
 		}
 		if ctx.Err() != nil {
@@ -195,8 +230,11 @@ func (m *Manager) follow(ctx context.Context, kind string, wt *store.Watcher, di
 				var items []api.Object
 				items, next, err = m.st.ListAndWatch(ctx, kind, api.Selector{})
 				if err == nil {
+					if cache != nil {
+						cache.reset(items)
+					}
 					for _, it := range items {
-						dispatch(it)
+						dispatch(store.Added, it)
 					}
 				}
 			}
@@ -222,7 +260,11 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			for _, c := range m.controllers {
-				m.EnqueueAll(ctx, c.For, c.q)
+				if c.For != "" {
+					m.EnqueueAll(ctx, c.For, c.q)
+				} else if c.ResyncKey != "" {
+					c.q.Add(c.ResyncKey)
+				}
 			}
 		}
 	}
@@ -237,4 +279,15 @@ func (m *Manager) EnqueueAll(ctx context.Context, kind string, q *Queue) {
 	for _, it := range items {
 		q.Add(it.GetMeta().Name)
 	}
+}
+
+// RegisterAll registers the controllers that only read and write objects:
+// the scheduler, agents and pools. now is the clock (time.Now when nil).
+func RegisterAll(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time) {
+	if log == nil {
+		log = slog.Default()
+	}
+	NewScheduler(m, st, log, now)
+	NewAgents(m, st, log, now)
+	NewPools(m, st, log, now)
 }

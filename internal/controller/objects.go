@@ -11,17 +11,6 @@ import (
 	"github.com/hvkube/hvkube/internal/store"
 )
 
-// Finalizers hvkube puts on objects that own outside state.
-const (
-	FinalizerVM       = "hvkube.io/vm"
-	FinalizerSnapshot = "hvkube.io/template-snapshot"
-	// FinalizerSandboxes holds a pool until its sandboxes are gone.
-	FinalizerSandboxes = "hvkube.io/sandboxes"
-	// FinalizerRun holds an agent until its run has stopped and its
-	// sandbox is released.
-	FinalizerRun = "hvkube.io/agent-run"
-)
-
 // Event records an event, logging instead of failing: an audit entry that
 // cannot be written must not stop a reconcile.
 func Event(ctx context.Context, st store.Interface, log *slog.Logger, o api.Object, typ, reason, msg string) {

@@ -35,6 +35,14 @@ type Options struct {
 	Logger          *slog.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// DataDir keeps the agents' logs, screenshots and artifacts (under
+	// agents/NAME/ATTEMPT).
+	DataDir string
+	// ServerURL is the API's address, given to custom agents.
+	ServerURL string
+	// Tokens mints a token for a custom agent that reaches only its
+	// sandbox and its own agent, valid for ttl; nil gives none.
+	Tokens func(sandbox, agent string, ttl time.Duration) string
 }
 
 // Node reconciles this host's templates and sandboxes and serves their
@@ -49,7 +57,13 @@ type Node struct {
 
 	templates *controller.Queue
 	sandboxes *controller.Queue
+	agentsQ   *controller.Queue
 	locks     keyedMutex
+
+	// runCtx bounds the agents' attempts; Stop cancels it and waits.
+	runCtx    context.Context
+	runCancel context.CancelFunc
+	runs      runs
 }
 
 // New returns a Node.
@@ -63,7 +77,18 @@ func New(opts Options) *Node {
 	if opts.Name == "" {
 		opts.Name = DefaultName()
 	}
-	return &Node{st: opts.Store, be: opts.Backend, log: opts.Logger.With("node", opts.Name), opt: opts, name: opts.Name, now: opts.Now}
+	n := &Node{st: opts.Store, be: opts.Backend, log: opts.Logger.With("node", opts.Name), opt: opts, name: opts.Name, now: opts.Now}
+	n.runs.m = map[string]*run{}
+	n.runCtx, n.runCancel = context.WithCancel(context.Background())
+	return n
+}
+
+// Stop ends the attempts this node runs and waits for them; they write
+// nothing, and run again when a node starts. Call it after the Manager's
+// Stop and before the backend closes.
+func (n *Node) Stop() {
+	n.runCancel()
+	n.runs.wg.Wait()
 }
 
 // DefaultName is the host name, or "local" when it has none that is a DNS
@@ -88,6 +113,8 @@ func (n *Node) Register(m *controller.Manager) {
 	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: 4,
 		Reconciler: controller.ReconcilerFunc(n.reconcileSandbox),
 		Watches:    []controller.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
+	n.agentsQ = m.Register(controller.Controller{Name: "agent-run", For: api.KindAgent, Workers: 4,
+		Reconciler: controller.ReconcilerFunc(n.reconcileAgent)})
 }
 
 // sandboxesWaitingFor maps a template change to the sandboxes still

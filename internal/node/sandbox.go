@@ -11,6 +11,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/store"
 )
 
 // reconcileSandbox brings a sandbox's VM in line with its object: clones it
@@ -19,11 +20,25 @@ import (
 func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Result, error) {
 	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if err == nil && o.GetMeta().DeletionTimestamp == nil {
-		switch o.(*api.Sandbox).Status.Phase {
+		sb := o.(*api.Sandbox)
+		if sb.Status.Node != "" && sb.Status.Node != n.name {
+			return controller.Result{}, nil // another node's
+		}
+		if err := n.checkClaim(ctx, sb); err != nil {
+			return controller.Result{}, err
+		}
+		if done, err := n.checkLifetime(ctx, sb); done || err != nil {
+			return controller.Result{}, err
+		}
+		switch sb.Status.Phase {
 		case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
 			// Observing does the slow part (the health check) without the
 			// sandbox's lock, so that API calls do not wait for it.
-			return n.observeSandbox(ctx, name)
+			res, err := n.observeSandbox(ctx, name)
+			if d := n.nextLifetimeCheck(sb); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+				res.RequeueAfter = d
+			}
+			return res, err
 		}
 	}
 	unlock := n.locks.lock(name)
@@ -44,7 +59,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Re
 			return controller.Result{}, err
 		}
 		n.event(ctx, sb, api.EventNormal, "Deleted", "VM stopped and removed")
-		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, sb, controller.FinalizerVM)
+		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, sb, api.FinalizerVM)
 	}
 	switch sb.Status.Phase {
 	case "", api.SandboxPending, api.SandboxCreating:
@@ -57,7 +72,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Re
 }
 
 func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.Result, error) {
-	o, err := controller.EnsureFinalizer(ctx, n.st, sb, controller.FinalizerVM)
+	o, err := controller.EnsureFinalizer(ctx, n.st, sb, api.FinalizerVM)
 	if err != nil {
 		return controller.Result{}, err
 	}
@@ -84,10 +99,9 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		}
 		return controller.Result{}, n.pending(ctx, sb, "TemplateNotReady", msg)
 	}
-	if len(sb.Spec.Volumes) > 0 {
-		msg := fmt.Sprintf("spec.volumes: the %s backend cannot map host folders into sandboxes yet", n.be.Name())
-		n.event(ctx, sb, api.EventWarning, "Unsupported", msg)
-		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", msg)
+	if err := checkVolumes(sb); err != nil {
+		n.event(ctx, sb, api.EventWarning, "Unsupported", err.Error())
+		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", err.Error())
 	}
 	if sb.Spec.Resources.GPU {
 		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "NoGPU", "the sandbox asks for a GPU and this host has none for sandboxes")
@@ -100,10 +114,7 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		n.setPhase(ctx, sb, api.SandboxCreating, "Cloning", fmt.Sprintf("cloning from template %s", tplName))
 	}
 	start := time.Now()
-	info, err := n.be.Create(ctx, backend.SandboxSpec{
-		ID: sb.Metadata.Name, UID: sb.Metadata.UID, TemplateID: tpl.Status.Snapshot.ID,
-		Resolution: sb.Spec.Display.Resolution, Hostname: sb.Metadata.Name,
-	})
+	info, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl))
 	switch {
 	case errors.Is(err, api.ErrUnavailable):
 		n.event(ctx, sb, api.EventWarning, "InsufficientMemory", err.Error())
@@ -129,10 +140,19 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		}
 		phase = api.SandboxRunning
 		msg += fmt.Sprintf(", resumed in %s", time.Since(rs).Round(time.Millisecond))
-		if err := n.startup(ctx, sb); err != nil {
+		if err := n.prepare(ctx, sb); err != nil {
 			n.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
 			return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "StartupFailed", err.Error())
 		}
+	} else if _, warm := n.releasePolicy(ctx, sb); warm == "saved" {
+		// The pool keeps its idle sandboxes on disk.
+		ss := time.Now()
+		if err := n.be.Save(ctx, sb.Metadata.Name); err != nil {
+			n.event(ctx, sb, api.EventWarning, "SaveFailed", err.Error())
+			return controller.Result{}, err
+		}
+		phase = api.SandboxSaved
+		msg += fmt.Sprintf(", saved to the warm tier in %s", time.Since(ss).Round(time.Millisecond))
 	}
 	if info, err = n.be.Inspect(ctx, sb.Metadata.Name); err != nil {
 		return controller.Result{}, err
@@ -151,6 +171,133 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		}
 	})
 	return controller.Result{RequeueAfter: interval(sb)}, err
+}
+
+// checkClaim releases a sandbox whose claim names an agent that no longer
+// holds it: gone, finished, or (past the grace the scheduler needs between
+// its two writes) bound elsewhere. An agent's own run releases it
+// normally; this catches what a restart or a lost write left behind.
+func (n *Node) checkClaim(ctx context.Context, sb *api.Sandbox) error {
+	agent := sb.Status.CurrentAgent
+	if agent == "" {
+		return nil
+	}
+	if n.runs.get(agent) != nil {
+		return nil
+	}
+	o, err := n.st.Get(ctx, api.KindAgent, agent)
+	stale := ""
+	switch {
+	case errors.Is(err, api.ErrNotFound):
+		stale = "it no longer exists"
+	case err != nil:
+		return err
+	default:
+		a := o.(*api.Agent)
+		switch {
+		case controller.Finished(a):
+			stale = "it has " + strings.ToLower(a.Status.Phase)
+		case a.Status.Sandbox != sb.Metadata.Name && sb.Status.ClaimedAt != nil && n.now().Sub(*sb.Status.ClaimedAt) > claimGrace:
+			stale = "it is not bound to this sandbox"
+		}
+	}
+	if stale == "" {
+		return nil
+	}
+	n.log.Info("releasing a stale claim", "sandbox", sb.Metadata.Name, "agent", agent, "why", stale)
+	return n.release(ctx, sb.Metadata.Name, agent)
+}
+
+// claimGrace is how long a claim may name an agent that does not point
+// back at the sandbox (the scheduler writes the claim, then the agent).
+const claimGrace = 30 * time.Second
+
+// checkLifetime enforces spec.lifecycle: a sandbox older than
+// timeoutMinutes, or idle (no agent) for idleTimeoutMinutes, is deleted.
+// It reports whether it deleted the sandbox.
+func (n *Node) checkLifetime(ctx context.Context, sb *api.Sandbox) (bool, error) {
+	reason, msg := n.lifetimeOver(sb)
+	if reason == "" {
+		return false, nil
+	}
+	n.event(ctx, sb, api.EventNormal, reason, msg)
+	_, _, err := n.st.Delete(ctx, api.KindSandbox, sb.Metadata.Name, store.DeleteOptions{ResourceVersion: sb.Metadata.ResourceVersion})
+	if errors.Is(err, api.ErrNotFound) || errors.Is(err, api.ErrConflict) {
+		return true, nil
+	}
+	return true, err
+}
+
+// lifetimeOver says why sb's lifecycle ends now, if it does.
+func (n *Node) lifetimeOver(sb *api.Sandbox) (reason, msg string) {
+	now, lc := n.now(), sb.Spec.Lifecycle
+	if lc.TimeoutMinutes > 0 && sb.Status.StartedAt != nil {
+		if now.Sub(*sb.Status.StartedAt) >= time.Duration(lc.TimeoutMinutes)*time.Minute {
+			return "Expired", fmt.Sprintf("older than lifecycle.timeoutMinutes (%d): deleting it", lc.TimeoutMinutes)
+		}
+	}
+	if lc.IdleTimeoutMinutes > 0 && sb.Status.CurrentAgent == "" {
+		if since := idleSince(sb); since != nil && now.Sub(*since) >= time.Duration(lc.IdleTimeoutMinutes)*time.Minute {
+			return "IdleTimeout", fmt.Sprintf("no agent for lifecycle.idleTimeoutMinutes (%d): deleting it", lc.IdleTimeoutMinutes)
+		}
+	}
+	return "", ""
+}
+
+// nextLifetimeCheck is when sb's lifecycle should be looked at again.
+func (n *Node) nextLifetimeCheck(sb *api.Sandbox) time.Duration {
+	now, lc := n.now(), sb.Spec.Lifecycle
+	var next time.Duration
+	consider := func(at time.Time) {
+		if d := at.Sub(now); d > 0 && (next == 0 || d < next) {
+			next = d
+		}
+	}
+	if lc.TimeoutMinutes > 0 && sb.Status.StartedAt != nil {
+		consider(sb.Status.StartedAt.Add(time.Duration(lc.TimeoutMinutes) * time.Minute))
+	}
+	if lc.IdleTimeoutMinutes > 0 && sb.Status.CurrentAgent == "" {
+		if since := idleSince(sb); since != nil {
+			consider(since.Add(time.Duration(lc.IdleTimeoutMinutes) * time.Minute))
+		}
+	}
+	return next
+}
+
+// idleSince is when a sandbox last had no agent: released, else ready,
+// else started.
+func idleSince(sb *api.Sandbox) *time.Time {
+	for _, t := range []*time.Time{sb.Status.ReleasedAt, sb.Status.ReadyAt, sb.Status.StartedAt} {
+		if t != nil {
+			return t
+		}
+	}
+	return nil
+}
+
+// sandboxSpec is what the backend needs to clone sb from tpl.
+func (n *Node) sandboxSpec(sb *api.Sandbox, tpl *api.Template) backend.SandboxSpec {
+	return backend.SandboxSpec{
+		ID: sb.Metadata.Name, UID: sb.Metadata.UID, TemplateID: tpl.Status.Snapshot.ID,
+		Resolution: sb.Spec.Display.Resolution, Hostname: sb.Metadata.Name,
+	}
+}
+
+// templateFor returns the ready template sb clones from.
+func (n *Node) templateFor(ctx context.Context, sb *api.Sandbox) (*api.Template, error) {
+	name := sb.Spec.TemplateRef
+	if name == "" {
+		name = n.opt.DefaultTemplate
+	}
+	o, err := n.st.Get(ctx, api.KindTemplate, name)
+	if err != nil {
+		return nil, err
+	}
+	tpl := o.(*api.Template)
+	if tpl.Status.Phase != api.TemplateReady || tpl.Status.Snapshot == nil {
+		return nil, fmt.Errorf("template %s is not ready: %w", name, api.ErrUnavailable)
+	}
+	return tpl, nil
 }
 
 // observeSandbox follows what the VM really does: its run state, whether it
@@ -236,6 +383,16 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 		}
 	})
 	return controller.Result{RequeueAfter: interval(sb)}, err
+}
+
+// prepare readies a sandbox that just started running for its user: its
+// volumes copied in, then its startup commands started. A pool's sandbox
+// is prepared each time an agent acquires it (a reset took both away).
+func (n *Node) prepare(ctx context.Context, sb *api.Sandbox) error {
+	if err := n.copyVolumes(ctx, sb); err != nil {
+		return err
+	}
+	return n.startup(ctx, sb)
 }
 
 // startup starts the sandbox's spec.startup commands in the guest, in

@@ -29,9 +29,9 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 				return controller.Result{}, err
 			}
 		}
-		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, t, controller.FinalizerSnapshot)
+		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, t, api.FinalizerSnapshot)
 	}
-	if o, err = controller.EnsureFinalizer(ctx, n.st, t, controller.FinalizerSnapshot); err != nil {
+	if o, err = controller.EnsureFinalizer(ctx, n.st, t, api.FinalizerSnapshot); err != nil {
 		return controller.Result{}, err
 	}
 	t = o.(*api.Template)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -196,6 +197,11 @@ func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, k api.KindInf
 	}
 	clearStatus(o)
 	api.Default(o)
+	if a, ok := o.(*api.Agent); ok && !slices.Contains(a.Metadata.Finalizers, api.FinalizerRun) {
+		// Set at creation, so that deleting an agent always waits for its
+		// run to stop; an apply of the same manifest keeps it.
+		a.Metadata.Finalizers = append(a.Metadata.Finalizers, api.FinalizerRun)
+	}
 	if err := api.Validate(o); err != nil {
 		return nil, err
 	}

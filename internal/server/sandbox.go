@@ -155,6 +155,12 @@ func (s *Server) decodeStrict(w http.ResponseWriter, r *http.Request, v any) err
 	if len(bytes.TrimSpace(body)) == 0 {
 		return api.Invalid("", "empty body: expected a JSON object")
 	}
+	return s.decodeJSON(body, v)
+}
+
+// decodeJSON decodes body strictly into v: no duplicate or unknown keys,
+// nothing after the object.
+func (s *Server) decodeJSON(body []byte, v any) error {
 	if err := api.CheckJSON(body); err != nil {
 		return err
 	}

@@ -13,9 +13,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -35,6 +37,8 @@ type Options struct {
 	// Sandboxes runs sandbox operations (pause, screen, input, …); nil
 	// answers them with 501.
 	Sandboxes Sandboxes
+	// Agents serves the files the node keeps of agents; nil answers 501.
+	Agents Agents
 	// Ready reports whether the server is ready to serve (controllers
 	// started, backend reachable); nil means ready once the store answers.
 	Ready func(ctx context.Context) error
@@ -51,6 +55,8 @@ type Options struct {
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
 	ShutdownGrace     time.Duration
+	// ScopedKey checks the scoped tokens of agents' programs.
+	ScopedKey authtoken.Key
 	// AllowedRoots are the host directories that host paths in objects
 	// (template image files, volume hostPaths) must lie under.
 	AllowedRoots hostpath.Roots
@@ -117,12 +123,15 @@ func (s *Server) routes() {
 	m.HandleFunc("PATCH /api/v1/sandboxpools/{name}/scale", s.scale)
 	m.HandleFunc("GET /api/v1/agents/{name}/result", s.agentResult)
 	s.sandboxRoutes()
+	s.agentRoutes()
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API route for %s %s", r.Method, r.URL.Path))
 	})
 }
 
-// authenticate checks the bearer token on everything but the health checks.
+// authenticate checks the bearer token on everything but the health
+// checks: the server's token reaches everything; a scoped token (minted
+// for an agent's program) only its own sandbox and agent.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.opts.Token == "" {
 		return next
@@ -134,14 +143,40 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube"`)
-			refuse(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token: set HVKUBE_TOKEN"))
+		got := r.Header.Get("Authorization")
+		if subtle.ConstantTimeCompare([]byte(got), want) == 1 {
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		if tok, ok := strings.CutPrefix(got, "Bearer "); ok && authtoken.Is(tok) && s.opts.ScopedKey != nil {
+			sc, err := s.opts.ScopedKey.Verify(tok, time.Now())
+			if err == nil {
+				if inScope(sc, r.URL.Path) {
+					next.ServeHTTP(w, r)
+					return
+				}
+				refuse(w, http.StatusForbidden, fmt.Errorf("this token reaches only sandbox %q and agent %q", sc.Sandbox, sc.Agent))
+				return
+			}
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube"`)
+		refuse(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token: set HVKUBE_TOKEN"))
 	})
+}
+
+// inScope reports whether a scoped token may reach path: its sandbox and
+// everything under it, its agent and everything under it.
+func inScope(sc authtoken.Scope, path string) bool {
+	for _, p := range []struct{ prefix, name string }{{"/api/v1/sandboxes/", sc.Sandbox}, {"/api/v1/agents/", sc.Agent}} {
+		if p.name == "" {
+			continue
+		}
+		rest, ok := strings.CutPrefix(path, p.prefix+p.name)
+		if ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

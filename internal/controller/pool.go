@@ -1,0 +1,407 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// Pools keeps each SandboxPool's sandboxes: as many as it should have now
+// (replicas, raised to keep minReady of them idle and by the queue of
+// pending agents, bounded by maxPerHost and scaling.maxReplicas), created
+// no faster than refillRate, removed only when idle and only after
+// scaleDownDelay, replaced when they fail or their health checks do, and
+// recycled after maxAge. A pool whose sandboxes cannot start (no memory,
+// no template, no GPU) says why and stops adding more.
+type Pools struct {
+	st        store.Interface
+	log       *slog.Logger
+	now       func() time.Time
+	sandboxes *Cache
+	agents    *Cache
+	pools     *Cache
+}
+
+// NewPools registers the pool controller with m.
+func NewPools(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Pools {
+	if now == nil {
+		now = time.Now
+	}
+	p := &Pools{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool)}
+	m.Register(Controller{Name: "pool", For: api.KindSandboxPool, Reconciler: p, Workers: 2,
+		Watches: []Watch{
+			{Kind: api.KindSandbox, Map: func(o api.Object) []string {
+				if pool := api.OwnerOf(o, api.KindSandboxPool); pool != "" {
+					return []string{pool}
+				}
+				return nil
+			}},
+			{Kind: api.KindAgent, Map: p.poolsFor},
+		}})
+	return p
+}
+
+// poolsFor maps a pending agent to the pools whose sandboxes it selects
+// (their queue-based scaling counts it).
+func (p *Pools) poolsFor(o api.Object) []string {
+	a := o.(*api.Agent)
+	if a.Spec.SandboxSelector == nil {
+		return nil
+	}
+	sel := SelectorOf(a)
+	var keys []string
+	for _, po := range p.pools.List(api.Selector{}) {
+		if sel.Matches(po.(*api.SandboxPool).Spec.Template.Metadata.Labels) {
+			keys = append(keys, po.GetMeta().Name)
+		}
+	}
+	return keys
+}
+
+// unsatisfiable are the reasons a sandbox stays Pending that more
+// sandboxes would not fix.
+var unsatisfiable = map[string]bool{
+	"InsufficientMemory": true, "TemplateNotFound": true, "NoTemplate": true, "NoGPU": true,
+}
+
+// Reconcile implements Reconciler.
+func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
+	o, err := p.st.Get(ctx, api.KindSandboxPool, name)
+	if errors.Is(err, api.ErrNotFound) {
+		return Result{}, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	pool := o.(*api.SandboxPool)
+	var members []*api.Sandbox
+	for _, so := range p.sandboxes.List(api.Selector{}) {
+		if api.OwnerOf(so, api.KindSandboxPool) == name {
+			members = append(members, so.(*api.Sandbox))
+		}
+	}
+	if pool.Metadata.DeletionTimestamp != nil {
+		return p.deletePool(ctx, pool, members)
+	}
+	if !hasFinalizer(pool, api.FinalizerSandboxes) {
+		if _, err := EnsureFinalizer(ctx, p.st, pool, api.FinalizerSandboxes); err != nil {
+			return Result{}, err
+		}
+	}
+	now := p.now()
+	s := p.count(pool, members, now)
+	var requeue time.Duration
+	soon := func(d time.Duration) {
+		if d > 0 && (requeue == 0 || d < requeue) {
+			requeue = d
+		}
+	}
+
+	// Replace what failed, recycle what is too old.
+	for _, sb := range members {
+		if sb.Metadata.DeletionTimestamp != nil {
+			continue
+		}
+		reason, msg := "", ""
+		switch {
+		case sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated:
+			reason, msg = "Replaced", fmt.Sprintf("sandbox %s is %s (%s): replacing it", sb.Metadata.Name, sb.Status.Phase, orDefault(sb.Status.Message, sb.Status.Reason))
+		case sb.Status.Reason == "Unhealthy" && sb.Status.CurrentAgent == "":
+			Event(ctx, p.st, p.log, pool, api.EventWarning, "Unhealthy", fmt.Sprintf("sandbox %s: %s", sb.Metadata.Name, sb.Status.Message))
+			reason, msg = "Replaced", fmt.Sprintf("sandbox %s failed its health check: replacing it", sb.Metadata.Name)
+		case s.maxAge > 0 && sb.Status.CurrentAgent == "" && now.Sub(sb.Metadata.CreationTimestamp) >= s.maxAge:
+			reason, msg = "Recycled", fmt.Sprintf("sandbox %s is older than maxAge (%s): replacing it", sb.Metadata.Name, pool.Spec.MaxAge)
+		case s.maxAge > 0 && sb.Status.CurrentAgent == "":
+			soon(sb.Metadata.CreationTimestamp.Add(s.maxAge).Sub(now))
+		}
+		if reason == "" {
+			continue
+		}
+		if err := p.deleteMember(ctx, sb); err != nil {
+			return Result{}, err
+		}
+		Event(ctx, p.st, p.log, pool, api.EventNormal, reason, msg)
+		s.live--
+	}
+
+	// Grow.
+	switch {
+	case s.live < s.desired && s.blocked != "":
+		// Adding sandboxes would not start them either.
+	case s.live < s.desired:
+		n := s.desired - s.live
+		if rate := pool.Spec.RefillRate; rate > 0 {
+			recent := 0
+			for _, sb := range members {
+				if now.Sub(sb.Metadata.CreationTimestamp) < time.Second {
+					recent++
+				}
+			}
+			n = min(n, max(rate-recent, 0))
+			soon(time.Second)
+		}
+		for i := 0; i < n; i++ {
+			if err := p.createMember(ctx, pool); err != nil {
+				return Result{}, err
+			}
+		}
+		if n > 0 {
+			Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledUp", fmt.Sprintf("created %d sandbox(es): %d of %d", n, s.live+n, s.desired))
+			s.live += n
+		}
+	}
+
+	// Shrink, idle sandboxes only, once the excess has lasted
+	// scaleDownDelay.
+	excessSince := pool.Status.ExcessSince
+	if s.live > s.desired {
+		if excessSince == nil {
+			excessSince = &now
+		}
+		delay := time.Duration(pool.Spec.Scaling.ScaleDownDelay) * time.Second
+		if wait := excessSince.Add(delay).Sub(now); wait > 0 {
+			soon(wait)
+		} else {
+			removed := 0
+			for _, sb := range idleFirst(members) {
+				if s.live-removed <= s.desired {
+					break
+				}
+				if err := p.deleteMember(ctx, sb); err != nil {
+					return Result{}, err
+				}
+				removed++
+			}
+			if removed > 0 {
+				Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledDown", fmt.Sprintf("removed %d idle sandbox(es): %d of %d", removed, s.live-removed, s.desired))
+				s.live -= removed
+			}
+			if s.live > s.desired {
+				soon(5 * time.Second) // the rest are busy
+			}
+		}
+	}
+	if s.live <= s.desired {
+		excessSince = nil
+	}
+	return Result{RequeueAfter: requeue}, p.writeStatus(ctx, pool, s, excessSince, now)
+}
+
+// poolState is what Reconcile counted.
+type poolState struct {
+	live, desired, ready, warm, busy, pendingAgents int
+	blocked, blockedMsg                             string
+	maxAge                                          time.Duration
+}
+
+func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Time) poolState {
+	var s poolState
+	if d, err := time.ParseDuration(pool.Spec.MaxAge); err == nil {
+		s.maxAge = d
+	}
+	for _, sb := range members {
+		if sb.Metadata.DeletionTimestamp != nil {
+			continue
+		}
+		s.live++
+		if sb.Status.CurrentAgent != "" {
+			s.busy++
+		}
+		switch sb.Status.Phase {
+		case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
+			if sb.Status.Reason != "Unhealthy" {
+				s.ready++
+				if sb.Status.CurrentAgent == "" && sb.Status.Phase != api.SandboxRunning {
+					s.warm++
+				}
+			}
+		case "", api.SandboxPending:
+			if unsatisfiable[sb.Status.Reason] && s.blocked == "" {
+				s.blocked, s.blockedMsg = sb.Status.Reason, fmt.Sprintf("sandbox %s cannot start: %s", sb.Metadata.Name, sb.Status.Message)
+			}
+		}
+	}
+	for _, ao := range p.agents.List(api.Selector{}) {
+		a := ao.(*api.Agent)
+		if Pending(a) && a.Spec.SandboxSelector != nil && SelectorOf(a).Matches(pool.Spec.Template.Metadata.Labels) {
+			s.pendingAgents++
+		}
+	}
+	s.desired = pool.Spec.Replicas
+	if t := pool.Spec.Scaling.ScaleUpThreshold; t > 0 && s.pendingAgents >= t {
+		s.desired += s.pendingAgents / t
+	}
+	s.desired = max(s.desired, s.busy+pool.Spec.MinReady)
+	if m := pool.Spec.Scaling.MaxReplicas; m > 0 {
+		s.desired = min(s.desired, max(m, pool.Spec.Replicas))
+	}
+	if m := pool.Spec.MaxPerHost; m > 0 {
+		s.desired = min(s.desired, m)
+	}
+	return s
+}
+
+// idleFirst orders the members a scale-down may remove: idle ones only,
+// those in the warm tier before running ones, newest first.
+func idleFirst(members []*api.Sandbox) []*api.Sandbox {
+	var out []*api.Sandbox
+	for _, sb := range members {
+		if sb.Metadata.DeletionTimestamp == nil && sb.Status.CurrentAgent == "" {
+			out = append(out, sb)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		ri, rj := out[i].Status.Phase == api.SandboxRunning, out[j].Status.Phase == api.SandboxRunning
+		if ri != rj {
+			return !ri
+		}
+		return out[i].Metadata.CreationTimestamp.After(out[j].Metadata.CreationTimestamp)
+	})
+	return out
+}
+
+func (p *Pools) createMember(ctx context.Context, pool *api.SandboxPool) error {
+	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+	sb.Metadata.Name = memberName(pool.Metadata.Name)
+	sb.Metadata.Labels = copyMap(pool.Spec.Template.Metadata.Labels)
+	sb.Metadata.Annotations = copyMap(pool.Spec.Template.Metadata.Annotations)
+	sb.Metadata.OwnerReferences = []api.OwnerReference{{Kind: api.KindSandboxPool, Name: pool.Metadata.Name, UID: pool.Metadata.UID}}
+	sb.Spec = api.DeepCopy(&api.Sandbox{TypeMeta: sb.TypeMeta, Spec: pool.Spec.Template.Spec}).Spec
+	api.Default(sb)
+	sb.Status.Phase = api.SandboxPending
+	out, err := p.st.Create(ctx, sb)
+	if errors.Is(err, api.ErrAlreadyExists) {
+		return nil // a name taken by chance: the next round makes another
+	}
+	if err != nil {
+		return err
+	}
+	p.sandboxes.Observe(out)
+	return nil
+}
+
+func (p *Pools) deleteMember(ctx context.Context, sb *api.Sandbox) error {
+	_, _, err := p.st.Delete(ctx, api.KindSandbox, sb.Metadata.Name, store.DeleteOptions{})
+	if errors.Is(err, api.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// deletePool deletes the pool's sandboxes, and lets the pool go once they
+// are gone.
+func (p *Pools) deletePool(ctx context.Context, pool *api.SandboxPool, members []*api.Sandbox) (Result, error) {
+	for _, sb := range members {
+		if sb.Metadata.DeletionTimestamp == nil {
+			if err := p.deleteMember(ctx, sb); err != nil {
+				return Result{}, err
+			}
+		}
+	}
+	// The cache may lag: ask the store whether any is left.
+	left := 0
+	items, _, err := p.st.List(ctx, api.KindSandbox, api.Selector{})
+	if err != nil {
+		return Result{}, err
+	}
+	for _, it := range items {
+		if api.OwnerOf(it, api.KindSandboxPool) == pool.Metadata.Name {
+			left++
+		}
+	}
+	if left > 0 {
+		return Result{RequeueAfter: time.Second}, nil
+	}
+	return Result{}, RemoveFinalizer(ctx, p.st, pool, api.FinalizerSandboxes)
+}
+
+func (p *Pools) writeStatus(ctx context.Context, pool *api.SandboxPool, s poolState, excessSince *time.Time, now time.Time) error {
+	_, err := UpdateStatus(ctx, p.st, api.KindSandboxPool, pool.Metadata.Name, func(cur *api.SandboxPool) bool {
+		before := api.DeepCopy(cur).Status
+		st := &cur.Status
+		st.Replicas, st.Desired, st.Ready, st.Warm, st.Busy = s.live, s.desired, s.ready, s.warm, s.busy
+		st.ExcessSince = excessSince
+		st.ObservedGeneration = cur.Metadata.Generation
+		gen := cur.Metadata.Generation
+		if s.blocked != "" {
+			api.SetCondition(&st.Conditions, api.Condition{Type: "Satisfiable", Status: api.ConditionFalse, Reason: s.blocked, Message: s.blockedMsg, ObservedGeneration: gen}, now)
+		} else {
+			api.SetCondition(&st.Conditions, api.Condition{Type: "Satisfiable", Status: api.ConditionTrue, Reason: "SandboxesStart", ObservedGeneration: gen}, now)
+		}
+		idle := s.ready - s.busy
+		want := max(cur.Spec.MinReady, 1)
+		if idle >= want || (s.ready >= s.desired && s.desired > 0) {
+			api.SetCondition(&st.Conditions, api.Condition{Type: "Ready", Status: api.ConditionTrue, Reason: "WarmSandboxes",
+				Message: fmt.Sprintf("%d of %d sandboxes ready, %d idle", s.ready, s.desired, idle), ObservedGeneration: gen}, now)
+		} else {
+			api.SetCondition(&st.Conditions, api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: "Warming",
+				Message: fmt.Sprintf("%d of %d sandboxes ready, %d idle (minReady %d)", s.ready, s.desired, idle, cur.Spec.MinReady), ObservedGeneration: gen}, now)
+		}
+		changed := !reflect.DeepEqual(before, *st)
+		if changed && before.Desired != s.desired && before.ObservedGeneration != 0 {
+			p.log.Info("pool target changed", "pool", cur.Metadata.Name, "desired", s.desired, "pendingAgents", s.pendingAgents)
+		}
+		return changed
+	})
+	if errors.Is(err, api.ErrNotFound) {
+		return nil
+	}
+	if err == nil && s.blocked != "" {
+		if c := api.FindCondition(pool.Status.Conditions, "Satisfiable"); c == nil || c.Status != api.ConditionFalse || c.Reason != s.blocked {
+			Event(ctx, p.st, p.log, pool, api.EventWarning, s.blocked, s.blockedMsg)
+		}
+	}
+	return err
+}
+
+// memberName is a new sandbox name for a pool: the pool's name and a
+// random suffix, within a DNS label.
+func memberName(pool string) string {
+	const letters = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, 5)
+	rand.Read(b)
+	for i := range b {
+		b[i] = letters[int(b[i])%len(letters)]
+	}
+	prefix := pool
+	if len(prefix) > api.MaxNameLength-6 {
+		prefix = strings.TrimRight(prefix[:api.MaxNameLength-6], "-")
+	}
+	return prefix + "-" + string(b)
+}
+
+func hasFinalizer(o api.Object, f string) bool {
+	for _, x := range o.GetMeta().Finalizers {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/scheduler"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// Scheduler binds pending agents to free sandboxes. It works on one key:
+// every change of an agent or a sandbox asks for a round, and a round
+// places every agent it can (the queue folds a burst of changes into one
+// round). A binding is two writes: a claim on the sandbox
+// (status.currentAgent), conditioned on the resourceVersion the round
+// read, then the agent's status. Of two rounds that pick one sandbox, only
+// one claim lands; an agent runs only on a sandbox whose claim names it.
+type Scheduler struct {
+	st        store.Interface
+	log       *slog.Logger
+	now       func() time.Time
+	agents    *Cache
+	sandboxes *Cache
+	q         *Queue
+}
+
+// schedulerKey is the scheduler's one key.
+const schedulerKey = "pending-agents"
+
+// NewScheduler registers the scheduler with m.
+func NewScheduler(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Scheduler {
+	if now == nil {
+		now = time.Now
+	}
+	s := &Scheduler{st: st, log: log, now: now, agents: m.Cache(api.KindAgent), sandboxes: m.Cache(api.KindSandbox)}
+	round := func(api.Object) []string { return []string{schedulerKey} }
+	s.q = m.Register(Controller{Name: "scheduler", Reconciler: s, Workers: 1, ResyncKey: schedulerKey,
+		Watches: []Watch{{Kind: api.KindAgent, Map: round}, {Kind: api.KindSandbox, Map: round}}})
+	return s
+}
+
+// Pending reports whether the agent waits for a sandbox.
+func Pending(a *api.Agent) bool {
+	return (a.Status.Phase == "" || a.Status.Phase == api.AgentPending) && a.Metadata.DeletionTimestamp == nil
+}
+
+// SelectorOf is the label selector of an agent's sandboxSelector.
+func SelectorOf(a *api.Agent) api.Selector {
+	if a.Spec.SandboxSelector == nil {
+		return api.Selector{}
+	}
+	return api.SelectorFromMap(a.Spec.SandboxSelector.MatchLabels)
+}
+
+// Reconcile runs one scheduling round.
+func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
+	now := s.now()
+	var agents []scheduler.Agent
+	byName := map[string]*api.Agent{}
+	for _, o := range s.agents.List(api.Selector{}) {
+		a := o.(*api.Agent)
+		if !Pending(a) {
+			continue
+		}
+		byName[a.Metadata.Name] = a
+		agents = append(agents, scheduler.Agent{Name: a.Metadata.Name, SandboxName: a.Spec.SandboxName,
+			Selector: SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp})
+	}
+	if len(agents) == 0 {
+		return Result{}, nil
+	}
+	var sandboxes []scheduler.Sandbox
+	for _, o := range s.sandboxes.List(api.Selector{}) {
+		sandboxes = append(sandboxes, ViewOf(o.(*api.Sandbox)))
+	}
+	plan := scheduler.Plan(agents, sandboxes, now)
+	conflicts := 0
+	for _, b := range plan {
+		if err := s.bind(ctx, byName[b.Agent], b.Sandbox, now); err != nil {
+			if errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) {
+				conflicts++
+				continue
+			}
+			return Result{}, err
+		}
+	}
+	if conflicts > 0 {
+		// The round read something stale; the next one reads the writes
+		// that beat it.
+		return Result{RequeueAfter: 10 * time.Millisecond}, nil
+	}
+	if len(plan) < len(agents) {
+		// Agents left waiting: a freed or new sandbox asks for a round;
+		// look again now and then in any case.
+		return Result{RequeueAfter: 30 * time.Second}, nil
+	}
+	return Result{}, nil
+}
+
+// ViewOf is a sandbox as the scheduler sees it.
+func ViewOf(sb *api.Sandbox) scheduler.Sandbox {
+	idle := sb.Status.ReadyAt
+	if sb.Status.ReleasedAt != nil {
+		idle = sb.Status.ReleasedAt
+	}
+	v := scheduler.Sandbox{Name: sb.Metadata.Name, Labels: sb.Metadata.Labels, Phase: sb.Status.Phase,
+		Agent: sb.Status.CurrentAgent, Healthy: sb.Status.Reason != "Unhealthy",
+		Deleting: sb.Metadata.DeletionTimestamp != nil, GPU: sb.Spec.Resources.GPU}
+	if idle != nil {
+		v.IdleSince = *idle
+	}
+	return v
+}
+
+// bind claims sandbox name for a, then records the binding on a. If the
+// agent cannot be written, the claim is taken back.
+func (s *Scheduler) bind(ctx context.Context, a *api.Agent, name string, now time.Time) error {
+	o, ok := s.sandboxes.Get(name)
+	if !ok {
+		return fmt.Errorf("sandbox %s: %w", name, api.ErrNotFound)
+	}
+	sb := api.DeepCopy(o.(*api.Sandbox))
+	sb.Status.CurrentAgent = a.Metadata.Name
+	sb.Status.ClaimedAt = &now
+	claimed, err := s.st.UpdateStatus(ctx, sb)
+	if err != nil {
+		return err
+	}
+	s.sandboxes.Observe(claimed)
+	ag := api.DeepCopy(a)
+	ag.Status.Phase, ag.Status.Reason = api.AgentScheduled, "Scheduled"
+	ag.Status.Message = fmt.Sprintf("bound to sandbox %s", name)
+	ag.Status.Sandbox, ag.Status.Node = name, sb.Status.Node
+	ag.Status.ScheduledAt = &now
+	ag.Status.ObservedGeneration = ag.Metadata.Generation
+	api.SetCondition(&ag.Status.Conditions, api.Condition{Type: "Scheduled", Status: api.ConditionTrue, Reason: "Bound",
+		Message: ag.Status.Message, ObservedGeneration: ag.Metadata.Generation}, now)
+	bound, err := s.st.UpdateStatus(ctx, ag)
+	if err != nil {
+		// Take the claim back, unless someone else changed it since.
+		if _, uerr := UpdateStatus(ctx, s.st, api.KindSandbox, name, func(cur *api.Sandbox) bool {
+			if cur.Status.CurrentAgent != a.Metadata.Name {
+				return false
+			}
+			cur.Status.CurrentAgent, cur.Status.ClaimedAt = "", nil
+			return true
+		}); uerr != nil && !errors.Is(uerr, api.ErrNotFound) {
+			s.log.Warn("take back a claim", "sandbox", name, "agent", a.Metadata.Name, "err", uerr)
+		}
+		return err
+	}
+	s.agents.Observe(bound)
+	Event(ctx, s.st, s.log, bound, api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", name, sb.Status.Node))
+	return nil
+}

@@ -1,0 +1,309 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/controller"
+)
+
+// run is an agent's attempt in progress on this node.
+type run struct {
+	attempt int
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// runs tracks the attempts this node runs, so that none runs twice at once
+// and a deleted agent's run is stopped.
+type runs struct {
+	mu sync.Mutex // guards m
+	m  map[string]*run
+	wg sync.WaitGroup
+}
+
+func (r *runs) get(name string) *run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[name]
+}
+
+// reconcileAgent runs the agents bound to this node's sandboxes: it starts
+// a Scheduled agent's attempt, stops the attempt of a deleted one, ends an
+// mcp-agent whose deadline passed, and puts back an agent whose attempt a
+// restart of this node cut short.
+func (n *Node) reconcileAgent(ctx context.Context, name string) (controller.Result, error) {
+	o, err := n.st.Get(ctx, api.KindAgent, name)
+	if errors.Is(err, api.ErrNotFound) {
+		n.stopRun(name)
+		n.removeAgentFiles(name)
+		return controller.Result{}, nil
+	}
+	if err != nil {
+		return controller.Result{}, err
+	}
+	a := o.(*api.Agent)
+	if a.Status.Node != "" && a.Status.Node != n.name {
+		return controller.Result{}, nil // another node's
+	}
+	now := n.now()
+	switch {
+	case a.Metadata.DeletionTimestamp != nil:
+		n.stopRun(name)
+		if controller.Bound(a) {
+			if err := n.release(ctx, a.Status.Sandbox, name); err != nil {
+				return controller.Result{}, err
+			}
+			if !controller.Finished(a) {
+				n.event(ctx, a, api.EventNormal, "Cancelled", fmt.Sprintf("deleted while %s; sandbox %s released", a.Status.Phase, a.Status.Sandbox))
+			}
+		}
+		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, a, api.FinalizerRun)
+	case controller.Finished(a):
+		// A run that ended while the node stopped may still hold its
+		// sandbox; release is a no-op once the claim is gone.
+		if a.Status.Sandbox != "" && n.runs.get(name) == nil {
+			return controller.Result{}, n.release(ctx, a.Status.Sandbox, name)
+		}
+		return controller.Result{}, nil
+	case controller.Pending(a):
+		return controller.Result{}, nil
+	case a.Status.Phase == api.AgentScheduled && a.Status.Sandbox != "":
+		return n.startRun(ctx, a, now)
+	case a.Status.Phase == api.AgentRunning && a.Status.Sandbox != "":
+		if r := n.runs.get(name); r != nil && r.attempt == a.Status.Attempts {
+			return controller.Result{}, nil
+		}
+		if a.Spec.Type == "mcp-agent" {
+			return n.watchMCP(ctx, a, now)
+		}
+		// Running here, but not by this process: the server restarted
+		// during the attempt. Run it again from the start on a clean
+		// sandbox; it is not the agent's failure.
+		if err := n.release(ctx, a.Status.Sandbox, name); err != nil {
+			return controller.Result{}, err
+		}
+		attempt := a.Status.Attempts
+		out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
+			if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
+				return false
+			}
+			controller.Interrupt(cur, fmt.Sprintf("attempt %d was cut short when node %s restarted; it runs again on a clean sandbox", attempt, n.name), now)
+			return true
+		})
+		if err != nil {
+			return controller.Result{}, err
+		}
+		n.event(ctx, out, api.EventWarning, "Interrupted", out.Status.Message)
+	}
+	return controller.Result{}, nil
+}
+
+// startRun marks a Scheduled agent Running, conditioned on the status it
+// read (so one attempt starts once), and runs the attempt in the
+// background. An mcp-agent's attempt is the external agent's: it only gets
+// its sandbox running and a deadline.
+func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (controller.Result, error) {
+	if n.runs.get(a.Metadata.Name) != nil {
+		return controller.Result{}, nil // the last attempt is still ending
+	}
+	so, err := n.st.Get(ctx, api.KindSandbox, a.Status.Sandbox)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	if so.(*api.Sandbox).Status.CurrentAgent != a.Metadata.Name {
+		// The claim is written first and the agent right after: wait for
+		// it, or for the agent controller to give up on it.
+		return controller.Result{RequeueAfter: time.Second}, nil
+	}
+	sandbox := a.Status.Sandbox
+	started, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
+		if cur.Status.Phase != api.AgentScheduled || cur.Status.Sandbox != sandbox || cur.Metadata.DeletionTimestamp != nil {
+			return false
+		}
+		cur.Status.Phase, cur.Status.Reason = api.AgentRunning, "Running"
+		cur.Status.Message = fmt.Sprintf("attempt %d on sandbox %s", cur.Status.Attempts+1, sandbox)
+		cur.Status.Attempts++
+		cur.Status.StartedAt = &now
+		cur.Status.Node = n.name
+		cur.Status.ObservedGeneration = cur.Metadata.Generation
+		api.SetCondition(&cur.Status.Conditions, api.Condition{Type: "Running", Status: api.ConditionTrue, Reason: "Started",
+			Message: cur.Status.Message, ObservedGeneration: cur.Metadata.Generation}, now)
+		return true
+	})
+	if err != nil {
+		return controller.Result{}, err
+	}
+	if started.Status.Phase != api.AgentRunning || started.Status.StartedAt == nil || !started.Status.StartedAt.Equal(now) {
+		return controller.Result{}, nil
+	}
+	n.event(ctx, started, api.EventNormal, "Started", started.Status.Message)
+	r := &run{attempt: started.Status.Attempts, done: make(chan struct{})}
+	rctx, cancel := context.WithDeadline(n.runCtx, now.Add(controller.Timeout(started)))
+	r.cancel = cancel
+	n.runs.mu.Lock()
+	n.runs.m[started.Metadata.Name] = r
+	n.runs.mu.Unlock()
+	n.runs.wg.Add(1)
+	go func() {
+		defer n.runs.wg.Done()
+		defer close(r.done)
+		defer cancel()
+		n.attempt(rctx, started)
+		n.runs.mu.Lock()
+		if n.runs.m[started.Metadata.Name] == r {
+			delete(n.runs.m, started.Metadata.Name)
+		}
+		n.runs.mu.Unlock()
+		if n.agentsQ != nil {
+			n.agentsQ.Add(started.Metadata.Name)
+		}
+	}()
+	return controller.Result{}, nil
+}
+
+// stopRun cancels the attempt of agent name, if this node runs one, and
+// waits for it to end.
+func (n *Node) stopRun(name string) {
+	if r := n.runs.get(name); r != nil {
+		r.cancel()
+		<-r.done
+	}
+}
+
+// attempt runs one attempt of a, writes its outcome, and releases the
+// sandbox. A run cut short by the node stopping writes nothing: the next
+// start of the node runs the attempt again.
+func (n *Node) attempt(ctx context.Context, a *api.Agent) {
+	name, sandbox, attempt := a.Metadata.Name, a.Status.Sandbox, a.Status.Attempts
+	bg := context.WithoutCancel(ctx)
+	dir := n.attemptDir(name, attempt)
+	lg := newRunLog(dir)
+	defer lg.Close()
+	lg.printf("attempt %d of agent %s (%s) on sandbox %s, node %s", attempt, name, a.Spec.Type, sandbox, n.name)
+	start := n.now()
+	var res *api.AgentResult
+	err := n.acquire(ctx, sandbox, name)
+	if err == nil {
+		lg.printf("sandbox %s acquired in %s", sandbox, n.now().Sub(start).Round(time.Millisecond))
+		res, err = n.execute(ctx, a, dir, lg)
+	}
+	if res == nil {
+		res = &api.AgentResult{}
+	}
+	if n.runCtx.Err() != nil {
+		lg.printf("the node is stopping: the attempt will run again when it starts")
+		return
+	}
+	if errors.Is(ctx.Err(), context.Canceled) || errors.Is(err, errEndedElsewhere) {
+		lg.printf("ended: %v", err)
+		n.releaseLogged(bg, sandbox, name, lg)
+		return
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && err == nil {
+		err = fmt.Errorf("no result within %s", controller.Timeout(a))
+	}
+	n.collect(bg, a, sandbox, dir, res, lg)
+	res.DurationSeconds = n.now().Sub(start).Seconds()
+	if err == nil && !res.Success {
+		err = errors.New("the agent reported failure")
+	}
+	now := n.now()
+	reason := "Failed"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		reason = "DeadlineExceeded"
+	}
+	out, uerr := controller.UpdateStatus(bg, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
+		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
+			return false // deleted, or ended by the controller meanwhile
+		}
+		if err == nil {
+			controller.Complete(cur, res, now)
+		} else {
+			cur.Status.Result = res
+			controller.FailAttempt(cur, reason, err.Error(), now)
+		}
+		return true
+	})
+	switch {
+	case uerr != nil:
+		lg.printf("could not record the outcome: %v", uerr)
+	case err == nil:
+		lg.printf("completed in %.1fs", res.DurationSeconds)
+		n.event(bg, out, api.EventNormal, "Completed", fmt.Sprintf("attempt %d succeeded in %.1fs on sandbox %s", attempt, res.DurationSeconds, sandbox))
+	default:
+		lg.printf("failed: %v", err)
+		n.event(bg, out, api.EventWarning, reason, fmt.Sprintf("attempt %d: %v", attempt, err))
+	}
+	n.releaseLogged(bg, sandbox, name, lg)
+}
+
+func (n *Node) releaseLogged(ctx context.Context, sandbox, agent string, lg *runLog) {
+	if err := n.release(ctx, sandbox, agent); err != nil {
+		lg.printf("release sandbox %s: %v", sandbox, err)
+		n.log.Warn("release sandbox", "sandbox", sandbox, "agent", agent, "err", err)
+	}
+}
+
+// watchMCP follows an mcp-agent's attempt: the external agent completes it
+// through the API; the node ends it when its deadline passes.
+func (n *Node) watchMCP(ctx context.Context, a *api.Agent, now time.Time) (controller.Result, error) {
+	deadline := now
+	if a.Status.StartedAt != nil {
+		deadline = a.Status.StartedAt.Add(controller.Timeout(a))
+	}
+	if now.Before(deadline) {
+		return controller.Result{RequeueAfter: deadline.Sub(now)}, nil
+	}
+	attempt := a.Status.Attempts
+	msg := fmt.Sprintf("nothing completed it within %s", controller.Timeout(a))
+	out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
+		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
+			return false
+		}
+		controller.FailAttempt(cur, "DeadlineExceeded", msg, now)
+		return true
+	})
+	if err != nil {
+		return controller.Result{}, err
+	}
+	n.event(ctx, out, api.EventWarning, "DeadlineExceeded", msg)
+	return controller.Result{}, n.release(ctx, a.Status.Sandbox, a.Metadata.Name)
+}
+
+// attemptDir is where an attempt's logs, screenshots and artifacts go.
+func (n *Node) attemptDir(agent string, attempt int) string {
+	return filepath.Join(n.opt.DataDir, "agents", agent, strconv.Itoa(attempt))
+}
+
+// removeAgentFiles removes what the node kept of an agent that is gone.
+func (n *Node) removeAgentFiles(agent string) {
+	if n.opt.DataDir != "" {
+		os.RemoveAll(filepath.Join(n.opt.DataDir, "agents", agent))
+	}
+}
+
+// AgentFile opens the file rel of the agent's latest attempt on this node.
+func (n *Node) AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser, error) {
+	o, err := n.st.Get(ctx, api.KindAgent, agent)
+	if err != nil {
+		return nil, err
+	}
+	a := o.(*api.Agent)
+	if a.Status.Attempts == 0 {
+		return nil, fmt.Errorf("agent %s has not run yet: %w", agent, api.ErrNotFound)
+	}
+	f, err := os.Open(filepath.Join(n.attemptDir(agent, a.Status.Attempts), filepath.FromSlash(rel)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("agent %s has no file %s in attempt %d: %w", agent, rel, a.Status.Attempts, api.ErrNotFound)
+	}
+	return f, err
+}

@@ -1,0 +1,180 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// acquire makes the sandbox an agent was bound to run, with seed 001's
+// fallback chain: resume it (from RAM or disk); if that fails, return it to
+// its clean snapshot and resume; if that fails too, throw its VM away and
+// clone a new one. Each step's failure is an event. The guest clock is set
+// by the backend's Resume.
+func (n *Node) acquire(ctx context.Context, name, agent string) error {
+	unlock := n.locks.lock(name)
+	defer unlock()
+	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	if err != nil {
+		return err
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Status.CurrentAgent != agent {
+		return fmt.Errorf("sandbox %s is claimed by %q, not by agent %s: %w", name, sb.Status.CurrentAgent, agent, api.ErrConflict)
+	}
+	start := n.now()
+	how := "resumed"
+	err = n.be.Resume(ctx, name)
+	if err != nil {
+		n.event(ctx, sb, api.EventWarning, "ResumeFailed", fmt.Sprintf("resume for agent %s: %v; restoring the clean snapshot", agent, err))
+		how = "restored the clean snapshot and resumed"
+		if err = n.be.Reset(ctx, name); err == nil {
+			err = n.be.Resume(ctx, name)
+		}
+	}
+	if err != nil {
+		n.event(ctx, sb, api.EventWarning, "RestoreFailed", fmt.Sprintf("restore for agent %s: %v; cloning a new VM", agent, err))
+		how = "cloned a new VM"
+		err = n.recreate(ctx, sb)
+	}
+	if err != nil {
+		n.event(ctx, sb, api.EventWarning, "AcquireFailed", fmt.Sprintf("agent %s: %v", agent, err))
+		n.setPhase(ctx, sb, api.SandboxError, "AcquireFailed", err.Error())
+		return err
+	}
+	if api.OwnerOf(sb, api.KindSandboxPool) != "" {
+		if err := n.prepare(ctx, sb); err != nil {
+			n.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
+			return err
+		}
+	}
+	took := n.now().Sub(start)
+	info, _ := n.be.Inspect(ctx, name)
+	n.event(ctx, sb, api.EventNormal, "Acquired", fmt.Sprintf("%s for agent %s in %s", how, agent, took.Round(time.Millisecond)))
+	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		now := n.now().UTC()
+		s.Phase, s.Reason, s.Message, s.PID = api.SandboxRunning, "Acquired", fmt.Sprintf("in use by agent %s", agent), info.PID
+		s.LastResumedAt = &now
+	})
+}
+
+// recreate deletes the sandbox's VM and clones it again from its template,
+// running. The caller holds the sandbox's lock.
+func (n *Node) recreate(ctx context.Context, sb *api.Sandbox) error {
+	tpl, err := n.templateFor(ctx, sb)
+	if err != nil {
+		return err
+	}
+	if err := n.be.Delete(ctx, sb.Metadata.Name); err != nil {
+		return err
+	}
+	if _, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl)); err != nil {
+		return err
+	}
+	return n.be.Resume(ctx, sb.Metadata.Name)
+}
+
+// releasePolicy says what happens to a sandbox when its agent is done: the
+// owning pool's releasePolicy (reset by default), destroy for an
+// ephemeral sandbox, and for a sandbox of its own nothing: it stays as the
+// agent left it.
+func (n *Node) releasePolicy(ctx context.Context, sb *api.Sandbox) (policy, warmTier string) {
+	if sb.Spec.Lifecycle.Ephemeral {
+		return "destroy", ""
+	}
+	pool := api.OwnerOf(sb, api.KindSandboxPool)
+	if pool == "" {
+		return "keep", ""
+	}
+	policy, warmTier = api.DefaultReleasePolicy, api.DefaultWarmTier
+	if o, err := n.st.Get(ctx, api.KindSandboxPool, pool); err == nil {
+		p := o.(*api.SandboxPool)
+		if p.Spec.ReleasePolicy != "" {
+			policy = p.Spec.ReleasePolicy
+		}
+		if p.Spec.WarmTier != "" {
+			warmTier = p.Spec.WarmTier
+		}
+	}
+	return policy, warmTier
+}
+
+// release gives a sandbox back once agent is done with it, by its release
+// policy, and clears the claim. Nothing happens if the claim names another
+// agent.
+func (n *Node) release(ctx context.Context, name, agent string) error {
+	unlock := n.locks.lock(name)
+	defer unlock()
+	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	if errors.Is(err, api.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Status.CurrentAgent != agent {
+		return nil
+	}
+	policy, warmTier := n.releasePolicy(ctx, sb)
+	start := n.now()
+	used := sb.Status.Phase == api.SandboxRunning
+	phase := sb.Status.Phase
+	var msg string
+	switch {
+	case policy == "destroy":
+		if _, _, err := n.st.Delete(ctx, api.KindSandbox, name, store.DeleteOptions{}); err != nil && !errors.Is(err, api.ErrNotFound) {
+			return err
+		}
+		n.event(ctx, sb, api.EventNormal, "Released", fmt.Sprintf("agent %s is done: destroying the sandbox (%s)", agent, policy))
+		return nil
+	case policy == "keep":
+		msg = fmt.Sprintf("agent %s is done; the sandbox stays as it left it", agent)
+	case !used:
+		// The agent never ran on it (a claim taken back): nothing to undo.
+		msg = fmt.Sprintf("agent %s let go of it unused", agent)
+	case policy == "save":
+		if err := n.be.Save(ctx, name); err != nil {
+			return fmt.Errorf("release %s (save): %w", name, err)
+		}
+		phase = api.SandboxSaved
+		msg = fmt.Sprintf("agent %s is done: saved as it left it in %s", agent, n.now().Sub(start).Round(time.Millisecond))
+	default: // reset
+		if err := n.be.Reset(ctx, name); err != nil {
+			return fmt.Errorf("release %s (reset): %w", name, err)
+		}
+		phase = api.SandboxPaused
+		if warmTier == "saved" {
+			if err := n.be.Save(ctx, name); err != nil {
+				return fmt.Errorf("release %s (save to the warm tier): %w", name, err)
+			}
+			phase = api.SandboxSaved
+		}
+		msg = fmt.Sprintf("agent %s is done: reset to the clean snapshot in %s", agent, n.now().Sub(start).Round(time.Millisecond))
+	}
+	info, err := n.be.Inspect(ctx, name)
+	if err == nil {
+		switch info.State {
+		case backend.StateRunning:
+			phase = api.SandboxRunning
+		case backend.StatePaused:
+			phase = api.SandboxPaused
+		case backend.StateSaved:
+			phase = api.SandboxSaved
+		}
+	}
+	n.event(ctx, sb, api.EventNormal, "Released", msg)
+	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		if s.CurrentAgent != agent {
+			return
+		}
+		now := n.now().UTC()
+		s.CurrentAgent, s.ClaimedAt, s.ReleasedAt = "", nil, &now
+		s.Phase, s.Reason, s.Message, s.PID = phase, "Released", msg, info.PID
+	})
+}

@@ -1,0 +1,496 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"image/draw"
+	"image/png"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/controller"
+)
+
+// errEndedElsewhere: an mcp-agent's attempt was completed (or ended)
+// through the API while the node waited.
+var errEndedElsewhere = errors.New("the attempt was ended through the API")
+
+// Bounds on what an attempt keeps.
+const (
+	maxOutput        = 1 << 20  // a custom agent's stdout, an exec step's output
+	maxStepOutput    = 4 << 10  // what a step result shows of its output
+	maxArtifacts     = 100      // files collected per attempt
+	maxArtifactBytes = 64 << 20 // per file
+)
+
+// execute runs the attempt's task on its (acquired) sandbox.
+func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog) (*api.AgentResult, error) {
+	switch a.Spec.Type {
+	case "workflow":
+		return n.runWorkflow(ctx, a, dir, lg)
+	case "custom":
+		return n.runCustom(ctx, a, dir, lg)
+	case "mcp-agent":
+		return nil, n.waitMCP(ctx, a, lg)
+	}
+	return nil, fmt.Errorf("agents of type %q do not run here: %w", a.Spec.Type, api.ErrUnsupported)
+}
+
+// runWorkflow runs the steps in order; the first that fails fails the
+// attempt. Each step's result (and screenshot, with output.screenshots)
+// goes into the result.
+func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *runLog) (*api.AgentResult, error) {
+	res := &api.AgentResult{}
+	sandbox := a.Status.Sandbox
+	for i, st := range a.Spec.Task.Steps {
+		start := n.now()
+		sr := api.StepResult{Action: st.Action}
+		out, err := n.step(ctx, a, st, dir, i+1)
+		sr.Output = truncate(out, maxStepOutput)
+		if st.Action == "screenshot" || st.Action == "zoom" {
+			sr.Output, sr.Screenshot = "", out
+			res.Screenshots = append(res.Screenshots, out)
+		} else if err == nil && a.Spec.Output.Screenshots {
+			if shot, serr := n.saveScreenshot(ctx, sandbox, dir, fmt.Sprintf("step-%02d.png", i+1), nil); serr == nil {
+				sr.Screenshot = shot
+				res.Screenshots = append(res.Screenshots, shot)
+			}
+		}
+		sr.DurationSeconds = n.now().Sub(start).Seconds()
+		if err != nil {
+			sr.Error = err.Error()
+			res.Steps = append(res.Steps, sr)
+			lg.printf("step %d (%s) failed: %v", i+1, st.Action, err)
+			return res, fmt.Errorf("step %d (%s): %w", i+1, st.Action, err)
+		}
+		sr.OK = true
+		res.Steps = append(res.Steps, sr)
+		lg.printf("step %d (%s) ok in %.2fs %s", i+1, st.Action, sr.DurationSeconds, oneLine(sr.Output))
+	}
+	res.Success = true
+	return res, nil
+}
+
+// step runs one workflow step and returns what it produced: a step's
+// output, or the path of a screenshot it saved.
+func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string, i int) (string, error) {
+	sandbox := a.Status.Sandbox
+	switch st.Action {
+	case "wait":
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Duration(st.Duration * float64(time.Second))):
+			return "", nil
+		}
+	case "screenshot":
+		return n.saveScreenshot(ctx, sandbox, dir, fmt.Sprintf("step-%02d.png", i), nil)
+	case "zoom":
+		return n.saveScreenshot(ctx, sandbox, dir, fmt.Sprintf("step-%02d-zoom.png", i), st.Region)
+	case "exec":
+		res, err := n.Exec(ctx, sandbox, backend.ExecRequest{Path: st.Command[0], Args: st.Command[1:], Env: taskEnv(a)})
+		if err != nil {
+			return "", err
+		}
+		if res.ExitCode != 0 {
+			return string(res.Stdout), fmt.Errorf("%s exited with %d: %s", st.Command[0], res.ExitCode, oneLine(truncate(string(res.Stderr), 400)))
+		}
+		return string(res.Stdout), nil
+	case "assert":
+		return n.assert(ctx, a, st)
+	}
+	r, err := n.Input(ctx, sandbox, st)
+	if err != nil {
+		return "", err
+	}
+	if st.Action == "cursor_position" {
+		return fmt.Sprintf("%d,%d", r.X, r.Y), nil
+	}
+	return "", nil
+}
+
+// assert checks one of: a guest file contains text, a command exits with
+// the expected code, the screen is not blank.
+func (n *Node) assert(ctx context.Context, a *api.Agent, st api.Action) (string, error) {
+	sandbox := a.Status.Sandbox
+	switch {
+	case st.FileContains != nil:
+		g, err := n.guest(ctx, sandbox, "read a file in")
+		if err != nil {
+			return "", err
+		}
+		var buf limitedBuffer
+		buf.max = maxOutput
+		if err := g.CopyOut(ctx, sandbox, st.FileContains.Path, &buf); err != nil {
+			return "", fmt.Errorf("read %s: %w", st.FileContains.Path, err)
+		}
+		if !bytes.Contains(buf.Bytes(), []byte(st.FileContains.Text)) {
+			return "", fmt.Errorf("%s does not contain %q", st.FileContains.Path, st.FileContains.Text)
+		}
+		return fmt.Sprintf("%s contains %q", st.FileContains.Path, st.FileContains.Text), nil
+	case len(st.Command) > 0:
+		want := 0
+		if st.ExitCode != nil {
+			want = *st.ExitCode
+		}
+		res, err := n.Exec(ctx, sandbox, backend.ExecRequest{Path: st.Command[0], Args: st.Command[1:], Env: taskEnv(a)})
+		if err != nil {
+			return "", err
+		}
+		if res.ExitCode != want {
+			return string(res.Stdout), fmt.Errorf("%s exited with %d, want %d", strings.Join(st.Command, " "), res.ExitCode, want)
+		}
+		return fmt.Sprintf("exit %d", res.ExitCode), nil
+	case st.ScreenNotBlank:
+		b, _, err := n.Screenshot(ctx, sandbox, backend.ScreenshotOptions{Format: "png", Width: 320})
+		if err != nil {
+			return "", err
+		}
+		img, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			return "", fmt.Errorf("decode screenshot: %w", err)
+		}
+		if blank(img) {
+			return "", errors.New("the screen is blank (one colour)")
+		}
+		return "the screen is not blank", nil
+	}
+	return "", errors.New("an assert with nothing to check")
+}
+
+// blank reports whether every pixel of img has the same colour.
+func blank(img image.Image) bool {
+	b := img.Bounds()
+	r0, g0, b0, _ := img.At(b.Min.X, b.Min.Y).RGBA()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bb, _ := img.At(x, y).RGBA()
+			if r != r0 || g != g0 || bb != b0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// saveScreenshot stores a PNG of the sandbox's screen (cropped to region
+// [x0, y0, x1, y1] when given) under the attempt's screenshots/ and returns
+// its path relative to the attempt.
+func (n *Node) saveScreenshot(ctx context.Context, sandbox, dir, file string, region []int) (string, error) {
+	b, _, err := n.Screenshot(ctx, sandbox, backend.ScreenshotOptions{Format: "png"})
+	if err != nil {
+		return "", err
+	}
+	if len(region) == 4 {
+		img, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			return "", fmt.Errorf("decode screenshot: %w", err)
+		}
+		r := image.Rect(region[0], region[1], region[2], region[3]).Intersect(img.Bounds())
+		crop := image.NewRGBA(image.Rect(0, 0, r.Dx(), r.Dy()))
+		draw.Draw(crop, crop.Bounds(), img, r.Min, draw.Src)
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, crop); err != nil {
+			return "", err
+		}
+		b = buf.Bytes()
+	}
+	rel := path.Join("screenshots", file)
+	if err := os.MkdirAll(filepath.Join(dir, "screenshots"), 0o700); err != nil {
+		return "", err
+	}
+	return rel, os.WriteFile(filepath.Join(dir, filepath.FromSlash(rel)), b, 0o600)
+}
+
+// taskEnv is what an agent's programs learn of their task.
+func taskEnv(a *api.Agent) []string {
+	env := []string{"HVKUBE_AGENT=" + a.Metadata.Name, "HVKUBE_SANDBOX=" + a.Status.Sandbox}
+	if len(a.Spec.Task.Input) > 0 {
+		env = append(env, "HVKUBE_TASK_INPUT="+string(a.Spec.Task.Input))
+	}
+	return env
+}
+
+// runCustom runs a custom agent's command, on the host (with the API's
+// address and a token scoped to its sandbox in its environment) or in the
+// guest. Its exit code decides success; its standard output, when it is
+// JSON, is the result's output.
+func (n *Node) runCustom(ctx context.Context, a *api.Agent, dir string, lg *runLog) (*api.AgentResult, error) {
+	argv := a.Spec.Task.Command
+	var stdout []byte
+	code := 0
+	if a.Spec.Task.In == "guest" {
+		res, err := n.Exec(ctx, a.Status.Sandbox, backend.ExecRequest{Path: argv[0], Args: argv[1:], Env: taskEnv(a)})
+		if err != nil {
+			return nil, err
+		}
+		stdout, code = res.Stdout, res.ExitCode
+		lg.printf("guest command %s: exit %d\n--- stdout\n%s--- stderr\n%s", argv[0], code, truncate(string(res.Stdout), maxStepOutput), truncate(string(res.Stderr), maxStepOutput))
+	} else {
+		var err error
+		stdout, code, err = n.runHost(ctx, a, dir, lg)
+		if err != nil {
+			return nil, err
+		}
+	}
+	res := &api.AgentResult{Success: code == 0, ExitCode: &code}
+	if out := bytes.TrimSpace(stdout); len(out) > 0 {
+		if json.Valid(out) {
+			res.Output = json.RawMessage(out)
+		} else {
+			res.Output, _ = json.Marshal(string(out))
+		}
+	}
+	if code != 0 {
+		return res, fmt.Errorf("%s exited with %d", argv[0], code)
+	}
+	return res, nil
+}
+
+// runHost runs a custom agent's command on the host: an argument list, no
+// shell; in the attempt's directory; with a minimal environment.
+func (n *Node) runHost(ctx context.Context, a *api.Agent, dir string, lg *runLog) ([]byte, int, error) {
+	argv := a.Spec.Task.Command
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	env := taskEnv(a)
+	for _, k := range []string{"PATH", "HOME", "LANG", "TMPDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	if n.opt.ServerURL != "" {
+		env = append(env, "HVKUBE_SERVER="+n.opt.ServerURL)
+	}
+	if n.opt.Tokens != nil {
+		env = append(env, "HVKUBE_TOKEN="+n.opt.Tokens(a.Status.Sandbox, a.Metadata.Name, controller.Timeout(a)))
+	}
+	cmd.Env = env
+	var stdout limitedBuffer
+	stdout.max = maxOutput
+	cmd.Stdout = io.MultiWriter(&stdout, lg.writer("stdout"))
+	cmd.Stderr = lg.writer("stderr")
+	setChildAttrs(cmd)
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ctx.Err() == nil {
+		return stdout.Bytes(), ee.ExitCode(), nil
+	}
+	if err != nil {
+		return stdout.Bytes(), -1, fmt.Errorf("run %s: %w", argv[0], err)
+	}
+	return stdout.Bytes(), 0, nil
+}
+
+// waitMCP waits while an external agent works through the API, until it
+// completes the attempt (or something else ends it) or the deadline.
+func (n *Node) waitMCP(ctx context.Context, a *api.Agent, lg *runLog) error {
+	lg.printf("waiting for the agent to complete through POST /api/v1/agents/%s/complete", a.Metadata.Name)
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		o, err := n.st.Get(ctx, api.KindAgent, a.Metadata.Name)
+		if errors.Is(err, api.ErrNotFound) {
+			return errEndedElsewhere
+		}
+		if err != nil {
+			continue
+		}
+		cur := o.(*api.Agent)
+		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != a.Status.Attempts {
+			return errEndedElsewhere
+		}
+	}
+}
+
+// collect copies the files matching output.artifacts out of the guest into
+// the attempt's artifacts/, and takes a final screenshot with
+// output.screenshots. Errors are logged, not fatal: the result matters
+// more than its attachments.
+func (n *Node) collect(ctx context.Context, a *api.Agent, sandbox, dir string, res *api.AgentResult, lg *runLog) {
+	if a.Spec.Output.Screenshots {
+		if shot, err := n.saveScreenshot(ctx, sandbox, dir, "final.png", nil); err == nil {
+			res.Screenshots = append(res.Screenshots, shot)
+		}
+	}
+	if len(a.Spec.Output.Artifacts) == 0 {
+		return
+	}
+	g, err := n.guest(ctx, sandbox, "collect artifacts from")
+	if err != nil {
+		lg.printf("artifacts: %v", err)
+		return
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "artifacts"), 0o700); err != nil {
+		lg.printf("artifacts: %v", err)
+		return
+	}
+	seen := map[string]bool{}
+	for _, pattern := range a.Spec.Output.Artifacts {
+		files, err := guestGlob(ctx, g, sandbox, pattern)
+		if err != nil {
+			lg.printf("artifacts %s: %v", pattern, err)
+			continue
+		}
+		if len(files) == 0 {
+			lg.printf("artifacts %s: no file matches", pattern)
+		}
+		for _, f := range files {
+			if len(res.Artifacts) >= maxArtifacts {
+				lg.printf("artifacts: more than %d files; the rest are left out", maxArtifacts)
+				return
+			}
+			base := path.Base(f)
+			for i := 2; seen[base]; i++ {
+				base = fmt.Sprintf("%d-%s", i, path.Base(f))
+			}
+			seen[base] = true
+			rel := path.Join("artifacts", base)
+			if err := copyOut(ctx, g, sandbox, f, filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+				lg.printf("artifact %s: %v", f, err)
+				continue
+			}
+			res.Artifacts = append(res.Artifacts, rel)
+			lg.printf("artifact %s -> %s", f, rel)
+		}
+	}
+}
+
+// globScript lists the regular files matching its first argument. The
+// pattern is passed as an argument and expanded unquoted with field
+// splitting off: the shell globs it but never runs it.
+const globScript = `IFS=; for f in $1; do if [ -f "$f" ]; then printf '%s\n' "$f"; fi; done`
+
+func guestGlob(ctx context.Context, g backend.Guest, sandbox, pattern string) ([]string, error) {
+	if !strings.HasPrefix(pattern, "/") {
+		return nil, fmt.Errorf("%q is not an absolute path in the guest", pattern)
+	}
+	res, err := g.Exec(ctx, sandbox, backend.ExecRequest{Path: "/bin/sh", Args: []string{"-c", globScript, "sh", pattern}})
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, l := range strings.Split(string(res.Stdout), "\n") {
+		if l != "" {
+			files = append(files, l)
+		}
+	}
+	return files, nil
+}
+
+func copyOut(ctx context.Context, g backend.Guest, sandbox, from, to string) error {
+	f, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	w := &limitedWriter{w: f, left: maxArtifactBytes}
+	err = g.CopyOut(ctx, sandbox, from, w)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(to)
+	}
+	return err
+}
+
+// runLog is an attempt's log file.
+type runLog struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func newRunLog(dir string) *runLog {
+	l := &runLog{}
+	if err := os.MkdirAll(dir, 0o700); err == nil {
+		l.f, _ = os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	}
+	return l
+}
+
+func (l *runLog) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		fmt.Fprintf(l.f, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	}
+}
+
+// writer is an io.Writer whose lines go to the log, prefixed with stream.
+func (l *runLog) writer(stream string) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		for _, line := range strings.SplitAfter(string(p), "\n") {
+			if line != "" {
+				l.printf("%s: %s", stream, strings.TrimSuffix(line, "\n"))
+			}
+		}
+		return len(p), nil
+	})
+}
+
+func (l *runLog) Close() error {
+	if l.f == nil {
+		return nil
+	}
+	return l.f.Close()
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// limitedWriter fails once more than left bytes are written.
+type limitedWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.left {
+		return 0, fmt.Errorf("larger than %d bytes", maxArtifactBytes)
+	}
+	l.left -= int64(len(p))
+	return l.w.Write(p)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,130 @@
+// Package scheduler places pending agents on sandboxes. It is pure logic
+// over a snapshot of the state: it reads no store and writes nothing; the
+// caller commits each placement by a resourceVersion-checked claim on the
+// sandbox, so a stale snapshot costs a retry, never a double bind.
+package scheduler
+
+import (
+	"sort"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+// Sandbox is a sandbox as the scheduler sees it.
+type Sandbox struct {
+	Name   string
+	Labels map[string]string
+	// Phase is the sandbox's phase: Running, Paused and Saved can take an
+	// agent (a warm one is resumed on acquire).
+	Phase string
+	// Agent is the agent bound to it, if any.
+	Agent string
+	// Healthy is false while its health check fails.
+	Healthy  bool
+	Deleting bool
+	GPU      bool
+	// IdleSince is when it last became free (or ready).
+	IdleSince time.Time
+}
+
+// Agent is a pending agent.
+type Agent struct {
+	Name string
+	// SandboxName, when set, is the only sandbox it may take; otherwise
+	// Selector picks the sandboxes.
+	SandboxName string
+	Selector    api.Selector
+	RequiresGPU bool
+	Created     time.Time
+}
+
+// Binding places Agent on Sandbox.
+type Binding struct {
+	Agent, Sandbox string
+}
+
+// Feasible reports whether sb can take a.
+func Feasible(a Agent, sb Sandbox) bool {
+	if sb.Agent != "" || sb.Deleting || !sb.Healthy {
+		return false
+	}
+	switch sb.Phase {
+	case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
+	default:
+		return false
+	}
+	if a.RequiresGPU && !sb.GPU {
+		return false
+	}
+	if a.SandboxName != "" {
+		return sb.Name == a.SandboxName
+	}
+	return a.Selector.Matches(sb.Labels)
+}
+
+// maxIdleScore caps the idle-time part of a score below the running bonus,
+// so that a long-idle warm sandbox never outranks a running one.
+const maxIdleScore = 49
+
+// Score ranks a feasible sandbox for a, as seed 000 does: running +100,
+// no agent +50, GPU match +25, and a point per 10 s idle (at most 49).
+func Score(a Agent, sb Sandbox, now time.Time) int {
+	s := 0
+	if sb.Phase == api.SandboxRunning {
+		s += 100
+	}
+	if sb.Agent == "" {
+		s += 50
+	}
+	if a.RequiresGPU && sb.GPU {
+		s += 25
+	}
+	if !sb.IdleSince.IsZero() {
+		s += min(int(now.Sub(sb.IdleSince)/(10*time.Second)), maxIdleScore)
+	}
+	return s
+}
+
+// Plan places as many agents as it can, oldest first, each on the best
+// feasible sandbox no earlier agent took (ties go to the name first in
+// order, so plans are repeatable). Agents that fit nowhere are left out.
+func Plan(agents []Agent, sandboxes []Sandbox, now time.Time) []Binding {
+	agents = append([]Agent(nil), agents...)
+	sort.SliceStable(agents, func(i, j int) bool {
+		if !agents[i].Created.Equal(agents[j].Created) {
+			return agents[i].Created.Before(agents[j].Created)
+		}
+		return agents[i].Name < agents[j].Name
+	})
+	free := make([]Sandbox, 0, len(sandboxes))
+	for _, sb := range sandboxes {
+		if sb.Agent == "" && !sb.Deleting && sb.Healthy {
+			free = append(free, sb)
+		}
+	}
+	sort.Slice(free, func(i, j int) bool { return free[i].Name < free[j].Name })
+	taken := make([]bool, len(free))
+	left := len(free)
+	var out []Binding
+	for _, a := range agents {
+		if left == 0 {
+			break
+		}
+		best, bestScore := -1, -1
+		for i, sb := range free {
+			if taken[i] || !Feasible(a, sb) {
+				continue
+			}
+			if s := Score(a, sb, now); s > bestScore {
+				best, bestScore = i, s
+			}
+		}
+		if best >= 0 {
+			taken[best] = true
+			left--
+			out = append(out, Binding{Agent: a.Name, Sandbox: free[best].Name})
+		}
+	}
+	return out
+}

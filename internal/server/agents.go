@@ -1,0 +1,148 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/controller"
+)
+
+// Agents serves what a node keeps of the agents it ran: their log and the
+// files of their latest attempt (screenshots, artifacts).
+type Agents interface {
+	// AgentFile opens the file rel (such as "agent.log" or
+	// "artifacts/out.txt") of the agent's latest attempt.
+	AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser, error)
+}
+
+func (s *Server) agentRoutes() {
+	m := s.mux
+	m.HandleFunc("POST /api/v1/agents/{name}/complete", s.completeAgent)
+	m.HandleFunc("GET /api/v1/agents/{name}/logs", s.agentFile("agent.log"))
+	m.HandleFunc("GET /api/v1/agents/{name}/files/{path...}", s.agentFile(""))
+}
+
+// CompleteRequest is the body of POST /agents/{name}/complete: how an
+// external agent (mcp-agent) ends its attempt.
+type CompleteRequest struct {
+	// Success defaults to true.
+	Success *bool           `json:"success,omitempty"`
+	Output  json.RawMessage `json:"output,omitempty"`
+	Message string          `json:"message,omitempty"`
+}
+
+func (s *Server) completeAgent(w http.ResponseWriter, r *http.Request) {
+	var req CompleteRequest
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.failBody(w, r, err)
+		return
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := s.decodeJSON(body, &req); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	if len(req.Output) > 0 && !json.Valid(req.Output) {
+		s.fail(w, r, api.Invalid("output", "not valid JSON"))
+		return
+	}
+	if len(req.Message) > 4096 {
+		s.fail(w, r, api.Invalid("message", "%d bytes: at most 4096", len(req.Message)))
+		return
+	}
+	name := r.PathValue("name")
+	success := req.Success == nil || *req.Success
+	now := time.Now().UTC()
+	applied := false
+	out, err := controller.UpdateStatus(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) bool {
+		applied = a.Status.Phase == api.AgentRunning
+		if !applied {
+			return false
+		}
+		res := &api.AgentResult{Success: success, Output: req.Output}
+		if a.Status.StartedAt != nil {
+			res.DurationSeconds = now.Sub(*a.Status.StartedAt).Seconds()
+		}
+		if success {
+			controller.Complete(a, res, now)
+		} else {
+			a.Status.Result = res
+			msg := req.Message
+			if msg == "" {
+				msg = "the agent reported failure"
+			}
+			controller.FailAttempt(a, "AgentFailed", msg, now)
+		}
+		return true
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !applied {
+		s.fail(w, r, fmt.Errorf("agent %s is %s, not Running: only a running attempt can be completed: %w", name, orPending(out.Status.Phase), api.ErrConflict))
+		return
+	}
+	reason, typ := "Completed", api.EventNormal
+	if !success {
+		reason, typ = "AgentFailed", api.EventWarning
+	}
+	controller.Event(r.Context(), s.opts.Store, s.log, out, typ, reason, "completed through the API")
+	writeJSON(w, http.StatusOK, ResultOf(out))
+}
+
+func orPending(phase string) string {
+	if phase == "" {
+		return api.AgentPending
+	}
+	return phase
+}
+
+// agentFile serves a file of the agent's latest attempt: fixed (the log),
+// or the {path} of the request.
+func (s *Server) agentFile(fixed string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if _, err := s.opts.Store.Get(r.Context(), api.KindAgent, name); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if s.opts.Agents == nil {
+			writeError(w, http.StatusNotImplemented, errors.New("this server runs no agents (it has no VM backend)"))
+			return
+		}
+		rel := fixed
+		if rel == "" {
+			rel = r.PathValue("path")
+			if clean := path.Clean(rel); clean != rel || strings.HasPrefix(rel, "/") || strings.HasPrefix(rel, "..") {
+				s.fail(w, r, api.Invalid("path", "%q is not a path inside the attempt's files", rel))
+				return
+			}
+		}
+		f, err := s.opts.Agents.AgentFile(r.Context(), name, rel)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		defer f.Close()
+		ct := mime.TypeByExtension(path.Ext(rel))
+		if ct == "" || rel == "agent.log" {
+			ct = "text/plain; charset=utf-8"
+		}
+		w.Header().Set("Content-Type", ct)
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Disposition", "attachment; filename="+fmt.Sprintf("%q", path.Base(rel)))
+		io.Copy(w, f)
+	}
+}
