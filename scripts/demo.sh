@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The demo: a short tour of hvkube against a running server
-# (HVKUBE_SERVER, default http://127.0.0.1:8080). Screenshots go to
-# $HVKUBE_DEMO_DIR (default: a temp directory).
+# (HVKUBE_SERVER, default http://127.0.0.1:8080): a desktop of its own, then
+# a pool of two desktops that five workflow agents share. Screenshots and
+# artifacts go to $HVKUBE_DEMO_DIR (default: a temp directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hv=bin/hvkube
+server="${HVKUBE_SERVER:-http://127.0.0.1:8080}"
 out="${HVKUBE_DEMO_DIR:-${TMPDIR:-/tmp}/hvkube-demo}"
 mkdir -p "$out"
 
@@ -18,23 +20,41 @@ step wait template linux-desktop --for phase=Ready --timeout 15m
 # A desktop of its own, cloned from the snapshot in well under a second.
 step apply -f examples/sandbox.yaml
 step wait sandbox browser-agent-1 --for phase=Running --timeout 5m
-step get sandboxes -o wide
 step screen browser-agent-1 --save "$out/desktop.png"
+step exec browser-agent-1 -- hostname
 
-# Type into the terminal on the desktop, then look again.
-step input browser-agent-1 --click 400,300 --type "echo hello from hvkube > /tmp/hello" --key Return
-sleep 1
-step exec browser-agent-1 -- cat /tmp/hello
-step screen browser-agent-1 --save "$out/after-typing.png"
-step pause browser-agent-1
-step resume browser-agent-1
-
-# The rest of the resources.
-step apply -f examples/
+# A pool of two warm desktops, and five agents that share them: each clicks
+# into the terminal, types a command writing its city to a file, checks the
+# file and keeps it as an artifact. The pool resets a desktop after each.
+step apply -f examples/demo-pool.yaml
+step wait pool demo --for condition=Ready --timeout 5m
 step get pools
+cities=(Lisbon Nairobi Osaka Quito Tromso)
+agents=()
+: > "$out/agents.yaml"
+for i in "${!cities[@]}"; do
+  city=${cities[$i]}
+  name="write-$(echo "$city" | tr '[:upper:]' '[:lower:]')"
+  agents+=("$name")
+  sed -e "s/name: write-city/name: $name/" -e "s/Lisbon/$city/g" examples/workflow-agent.yaml >>"$out/agents.yaml"
+  echo --- >>"$out/agents.yaml"
+done
+printf '\n\033[1m$ hvkube get agents -w   (in the background while they run)\033[0m\n'
+"$hv" get agents -w &
+watcher=$!
+trap 'kill $watcher 2>/dev/null || true' EXIT
+step apply -f "$out/agents.yaml"
+"$hv" wait agent "${agents[@]}" --for phase=Completed --timeout 10m -q >/dev/null
+sleep 0.5
+kill $watcher 2>/dev/null || true
+wait $watcher 2>/dev/null || true
+
 step get agents -o wide
-step scale browser-workers --replicas 3
-step get pools
-step delete agent book-flight-task-123
-step get events
-printf '\nScreenshots: %s\n' "$out"
+printf '\n\033[1mResults\033[0m\n'
+for a in "${agents[@]}"; do
+  curl -fsS ${HVKUBE_TOKEN:+-H "Authorization: Bearer $HVKUBE_TOKEN"} -o "$out/$a-result.txt" "$server/api/v1/agents/$a/files/artifacts/result.txt"
+  printf '%-15s artifacts/result.txt: %s\n' "$a" "$(cat "$out/$a-result.txt")"
+done
+step agent result "${agents[0]}"
+step get sandboxes
+printf '\nScreenshots and artifacts: %s\n' "$out"

@@ -139,5 +139,6 @@ func (e *env) watch(cmd *cobra.Command, kind api.KindInfo, selector, output stri
 			tp.print(ev.Object)
 		}
 	}
-	return cmd.Context().Err()
+	// Ctrl-C (or SIGTERM) ends a watch: that is how it is meant to end.
+	return nil
 }

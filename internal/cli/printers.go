@@ -64,18 +64,23 @@ func tableFor(kind string) table {
 		}
 	case api.KindSandboxPool:
 		return table{
-			headers: []string{"NAME", "READY", "DESIRED", "AGE"},
-			wide:    []string{"WARM", "BUSY", "TIER", "TEMPLATE"},
+			headers: []string{"NAME", "READY", "DESIRED", "WARM", "BUSY", "AGE"},
+			wide:    []string{"TIER", "TEMPLATE", "CONDITION"},
 			row: func(o api.Object, now time.Time) ([]string, []string) {
 				p := o.(*api.SandboxPool)
-				return []string{p.Metadata.Name, fmt.Sprintf("%d/%d", p.Status.Ready, p.Spec.Replicas), strconv.Itoa(p.Spec.Replicas), age(p.Metadata.CreationTimestamp, now)},
-					[]string{strconv.Itoa(p.Status.Warm), strconv.Itoa(p.Status.Busy), p.Spec.WarmTier, orDash(p.Spec.Template.Spec.TemplateRef)}
+				desired := p.Status.Desired
+				if desired == 0 && p.Status.ObservedGeneration == 0 {
+					desired = p.Spec.Replicas // not reconciled yet
+				}
+				return []string{p.Metadata.Name, fmt.Sprintf("%d/%d", p.Status.Ready, desired), strconv.Itoa(desired),
+						strconv.Itoa(p.Status.Warm), strconv.Itoa(p.Status.Busy), age(p.Metadata.CreationTimestamp, now)},
+					[]string{p.Spec.WarmTier, orDash(p.Spec.Template.Spec.TemplateRef), conditionSummary(p.Status.Conditions)}
 			},
 		}
 	case api.KindAgent:
 		return table{
 			headers: []string{"NAME", "STATUS", "SANDBOX", "AGE"},
-			wide:    []string{"TYPE", "ATTEMPTS", "SELECTOR"},
+			wide:    []string{"TYPE", "ATTEMPTS", "NODE", "REASON", "SELECTOR"},
 			row: func(o api.Object, now time.Time) ([]string, []string) {
 				a := o.(*api.Agent)
 				sel := a.Spec.SandboxName
@@ -83,7 +88,7 @@ func tableFor(kind string) table {
 					sel = api.SelectorFromMap(a.Spec.SandboxSelector.MatchLabels).String()
 				}
 				return []string{a.Metadata.Name, orDefault(phaseOf(o, a.Status.Phase), api.AgentPending), orDash(a.Status.Sandbox), age(a.Metadata.CreationTimestamp, now)},
-					[]string{a.Spec.Type, strconv.Itoa(a.Status.Attempts), orDash(sel)}
+					[]string{a.Spec.Type, strconv.Itoa(a.Status.Attempts), orDash(a.Status.Node), orDash(a.Status.Reason), orDash(sel)}
 			},
 		}
 	case api.KindDisplayService:
@@ -258,4 +263,19 @@ func sortedLabels(m map[string]string) string {
 		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, ",")
+}
+
+// conditionSummary names the conditions that are not True (with their
+// reasons), or "-" when all are.
+func conditionSummary(conds []api.Condition) string {
+	var bad []string
+	for _, c := range conds {
+		if c.Status != api.ConditionTrue {
+			bad = append(bad, c.Type+"="+c.Status+"("+c.Reason+")")
+		}
+	}
+	if len(bad) == 0 {
+		return "-"
+	}
+	return strings.Join(bad, ",")
 }

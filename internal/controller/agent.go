@@ -165,6 +165,7 @@ func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (R
 // fresh sandbox while it has retries left (completion.maxRetries), and is
 // Failed after that.
 func FailAttempt(a *api.Agent, reason, msg string, now time.Time) {
+	notRunning(a, reason, now)
 	a.Status.Failures++
 	a.Status.ObservedGeneration = a.Metadata.Generation
 	if a.Status.Failures <= a.Spec.Completion.MaxRetries {
@@ -194,6 +195,7 @@ func FailAttempt(a *api.Agent, reason, msg string, now time.Time) {
 // restart of the server) back to Pending. It is not a failure of the
 // agent: the attempt runs again from the start on a clean sandbox.
 func Interrupt(a *api.Agent, msg string, now time.Time) {
+	notRunning(a, "Interrupted", now)
 	a.Status.Phase, a.Status.Reason = api.AgentPending, "Interrupted"
 	a.Status.Message = msg
 	a.Status.Sandbox, a.Status.Node = "", ""
@@ -204,11 +206,19 @@ func Interrupt(a *api.Agent, msg string, now time.Time) {
 
 // Complete records a finished run on a.
 func Complete(a *api.Agent, res *api.AgentResult, now time.Time) {
+	notRunning(a, "Completed", now)
 	a.Status.Result = res
 	a.Status.CompletedAt = &now
 	a.Status.ObservedGeneration = a.Metadata.Generation
 	if res.Success {
 		a.Status.Phase, a.Status.Reason, a.Status.Message = api.AgentCompleted, "Completed", ""
 		api.SetCondition(&a.Status.Conditions, api.Condition{Type: "Complete", Status: api.ConditionTrue, Reason: "Completed", ObservedGeneration: a.Metadata.Generation}, now)
+	}
+}
+
+// notRunning turns the Running condition off, if the agent has one.
+func notRunning(a *api.Agent, reason string, now time.Time) {
+	if c := api.FindCondition(a.Status.Conditions, "Running"); c != nil && c.Status == api.ConditionTrue {
+		api.SetCondition(&a.Status.Conditions, api.Condition{Type: "Running", Status: api.ConditionFalse, Reason: reason, ObservedGeneration: a.Metadata.Generation}, now)
 	}
 }
