@@ -27,7 +27,7 @@ func tableFor(kind string) table {
 	case api.KindTemplate:
 		return table{
 			headers: []string{"NAME", "PHASE", "RESOLUTION", "CPU", "MEMORY", "AGE"},
-			wide:    []string{"OS", "IMAGE"},
+			wide:    []string{"OS", "IMAGE", "SHAPES"},
 			row: func(o api.Object, now time.Time) ([]string, []string) {
 				t := o.(*api.Template)
 				img := "-"
@@ -43,7 +43,7 @@ func tableFor(kind string) table {
 				}
 				return []string{t.Metadata.Name, orDefault(phaseOf(o, t.Status.Phase), api.TemplatePending), t.Spec.Display.Resolution,
 						strconv.Itoa(t.Spec.Resources.CPU), fmt.Sprintf("%dMi", t.Spec.Resources.MemoryMB), age(t.Metadata.CreationTimestamp, now)},
-					[]string{t.Spec.Guest.OS, img}
+					[]string{t.Spec.Guest.OS, img, shapesOf(t)}
 			},
 		}
 	case api.KindSandbox:
@@ -278,4 +278,17 @@ func conditionSummary(conds []api.Condition) string {
 		return "-"
 	}
 	return strings.Join(bad, ",")
+}
+
+// shapesOf lists a template's snapshots of other shapes: node,
+// memory/resolution and phase.
+func shapesOf(t *api.Template) string {
+	var out []string
+	for _, sh := range t.Status.Shapes {
+		out = append(out, fmt.Sprintf("%s:%dMi/%s(%s)", sh.Node, sh.MemoryMB, sh.Resolution, sh.Phase))
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
 }

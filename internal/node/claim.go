@@ -70,10 +70,17 @@ func (n *Node) recreate(ctx context.Context, sb *api.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	snapID, ok, msg, err := n.shapeFor(ctx, tpl, sb.Spec.Resources.MemoryMB, sb.Spec.Display.Resolution)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s: %w", msg, api.ErrUnavailable)
+	}
 	if err := n.be.Delete(ctx, sb.Metadata.Name); err != nil {
 		return err
 	}
-	if _, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl)); err != nil {
+	if _, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl, snapID)); err != nil {
 		return err
 	}
 	return n.be.Resume(ctx, sb.Metadata.Name)

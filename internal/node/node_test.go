@@ -22,33 +22,35 @@ type cluster struct {
 	nd  *Node
 	mgr *controller.Manager
 	dir string
+	log *slog.Logger
+	now func() time.Time
+}
+
+// clusterOptions change what newClusterWith builds.
+type clusterOptions struct {
+	// now is the clock of the node and the controllers (time.Now when
+	// nil).
+	now func() time.Time
+	// fake configures the fake backend.
+	fake fake.Options
 }
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterWith(t, clusterOptions{})
+}
+
+func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
+	t.Helper()
 	dir := t.TempDir()
-	st, err := store.Open(context.Background(), dir, store.Options{})
+	st, err := store.Open(context.Background(), dir, store.Options{Now: opts.now})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	be := fake.New(fake.Options{})
-	mgr := controller.NewManager(st, log, time.Second)
-	nd := New(Options{Store: st, Backend: be, Name: "n1", DataDir: dir, Logger: log, DefaultTemplate: "desk"})
-	if err := nd.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	nd.Register(mgr)
-	controller.RegisterAll(mgr, st, log, nil)
-	if err := mgr.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		mgr.Stop()
-		nd.Stop()
-		st.Close()
-	})
-	c := &cluster{st: st, be: be, nd: nd, mgr: mgr, dir: dir}
+	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now}
+	c.nd, c.mgr = c.startNode(t)
 	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
 kind: Template
 metadata: {name: desk}
@@ -56,6 +58,37 @@ spec:
   qemu: {image: linux-desktop}
 `))
 	return c
+}
+
+// startNode starts a node and the object controllers on the cluster's
+// store and backend, as a start of the server does; they stop when the
+// test ends (before the store closes).
+func (c *cluster) startNode(t *testing.T) (*Node, *controller.Manager) {
+	t.Helper()
+	mgr := controller.NewManager(c.st, c.log, time.Second)
+	nd := New(Options{Store: c.st, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now})
+	if err := nd.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	nd.Register(mgr)
+	controller.RegisterAll(mgr, c.st, c.log, c.now)
+	if err := mgr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		mgr.Stop()
+		nd.Stop()
+	})
+	return nd, mgr
+}
+
+// restart stops the node and the controllers, as a stop of the server
+// does, and starts new ones on the same store and backend.
+func (c *cluster) restart(t *testing.T) {
+	t.Helper()
+	c.mgr.Stop()
+	c.nd.Stop()
+	c.nd, c.mgr = c.startNode(t)
 }
 
 func yamlObj(t *testing.T, y string) api.Object {
@@ -132,4 +165,43 @@ spec:
 		a := c.agent(t, "job-1")
 		return a.Status.Phase == api.AgentCompleted, fmt.Sprintf("%s %s %s", a.Status.Phase, a.Status.Reason, a.Status.Message)
 	})
+}
+
+// TestShapeSnapshot: a sandbox whose memory and resolution differ from its
+// template's gets a snapshot of that shape, built on first use, listed in
+// the template's status, and cloned from.
+func TestShapeSnapshot(t *testing.T) {
+	c := newCluster(t)
+	for _, name := range []string{"big-1", "big-2"} {
+		c.create(t, yamlObj(t, fmt.Sprintf(`apiVersion: hvkube/v1
+kind: Sandbox
+metadata: {name: %s}
+spec:
+  templateRef: desk
+  resources: {memoryMB: 1024}
+  display: {resolution: 1920x1080}
+`, name)))
+	}
+	for _, name := range []string{"big-1", "big-2"} {
+		eventually(t, name+" runs", func() (bool, string) {
+			o, err := c.st.Get(context.Background(), api.KindSandbox, name)
+			if err != nil {
+				return false, err.Error()
+			}
+			sb := o.(*api.Sandbox)
+			return sb.Status.Phase == api.SandboxRunning, sb.Status.Phase + " " + sb.Status.Reason + " " + sb.Status.Message
+		})
+	}
+	o, _ := c.st.Get(context.Background(), api.KindTemplate, "desk")
+	tpl := o.(*api.Template)
+	if len(tpl.Status.Shapes) != 1 || tpl.Status.Shapes[0].Phase != "Ready" || tpl.Status.Shapes[0].MemoryMB != 1024 || tpl.Status.Shapes[0].Node != "n1" {
+		t.Fatalf("shapes: %+v", tpl.Status.Shapes)
+	}
+	if n := c.be.Count(fake.OpBuildTemplate); n != 2 {
+		t.Fatalf("%d template builds, want 2 (the spec's and one shape)", n)
+	}
+	info, err := c.be.Inspect(context.Background(), "big-2")
+	if err != nil || info.TemplateID != tpl.Status.Shapes[0].ID || info.Resolution != "1920x1080" {
+		t.Fatalf("big-2 cloned from %q at %s (%v), want %s", info.TemplateID, info.Resolution, err, tpl.Status.Shapes[0].ID)
+	}
 }

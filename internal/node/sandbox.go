@@ -106,15 +106,18 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 	if sb.Spec.Resources.GPU {
 		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "NoGPU", "the sandbox asks for a GPU and this host has none for sandboxes")
 	}
-	if mem := sb.Spec.Resources.MemoryMB; mem != 0 && mem != tpl.Spec.Resources.MemoryMB {
-		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "MemoryMismatch",
-			fmt.Sprintf("spec.resources.memoryMB is %d but template %s has %d: a clone has its template's memory", mem, tplName, tpl.Spec.Resources.MemoryMB))
+	snapID, ok, msg, err := n.shapeFor(ctx, tpl, sb.Spec.Resources.MemoryMB, sb.Spec.Display.Resolution)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	if !ok {
+		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "BuildingShape", msg)
 	}
 	if sb.Status.Phase != api.SandboxCreating {
 		n.setPhase(ctx, sb, api.SandboxCreating, "Cloning", fmt.Sprintf("cloning from template %s", tplName))
 	}
 	start := time.Now()
-	info, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl))
+	info, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl, snapID))
 	switch {
 	case errors.Is(err, api.ErrUnavailable):
 		n.event(ctx, sb, api.EventWarning, "InsufficientMemory", err.Error())
@@ -128,7 +131,7 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 	}
 	cloned := time.Since(start)
 	now := time.Now().UTC()
-	msg := fmt.Sprintf("cloned from %s in %s", tpl.Status.Snapshot.ID, cloned.Round(time.Millisecond))
+	msg = fmt.Sprintf("cloned from %s in %s", snapID, cloned.Round(time.Millisecond))
 	phase := api.SandboxPaused
 	if api.OwnerOf(sb, api.KindSandboxPool) == "" {
 		// A sandbox of its own is wanted running; a pool keeps its spares
@@ -275,12 +278,18 @@ func idleSince(sb *api.Sandbox) *time.Time {
 	return nil
 }
 
-// sandboxSpec is what the backend needs to clone sb from tpl.
-func (n *Node) sandboxSpec(sb *api.Sandbox, tpl *api.Template) backend.SandboxSpec {
-	return backend.SandboxSpec{
-		ID: sb.Metadata.Name, UID: sb.Metadata.UID, TemplateID: tpl.Status.Snapshot.ID,
+// sandboxSpec is what the backend needs to clone sb from tpl's snapshot
+// snapID: the template's own, or one of its shapes (which has the
+// sandbox's resolution already).
+func (n *Node) sandboxSpec(sb *api.Sandbox, tpl *api.Template, snapID string) backend.SandboxSpec {
+	spec := backend.SandboxSpec{
+		ID: sb.Metadata.Name, UID: sb.Metadata.UID, TemplateID: snapID,
 		Resolution: sb.Spec.Display.Resolution, Hostname: sb.Metadata.Name,
 	}
+	if snapID != tpl.Status.Snapshot.ID {
+		spec.Resolution = ""
+	}
+	return spec
 }
 
 // templateFor returns the ready template sb clones from.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -29,6 +32,13 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 				return controller.Result{}, err
 			}
 		}
+		for _, sh := range t.Status.Shapes {
+			if sh.Node == n.name && sh.ID != "" {
+				if err := n.be.DeleteTemplate(ctx, sh.ID); err != nil {
+					return controller.Result{}, err
+				}
+			}
+		}
 		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, t, api.FinalizerSnapshot)
 	}
 	if o, err = controller.EnsureFinalizer(ctx, n.st, t, api.FinalizerSnapshot); err != nil {
@@ -39,7 +49,7 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 	id := snapshotID(t)
 	if t.Status.Phase == api.TemplateReady && t.Status.Snapshot != nil && t.Status.Snapshot.ID == id {
 		if _, err := n.be.InspectTemplate(ctx, id); err == nil {
-			return controller.Result{}, nil
+			return n.buildShapes(ctx, t)
 		}
 		n.event(ctx, t, api.EventWarning, "SnapshotMissing", fmt.Sprintf("snapshot %s is gone; building it again", id))
 	}
@@ -77,17 +87,124 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 	return controller.Result{}, n.templateStatus(ctx, t, api.TemplateReady, "SnapshotReady", "sandboxes clone from the snapshot", snap)
 }
 
+// templateStatus sets a template's phase (and snapshot), conditioned on
+// the status it reads: the shapes sandboxes ask for meanwhile are kept.
 func (n *Node) templateStatus(ctx context.Context, t *api.Template, phase, reason, msg string, snap *api.TemplateSnapshot) error {
-	c := api.DeepCopy(t)
-	c.Metadata.ResourceVersion = ""
-	c.Status.Phase, c.Status.Reason, c.Status.Message = phase, reason, msg
-	c.Status.ObservedGeneration = t.Metadata.Generation
-	if snap != nil {
-		c.Status.Snapshot = snap
-	}
-	_, err := n.st.UpdateStatus(ctx, c)
+	now := n.now()
+	_, err := controller.UpdateStatus(ctx, n.st, api.KindTemplate, t.Metadata.Name, func(c *api.Template) bool {
+		c.Status.Phase, c.Status.Reason, c.Status.Message = phase, reason, msg
+		c.Status.ObservedGeneration = c.Metadata.Generation
+		if snap != nil {
+			c.Status.Snapshot = snap
+			// Shapes of an earlier generation are not this spec's.
+			gen := "-g" + strconv.FormatInt(c.Metadata.Generation, 10) + "-"
+			c.Status.Shapes = slices.DeleteFunc(c.Status.Shapes, func(sh api.TemplateShape) bool { return !strings.Contains(sh.ID, gen) })
+		}
+		cond := api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: c.Metadata.Generation}
+		if phase == api.TemplateReady {
+			cond.Status = api.ConditionTrue
+		}
+		api.SetCondition(&c.Status.Conditions, cond, now)
+		return true
+	})
 	if errors.Is(err, api.ErrNotFound) {
 		return nil
 	}
 	return err
+}
+
+// Shape phases.
+const (
+	shapePending = "Pending"
+	shapeReady   = "Ready"
+	shapeFailed  = "Failed"
+)
+
+// shapeID names the snapshot of a template generation at another shape.
+func shapeID(base string, memoryMB int, resolution string) string {
+	suffix := fmt.Sprintf("-m%d-%s", memoryMB, resolution)
+	if len(base)+len(suffix) > api.MaxNameLength {
+		base = strings.TrimRight(base[:api.MaxNameLength-len(suffix)], "-")
+	}
+	return base + suffix
+}
+
+// shapeFor returns the snapshot a sandbox of memoryMB and resolution clones
+// from: the template's own when the shape is the spec's, else this node's
+// snapshot of that shape. ok is false while that is not built; the shape
+// is then asked for (the template's reconcile builds it).
+func (n *Node) shapeFor(ctx context.Context, tpl *api.Template, memoryMB int, resolution string) (id string, ok bool, msg string, err error) {
+	if memoryMB == 0 {
+		memoryMB = tpl.Spec.Resources.MemoryMB
+	}
+	if resolution == "" {
+		resolution = tpl.Spec.Display.Resolution
+	}
+	if memoryMB == tpl.Spec.Resources.MemoryMB && resolution == tpl.Spec.Display.Resolution {
+		return tpl.Status.Snapshot.ID, true, "", nil
+	}
+	want := shapeID(tpl.Status.Snapshot.ID, memoryMB, resolution)
+	for _, sh := range tpl.Status.Shapes {
+		if sh.Node != n.name || sh.ID != want {
+			continue
+		}
+		switch sh.Phase {
+		case shapeReady:
+			return sh.ID, true, "", nil
+		case shapeFailed:
+			return "", false, fmt.Sprintf("the snapshot of template %s at %d MB, %s failed: %s", tpl.Metadata.Name, memoryMB, resolution, sh.Message), nil
+		}
+		return "", false, fmt.Sprintf("building a snapshot of template %s at %d MB, %s (the first sandbox of this shape)", tpl.Metadata.Name, memoryMB, resolution), nil
+	}
+	_, err = controller.UpdateStatus(ctx, n.st, api.KindTemplate, tpl.Metadata.Name, func(c *api.Template) bool {
+		for _, sh := range c.Status.Shapes {
+			if sh.Node == n.name && sh.ID == want {
+				return false
+			}
+		}
+		c.Status.Shapes = append(c.Status.Shapes, api.TemplateShape{Node: n.name, MemoryMB: memoryMB, Resolution: resolution, ID: want, Phase: shapePending})
+		return true
+	})
+	return "", false, fmt.Sprintf("building a snapshot of template %s at %d MB, %s (the first sandbox of this shape)", tpl.Metadata.Name, memoryMB, resolution), err
+}
+
+// buildShapes builds the snapshots of other shapes that sandboxes on this
+// node asked for, one at a time.
+func (n *Node) buildShapes(ctx context.Context, t *api.Template) (controller.Result, error) {
+	for _, sh := range t.Status.Shapes {
+		if sh.Node != n.name || sh.Phase != shapePending {
+			continue
+		}
+		spec := backend.TemplateSpec{ID: sh.ID, HyperV: t.Spec.HyperV, CPU: t.Spec.Resources.CPU, MemoryMB: sh.MemoryMB, Resolution: sh.Resolution}
+		if t.Spec.QEMU != nil {
+			spec.Image = *t.Spec.QEMU
+		}
+		n.event(ctx, t, api.EventNormal, "BuildingShape", fmt.Sprintf("building snapshot %s (%d MB, %s) for the sandboxes that ask for it", sh.ID, sh.MemoryMB, sh.Resolution))
+		start := n.now()
+		info, err := n.be.BuildTemplate(ctx, spec, func(step string) { n.event(ctx, t, api.EventNormal, "BuildingShape", step) })
+		if ctx.Err() != nil {
+			return controller.Result{}, ctx.Err()
+		}
+		phase, msg := shapeReady, ""
+		if err != nil {
+			phase, msg = shapeFailed, err.Error()
+			n.event(ctx, t, api.EventWarning, "ShapeFailed", fmt.Sprintf("snapshot %s: %v", sh.ID, err))
+		} else {
+			n.event(ctx, t, api.EventNormal, "ShapeReady", fmt.Sprintf("snapshot %s ready in %.1fs", sh.ID, n.now().Sub(start).Seconds()))
+		}
+		id := sh.ID
+		if _, err := controller.UpdateStatus(ctx, n.st, api.KindTemplate, t.Metadata.Name, func(c *api.Template) bool {
+			for i := range c.Status.Shapes {
+				if c.Status.Shapes[i].ID == id && c.Status.Shapes[i].Node == n.name {
+					c.Status.Shapes[i].Phase, c.Status.Shapes[i].Message = phase, msg
+					c.Status.Shapes[i].CreatedAt = info.CreatedAt
+					return true
+				}
+			}
+			return false
+		}); err != nil && !errors.Is(err, api.ErrNotFound) {
+			return controller.Result{}, err
+		}
+	}
+	return controller.Result{}, nil
 }
