@@ -27,12 +27,23 @@ func newVersionCmd(e *env) *cobra.Command {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
 			defer cancel()
 			var v struct {
-				Version string `json:"version"`
+				Version     string `json:"version"`
+				Node        string `json:"node"`
+				Backend     string `json:"backend"`
+				Accel       string `json:"accel"`
+				AccelReason string `json:"accelReason"`
 			}
 			if _, err := c.Do(ctx, http.MethodGet, "/version", nil, "", &v); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.out, "Server Version: %s\n", v.Version)
+			if v.Backend != "" {
+				fmt.Fprintf(e.out, "Server Backend: %s on node %s", v.Backend, v.Node)
+				if v.Accel != "" {
+					fmt.Fprintf(e.out, ", %s (%s)", v.Accel, v.AccelReason)
+				}
+				fmt.Fprintln(e.out)
+			}
 			return nil
 		},
 	}

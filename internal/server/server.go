@@ -44,6 +44,9 @@ type Options struct {
 	Ready func(ctx context.Context) error
 	// Version is reported by /version.
 	Version string
+	// Backend describes the VM backend for /version and /healthz: its
+	// name, this node's name, and the accelerator in use and why.
+	Backend BackendInfo
 	// Hosts are the names a request's Host may carry (see guard.go); the
 	// loopback names only when zero.
 	Hosts HostPolicy
@@ -60,6 +63,14 @@ type Options struct {
 	// AllowedRoots are the host directories that host paths in objects
 	// (template image files, volume hostPaths) must lie under.
 	AllowedRoots hostpath.Roots
+}
+
+// BackendInfo describes the server's VM backend.
+type BackendInfo struct {
+	Name        string `json:"backend,omitempty"`
+	Node        string `json:"node,omitempty"`
+	Accel       string `json:"accel,omitempty"`
+	AccelReason string `json:"accelReason,omitempty"`
 }
 
 // Timeouts used when Options leave them 0.
@@ -182,6 +193,15 @@ func inScope(sc authtoken.Scope, path string) bool {
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ok\n")
+	if b := s.opts.Backend; b.Name != "" {
+		fmt.Fprintf(w, "backend: %s on node %s", b.Name, b.Node)
+		if b.Accel != "" {
+			fmt.Fprintf(w, ", %s (%s)", b.Accel, b.AccelReason)
+		}
+		io.WriteString(w, "\n")
+	} else {
+		io.WriteString(w, "backend: none (objects are kept; no VMs run)\n")
+	}
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -200,7 +220,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version, "apiVersion": api.Version})
+	writeJSON(w, http.StatusOK, struct {
+		Version    string `json:"version"`
+		APIVersion string `json:"apiVersion"`
+		BackendInfo
+	}{s.opts.Version, api.Version, s.opts.Backend})
 }
 
 // errorBody is the JSON shape of every error.
