@@ -323,7 +323,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	if meta.Resolution == "" {
 		meta.Resolution = img.Resolution
 	}
-	if err := b.reserve(spec.ID, meta.MemoryMB); err != nil {
+	if err := b.reserve(spec.ID, meta.MemoryMB, ""); err != nil {
 		return backend.TemplateInfo{}, err
 	}
 	defer b.release(spec.ID)
@@ -532,7 +532,10 @@ func migrateFromFile(ctx context.Context, mon *qmp.Monitor, path string) error {
 
 // reserve counts memMB of guest memory for key while it boots, refusing
 // past the limit.
-func (b *Backend) reserve(key string, memMB int) error {
+// reserve counts memMB against the host limit under key until release,
+// or refuses with api.ErrUnavailable. A clone of a template that has a
+// spare does not count the spare: the clone takes it.
+func (b *Backend) reserve(key string, memMB int, tplID string) error {
 	total, _, err := hostMemory()
 	if err != nil {
 		return nil // unknown host: do not refuse
@@ -541,6 +544,9 @@ func (b *Backend) reserve(key string, memMB int) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	used := b.committedLocked()
+	if s := b.spares[tplID]; s != nil && tplID != "" {
+		used -= s.memMB
+	}
 	if used+memMB > limit {
 		return fmt.Errorf("not enough host memory: %d MB more would commit %d MB of guest memory, over the limit of %d MB (%d%% of %d MB): %w",
 			memMB, used+memMB, limit, b.cfg.MemoryLimitPercent, total, api.ErrUnavailable)
@@ -559,6 +565,9 @@ func (b *Backend) committedLocked() int {
 	used := 0
 	for _, mb := range b.building {
 		used += mb
+	}
+	for _, s := range b.spares {
+		used += s.memMB
 	}
 	for id, v := range b.vms {
 		if _, ok := b.building[id]; ok {

@@ -177,7 +177,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		b.forget(v)
 		return backend.Info{}, api.Invalid("resources.memoryMB", "%d MB differs from template %s (%d MB): a clone has its template's memory", spec.MemoryMB, spec.TemplateID, tpl.MemoryMB)
 	}
-	if err := b.reserve(spec.ID, mem); err != nil {
+	if err := b.reserve(spec.ID, mem, tpl.ID); err != nil {
 		b.forget(v)
 		return backend.Info{}, err
 	}
@@ -492,7 +492,7 @@ func (b *Backend) restoreLocked(ctx context.Context, v *vm) error {
 	if !v.meta.Saved {
 		return v.needProcess()
 	}
-	if err := b.reserve(v.meta.ID, v.meta.MemoryMB); err != nil {
+	if err := b.reserve(v.meta.ID, v.meta.MemoryMB, ""); err != nil {
 		return err
 	}
 	defer b.release(v.meta.ID)
@@ -531,7 +531,7 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 		v.detach()
 	}
 	os.Remove(filepath.Join(v.dir, "saved.state"))
-	if err := b.reserve(id, v.meta.MemoryMB); err != nil {
+	if err := b.reserve(id, v.meta.MemoryMB, v.meta.TemplateID); err != nil {
 		return err
 	}
 	defer b.release(id)

@@ -21,8 +21,10 @@ import (
 // The backend keeps at most one spare per template, made after the
 // template's first clone and again after each clone takes it. A spare
 // costs a QEMU process whose guest RAM is the template's, mapped privately
-// and not yet touched: tens of MiB, mostly the display's memory. It is not
-// counted against the host memory limit; the clone that takes it is.
+// and not yet touched: tens of MiB, mostly the display's memory. It counts
+// against the host memory limit like a sandbox (its guest could grow to
+// its full memory): no spare is made that would pass the limit, and the
+// clone that takes a spare counts instead of it.
 // Spares do not outlive the backend: Close kills them, and New kills any a
 // crashed server left behind (removeStrays).
 type spare struct {
@@ -33,8 +35,9 @@ type spare struct {
 
 // spareSlot is a template's spare, ready or being made.
 type spareSlot struct {
-	done chan struct{} // closed when sp is set (nil if making it failed)
-	sp   *spare
+	done  chan struct{} // closed when sp is set (nil if making it failed)
+	sp    *spare
+	memMB int // its guest memory, counted against the host limit
 }
 
 // spareNamePrefix starts the -name of every spare's QEMU. '+' cannot occur
@@ -128,12 +131,18 @@ func (b *Backend) refillSpare(tpl tplMeta) {
 	if b.cfg.NoSpares {
 		return
 	}
+	total, _, err := hostMemory()
 	b.mu.Lock()
 	if b.bgCtx.Err() != nil || b.spares[tpl.ID] != nil {
 		b.mu.Unlock()
 		return
 	}
-	s := &spareSlot{done: make(chan struct{})}
+	if limit := total * b.cfg.MemoryLimitPercent / 100; err == nil && b.committedLocked()+tpl.MemoryMB > limit {
+		b.mu.Unlock()
+		b.log.Debug("no spare clone: it would pass the host memory limit", "template", tpl.ID)
+		return
+	}
+	s := &spareSlot{done: make(chan struct{}), memMB: tpl.MemoryMB}
 	b.spares[tpl.ID] = s
 	b.mu.Unlock()
 	go func() {
