@@ -143,6 +143,24 @@ func Run(t *testing.T, o Options) {
 		if host != "conf-life" {
 			t.Fatalf("the clone's hostname is %q, want conf-life", host)
 		}
+		// Each clone has its own machine and boot identity.
+		ids := func(id string) string {
+			return strings.TrimSpace(string(exec(t, id, "cat", "/etc/machine-id", "/proc/sys/kernel/random/boot_id").Stdout))
+		}
+		create(t, "conf-twin")
+		resume(t, "conf-twin")
+		a, b2 := ids("conf-life"), ids("conf-twin")
+		if len(strings.Fields(a)) != 2 || len(strings.Fields(b2)) != 2 {
+			t.Fatalf("machine-id and boot_id: %q and %q", a, b2)
+		}
+		for i, f := range strings.Fields(a) {
+			if f == strings.Fields(b2)[i] {
+				t.Fatalf("two clones share %s (%s)", []string{"a machine id", "a boot id"}[i], f)
+			}
+		}
+		if err := b.Delete(ctx, "conf-twin"); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("PauseDuringGuestCalls", func(t *testing.T) {

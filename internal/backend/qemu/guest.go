@@ -138,7 +138,8 @@ func (g guest) setResolution(ctx context.Context, res string) error {
 
 // identity gives a fresh clone its own hostname (the kernel's, and in
 // /etc/hosts so that it resolves; /etc/hostname only matters at boot, and a
-// clone never boots) and machine id. It writes files through the guest
+// clone never boots), machine id and boot id (the image's init binds
+// /run/hvkube/boot_id over the kernel's, which is made once per boot). It writes files through the guest
 // agent rather than running a program, which under emulation costs a
 // second. It runs while the clone is being made:
 // keystrokes sent while it runs can be lost. The kernel reseeds its random
@@ -149,6 +150,13 @@ func (g guest) identity(ctx context.Context, hostname string) error {
 	if _, err := rand.Read(id); err != nil {
 		return err
 	}
+	boot := make([]byte, 16)
+	if _, err := rand.Read(boot); err != nil {
+		return err
+	}
+	boot[6] = boot[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
+	boot[8] = boot[8]&0x3f | 0x80
+	bootID := fmt.Sprintf("%x-%x-%x-%x-%x\n", boot[0:4], boot[4:6], boot[6:8], boot[8:10], boot[10:16])
 	hosts := "127.0.0.1\tlocalhost\n127.0.1.1\t" + hostname + "\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
 	for _, f := range []struct {
 		path string
@@ -157,6 +165,7 @@ func (g guest) identity(ctx context.Context, hostname string) error {
 		{"/etc/machine-id", []byte(hex.EncodeToString(id) + "\n")},
 		{"/etc/hosts", []byte(hosts)},
 		{"/proc/sys/kernel/hostname", []byte(hostname)},
+		{"/run/hvkube/boot_id", []byte(bootID)},
 	} {
 		if err := g.ga.FileWrite(ctx, f.path, f.data); err != nil {
 			return fmt.Errorf("guest identity: %s: %w", f.path, err)
