@@ -5,7 +5,7 @@
 # artifacts go to $HVKUBE_DEMO_DIR (default: a temp directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-hv=bin/hvkube
+hv="${HVKUBE_BIN:-bin/hvkube}"
 server="${HVKUBE_SERVER:-http://127.0.0.1:8080}"
 out="${HVKUBE_DEMO_DIR:-${TMPDIR:-/tmp}/hvkube-demo}"
 mkdir -p "$out"

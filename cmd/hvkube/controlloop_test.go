@@ -26,7 +26,7 @@ func TestDemo(t *testing.T) {
 	p := startServe(t, t.TempDir(), nil)
 	out := t.TempDir()
 	cmd := exec.Command("../../scripts/demo.sh")
-	cmd.Env = append(os.Environ(), "HVKUBE_SERVER="+p.url(), "HVKUBE_DEMO_DIR="+out)
+	cmd.Env = append(os.Environ(), "HVKUBE_SERVER="+p.url(), "HVKUBE_DEMO_DIR="+out, "HVKUBE_BIN="+binary)
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s\nserver log:\n%s", err, b, p.logs)
