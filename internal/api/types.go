@@ -137,6 +137,10 @@ type TemplateStatus struct {
 	// Shapes are the snapshots of other shapes (memory, resolution) built
 	// for sandboxes that ask for them, per node.
 	Shapes []TemplateShape `json:"shapes,omitempty"`
+	// Retired are the snapshots of earlier generations (and their shapes),
+	// kept for the sandboxes cloned from them until the template is
+	// deleted.
+	Retired []string `json:"retired,omitempty"`
 }
 
 // TemplateShape is a snapshot of the template at another memory size or
@@ -224,6 +228,16 @@ type Lifecycle struct {
 	Ephemeral          bool `json:"ephemeral,omitempty"`
 	TimeoutMinutes     int  `json:"timeoutMinutes,omitempty"`
 	IdleTimeoutMinutes int  `json:"idleTimeoutMinutes,omitempty"`
+}
+
+// Unsatisfiable reports whether a sandbox that waits for reason waits for
+// something more sandboxes would not fix (host memory, a template, a GPU).
+func Unsatisfiable(reason string) bool {
+	switch reason {
+	case "InsufficientMemory", "NoGPU", "TemplateNotFound", "NoTemplate":
+		return true
+	}
+	return false
 }
 
 // Sandbox phases.

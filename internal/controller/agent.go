@@ -98,7 +98,13 @@ func (c *Agents) Reconcile(ctx context.Context, name string) (Result, error) {
 			if now.Before(at) {
 				return Result{RequeueAfter: at.Sub(now)}, nil
 			}
-			if _, _, err := c.st.Delete(ctx, api.KindAgent, name, store.DeleteOptions{ResourceVersion: a.Metadata.ResourceVersion}); err != nil && !errors.Is(err, api.ErrNotFound) && !errors.Is(err, api.ErrConflict) {
+			_, _, err := c.st.Delete(ctx, api.KindAgent, name, store.DeleteOptions{ResourceVersion: a.Metadata.ResourceVersion})
+			switch {
+			case errors.Is(err, api.ErrConflict):
+				return Result{RequeueAfter: time.Millisecond}, nil // changed meanwhile: look again
+			case errors.Is(err, api.ErrNotFound):
+				return Result{}, nil
+			case err != nil:
 				return Result{}, err
 			}
 			Event(ctx, c.st, c.log, a, api.EventNormal, "Expired", fmt.Sprintf("deleted %ds after it finished (ttlSecondsAfterFinished)", *ttl))

@@ -62,6 +62,13 @@ func (c *Cache) Observe(o api.Object) {
 	c.apply(store.Modified, o)
 }
 
+// forget drops name, deleted by the caller.
+func (c *Cache) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.objects, name)
+}
+
 // apply records a watch event.
 func (c *Cache) apply(typ string, o api.Object) {
 	name := o.GetMeta().Name

@@ -67,12 +67,6 @@ func (p *Pools) poolsFor(o api.Object) []string {
 	return keys
 }
 
-// unsatisfiable are the reasons a sandbox stays Pending that more
-// sandboxes would not fix.
-var unsatisfiable = map[string]bool{
-	"InsufficientMemory": true, "TemplateNotFound": true, "NoTemplate": true, "NoGPU": true,
-}
-
 // Reconcile implements Reconciler.
 func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 	o, err := p.st.Get(ctx, api.KindSandboxPool, name)
@@ -225,7 +219,7 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 				}
 			}
 		case "", api.SandboxPending:
-			if unsatisfiable[sb.Status.Reason] && s.blocked == "" {
+			if api.Unsatisfiable(sb.Status.Reason) && s.blocked == "" {
 				s.blocked, s.blockedMsg = sb.Status.Reason, fmt.Sprintf("sandbox %s cannot start: %s", sb.Metadata.Name, sb.Status.Message)
 			}
 		}
@@ -289,12 +283,23 @@ func (p *Pools) createMember(ctx context.Context, pool *api.SandboxPool) error {
 	return nil
 }
 
+// deleteMember deletes a sandbox and records it in the cache, so that a
+// reconcile before the watch catches up does not delete it again.
 func (p *Pools) deleteMember(ctx context.Context, sb *api.Sandbox) error {
-	_, _, err := p.st.Delete(ctx, api.KindSandbox, sb.Metadata.Name, store.DeleteOptions{})
+	out, deleted, err := p.st.Delete(ctx, api.KindSandbox, sb.Metadata.Name, store.DeleteOptions{})
 	if errors.Is(err, api.ErrNotFound) {
+		p.sandboxes.forget(sb.Metadata.Name)
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if deleted {
+		p.sandboxes.forget(sb.Metadata.Name)
+	} else {
+		p.sandboxes.Observe(out)
+	}
+	return nil
 }
 
 // deletePool deletes the pool's sandboxes, and lets the pool go once they

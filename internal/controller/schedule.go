@@ -74,13 +74,16 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
 		return Result{}, nil
 	}
 	var sandboxes []scheduler.Sandbox
+	seen := map[string]*api.Sandbox{}
 	for _, o := range s.sandboxes.List(api.Selector{}) {
-		sandboxes = append(sandboxes, ViewOf(o.(*api.Sandbox)))
+		sb := o.(*api.Sandbox)
+		seen[sb.Metadata.Name] = sb
+		sandboxes = append(sandboxes, ViewOf(sb))
 	}
 	plan := scheduler.Plan(agents, sandboxes, now)
 	conflicts := 0
 	for _, b := range plan {
-		if err := s.bind(ctx, byName[b.Agent], b.Sandbox, now); err != nil {
+		if err := s.bind(ctx, byName[b.Agent], seen[b.Sandbox], now); err != nil {
 			if errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) {
 				conflicts++
 				continue
@@ -116,14 +119,17 @@ func ViewOf(sb *api.Sandbox) scheduler.Sandbox {
 	return v
 }
 
-// bind claims sandbox name for a, then records the binding on a. If the
-// agent cannot be written, the claim is taken back.
-func (s *Scheduler) bind(ctx context.Context, a *api.Agent, name string, now time.Time) error {
-	o, ok := s.sandboxes.Get(name)
-	if !ok {
-		return fmt.Errorf("sandbox %s: %w", name, api.ErrNotFound)
+// bind claims sb, the sandbox as the round saw it, for a, then records the
+// binding on a. The claim is conditioned on the resourceVersion the round
+// read: if anything wrote the sandbox since (another scheduler's claim
+// among them) the claim fails. If the agent cannot be written, the claim
+// is taken back, again only if nothing wrote the sandbox since.
+func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, now time.Time) error {
+	if seen == nil || seen.Status.CurrentAgent != "" {
+		return fmt.Errorf("sandbox is taken: %w", api.ErrConflict)
 	}
-	sb := api.DeepCopy(o.(*api.Sandbox))
+	name := seen.Metadata.Name
+	sb := api.DeepCopy(seen)
 	sb.Status.CurrentAgent = a.Metadata.Name
 	sb.Status.ClaimedAt = &now
 	claimed, err := s.st.UpdateStatus(ctx, sb)
@@ -141,14 +147,13 @@ func (s *Scheduler) bind(ctx context.Context, a *api.Agent, name string, now tim
 		Message: ag.Status.Message, ObservedGeneration: ag.Metadata.Generation}, now)
 	bound, err := s.st.UpdateStatus(ctx, ag)
 	if err != nil {
-		// Take the claim back, unless someone else changed it since.
-		if _, uerr := UpdateStatus(ctx, s.st, api.KindSandbox, name, func(cur *api.Sandbox) bool {
-			if cur.Status.CurrentAgent != a.Metadata.Name {
-				return false
-			}
-			cur.Status.CurrentAgent, cur.Status.ClaimedAt = "", nil
-			return true
-		}); uerr != nil && !errors.Is(uerr, api.ErrNotFound) {
+		back := api.DeepCopy(claimed.(*api.Sandbox))
+		back.Status.CurrentAgent, back.Status.ClaimedAt = "", nil
+		if out, uerr := s.st.UpdateStatus(ctx, back); uerr == nil {
+			s.sandboxes.Observe(out)
+		} else if !errors.Is(uerr, api.ErrNotFound) && !errors.Is(uerr, api.ErrConflict) {
+			// A claim left behind is released by the node once it is
+			// stale; log why it was not taken back now.
 			s.log.Warn("take back a claim", "sandbox", name, "agent", a.Metadata.Name, "err", uerr)
 		}
 		return err

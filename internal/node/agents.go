@@ -147,7 +147,8 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (contr
 	}
 	n.event(ctx, started, api.EventNormal, "Started", started.Status.Message)
 	r := &run{attempt: started.Status.Attempts, done: make(chan struct{})}
-	rctx, cancel := context.WithDeadline(n.runCtx, now.Add(controller.Timeout(started)))
+	// Context deadlines run on the wall clock, whatever the node's clock.
+	rctx, cancel := context.WithTimeout(n.runCtx, controller.Timeout(started))
 	r.cancel = cancel
 	n.runs.mu.Lock()
 	n.runs.m[started.Metadata.Name] = r

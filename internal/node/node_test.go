@@ -1,14 +1,21 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/store"
@@ -204,4 +211,210 @@ spec:
 	if err != nil || info.TemplateID != tpl.Status.Shapes[0].ID || info.Resolution != "1920x1080" {
 		t.Fatalf("big-2 cloned from %q at %s (%v), want %s", info.TemplateID, info.Resolution, err, tpl.Status.Shapes[0].ID)
 	}
+}
+
+func (c *cluster) sandbox(t *testing.T, name string) *api.Sandbox {
+	t.Helper()
+	o, err := c.st.Get(context.Background(), api.KindSandbox, name)
+	if errors.Is(err, api.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.(*api.Sandbox)
+}
+
+// members returns the pool's sandboxes that are not being deleted, by
+// name.
+func (c *cluster) members(t *testing.T, pool string) []*api.Sandbox {
+	t.Helper()
+	items, _, err := c.st.List(context.Background(), api.KindSandbox, api.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*api.Sandbox
+	for _, it := range items {
+		if api.OwnerOf(it, api.KindSandboxPool) == pool && it.GetMeta().DeletionTimestamp == nil {
+			out = append(out, it.(*api.Sandbox))
+		}
+	}
+	return out
+}
+
+// waitPool waits until the pool has n sandboxes, all idle in phase, and
+// returns their names.
+func (c *cluster) waitPool(t *testing.T, pool string, n int, phase string) []string {
+	t.Helper()
+	var names []string
+	eventually(t, fmt.Sprintf("pool %s has %d %s sandboxes", pool, n, phase), func() (bool, string) {
+		names = names[:0]
+		var states []string
+		for _, sb := range c.members(t, pool) {
+			names = append(names, sb.Metadata.Name)
+			states = append(states, fmt.Sprintf("%s=%s/%s(%s)", sb.Metadata.Name, sb.Status.Phase, sb.Status.Reason, sb.Status.CurrentAgent))
+			if sb.Status.Phase != phase || sb.Status.CurrentAgent != "" {
+				return false, fmt.Sprint(states)
+			}
+		}
+		return len(names) == n, fmt.Sprint(states)
+	})
+	return names
+}
+
+// waitAgent waits until the agent is in phase and returns it.
+func (c *cluster) waitAgent(t *testing.T, name, phase string) *api.Agent {
+	t.Helper()
+	var a *api.Agent
+	eventually(t, fmt.Sprintf("agent %s is %s", name, phase), func() (bool, string) {
+		a = c.agent(t, name)
+		if controller.Finished(a) && a.Status.Phase != phase {
+			t.Fatalf("agent %s ended %s (%s: %s), want %s", name, a.Status.Phase, a.Status.Reason, a.Status.Message, phase)
+		}
+		return a.Status.Phase == phase, fmt.Sprintf("%s %s: %s (attempts %d, failures %d)", a.Status.Phase, a.Status.Reason, a.Status.Message, a.Status.Attempts, a.Status.Failures)
+	})
+	return a
+}
+
+// waitGone waits until the object is no longer stored.
+func (c *cluster) waitGone(t *testing.T, kind, name string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s %s is gone", kind, name), func() (bool, string) {
+		o, err := c.st.Get(context.Background(), kind, name)
+		if errors.Is(err, api.ErrNotFound) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return false, fmt.Sprintf("there, deletionTimestamp %v, finalizers %v", o.GetMeta().DeletionTimestamp, o.GetMeta().Finalizers)
+	})
+}
+
+// events returns the reasons of an object's events, oldest first, that
+// are in reasons (all of them when reasons is empty).
+func (c *cluster) events(t *testing.T, kind, name string, reasons ...string) []string {
+	t.Helper()
+	return storeEvents(t, c.st, kind, name, reasons...)
+}
+
+func storeEvents(t *testing.T, st *store.Store, kind, name string, reasons ...string) []string {
+	t.Helper()
+	evs, err := st.ListEvents(context.Background(), store.EventFilter{Kind: kind, Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range evs {
+		if len(reasons) == 0 || slices.Contains(reasons, ev.Reason) {
+			out = append(out, ev.Reason)
+		}
+	}
+	return out
+}
+
+// count returns how many of the reasons are reason.
+func count(reasons []string, reason string) int {
+	n := 0
+	for _, r := range reasons {
+		if r == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// testClock is an injected clock that moves only when told to.
+type testClock struct {
+	mu  sync.Mutex // guards now
+	now time.Time
+}
+
+func newTestClock(at time.Time) *testClock { return &testClock{now: at} }
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// guestShell is an Options.Exec for the fake backend that, besides a few
+// programs of its built-in interpreter (true, false, echo, cat, tee),
+// answers the shell glob the node runs to find artifacts, which the
+// built-in interpreter does not know.
+func guestShell(id string, fs fake.FS, req backend.ExecRequest) (backend.ExecResult, error) {
+	var stdout, stderr bytes.Buffer
+	code := 0
+	args := req.Args
+	switch path.Base(req.Path) {
+	case "sh":
+		if len(args) != 4 || args[0] != "-c" || args[1] != globScript {
+			return backend.ExecResult{ExitCode: 2, Stderr: []byte("sh: the fake runs only the artifact glob")}, nil
+		}
+		for _, p := range fs.Paths() {
+			if ok, _ := path.Match(args[3], p); ok {
+				fmt.Fprintln(&stdout, p)
+			}
+		}
+	case "true":
+	case "false":
+		code = 1
+	case "echo":
+		fmt.Fprintln(&stdout, strings.Join(args, " "))
+	case "cat":
+		for _, p := range args {
+			data, ok := fs.ReadFile(p)
+			if !ok {
+				fmt.Fprintf(&stderr, "cat: %s: No such file or directory\n", p)
+				code = 1
+				continue
+			}
+			stdout.Write(data)
+		}
+	case "tee":
+		for _, p := range args {
+			fs.WriteFile(p, req.Stdin)
+		}
+		stdout.Write(req.Stdin)
+	default:
+		fmt.Fprintf(&stderr, "%s: command not found\n", req.Path)
+		code = 127
+	}
+	return backend.ExecResult{ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+}
+
+// newNode is a node over a real store and the fake backend with no
+// Manager: for calling its reconcilers directly.
+func newNode(t *testing.T, now func() time.Time) (*Node, *store.Store, *fake.Backend) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(context.Background(), dir, store.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	be := fake.New(fake.Options{Now: now})
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	nd := New(Options{Store: st, Backend: be, Name: "n1", DataDir: dir, Logger: log, DefaultTemplate: "desk", Now: now})
+	t.Cleanup(nd.Stop)
+	return nd, st, be
+}
+
+// waitEvents waits until the object has at least n events of reason (an
+// event may be recorded just after the status write a test waits for)
+// and returns how many it has.
+func (c *cluster) waitEvents(t *testing.T, kind, name, reason string, n int) int {
+	t.Helper()
+	got := 0
+	eventually(t, fmt.Sprintf("%d %s events of %s %s", n, reason, kind, name), func() (bool, string) {
+		got = count(c.events(t, kind, name), reason)
+		return got >= n, fmt.Sprint(c.events(t, kind, name))
+	})
+	return got
 }

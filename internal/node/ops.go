@@ -72,7 +72,7 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 	if err := needPhase(sb, "reset", api.SandboxRunning, api.SandboxPaused, api.SandboxSaved, api.SandboxError, api.SandboxTerminated); err != nil {
 		return err
 	}
-	start := time.Now()
+	start := n.now()
 	if err := n.be.Reset(ctx, name); err != nil {
 		return err
 	}
@@ -84,10 +84,10 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 		phase = api.SandboxRunning
 	}
 	info, _ := n.be.Inspect(ctx, name)
-	msg := fmt.Sprintf("reset to the clean snapshot in %s", time.Since(start).Round(time.Millisecond))
+	msg := fmt.Sprintf("reset to the clean snapshot in %s", n.now().Sub(start).Round(time.Millisecond))
 	n.event(ctx, sb, api.EventNormal, "Reset", msg)
 	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
-		now := time.Now().UTC()
+		now := n.now().UTC()
 		s.Phase, s.Reason, s.Message, s.PID = phase, "Reset", msg, info.PID
 		if phase == api.SandboxRunning {
 			s.LastResumedAt = &now
@@ -108,17 +108,17 @@ func (n *Node) transition(ctx context.Context, name, verb string, from []string,
 	if sb.Status.Phase == to {
 		return nil
 	}
-	start := time.Now()
+	start := n.now()
 	if err := op(ctx, name); err != nil {
 		return err
 	}
-	took := time.Since(start)
+	took := n.now().Sub(start)
 	info, _ := n.be.Inspect(ctx, name)
 	n.event(ctx, sb, api.EventNormal, phaseReason(to), fmt.Sprintf("%s in %s", verb, took.Round(time.Microsecond)))
 	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message, s.PID = to, phaseReason(to), "", info.PID
 		if to == api.SandboxRunning {
-			now := time.Now().UTC()
+			now := n.now().UTC()
 			s.LastResumedAt = &now
 		}
 	})

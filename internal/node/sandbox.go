@@ -113,14 +113,16 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 	if !ok {
 		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "BuildingShape", msg)
 	}
-	if sb.Status.Phase != api.SandboxCreating {
+	// Creating is shown for a first try; a retry of a sandbox that waits
+	// for memory stays Pending until the clone succeeds (flipping phases on
+	// every retry would be two writes for nothing).
+	if sb.Status.Phase != api.SandboxCreating && !(sb.Status.Phase == api.SandboxPending && sb.Status.Reason == "InsufficientMemory") {
 		n.setPhase(ctx, sb, api.SandboxCreating, "Cloning", fmt.Sprintf("cloning from template %s", tplName))
 	}
-	start := time.Now()
+	start := n.now()
 	info, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl, snapID))
 	switch {
 	case errors.Is(err, api.ErrUnavailable):
-		n.event(ctx, sb, api.EventWarning, "InsufficientMemory", err.Error())
 		return controller.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "InsufficientMemory", err.Error())
 	case errors.Is(err, api.ErrUnsupported), errors.Is(err, api.ErrInvalid):
 		n.event(ctx, sb, api.EventWarning, "Unsupported", err.Error())
@@ -129,33 +131,33 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		n.event(ctx, sb, api.EventWarning, "CreateFailed", err.Error())
 		return controller.Result{}, err
 	}
-	cloned := time.Since(start)
-	now := time.Now().UTC()
+	cloned := n.now().Sub(start)
+	now := n.now().UTC()
 	msg = fmt.Sprintf("cloned from %s in %s", snapID, cloned.Round(time.Millisecond))
 	phase := api.SandboxPaused
 	if api.OwnerOf(sb, api.KindSandboxPool) == "" {
 		// A sandbox of its own is wanted running; a pool keeps its spares
 		// paused until an agent takes one.
-		rs := time.Now()
+		rs := n.now()
 		if err := n.be.Resume(ctx, sb.Metadata.Name); err != nil {
 			n.event(ctx, sb, api.EventWarning, "ResumeFailed", err.Error())
 			return controller.Result{}, err
 		}
 		phase = api.SandboxRunning
-		msg += fmt.Sprintf(", resumed in %s", time.Since(rs).Round(time.Millisecond))
+		msg += fmt.Sprintf(", resumed in %s", n.now().Sub(rs).Round(time.Millisecond))
 		if err := n.prepare(ctx, sb); err != nil {
 			n.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
 			return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "StartupFailed", err.Error())
 		}
 	} else if _, warm := n.releasePolicy(ctx, sb); warm == "saved" {
 		// The pool keeps its idle sandboxes on disk.
-		ss := time.Now()
+		ss := n.now()
 		if err := n.be.Save(ctx, sb.Metadata.Name); err != nil {
 			n.event(ctx, sb, api.EventWarning, "SaveFailed", err.Error())
 			return controller.Result{}, err
 		}
 		phase = api.SandboxSaved
-		msg += fmt.Sprintf(", saved to the warm tier in %s", time.Since(ss).Round(time.Millisecond))
+		msg += fmt.Sprintf(", saved to the warm tier in %s", n.now().Sub(ss).Round(time.Millisecond))
 	}
 	if info, err = n.be.Inspect(ctx, sb.Metadata.Name); err != nil {
 		return controller.Result{}, err
@@ -374,7 +376,7 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 			}
 			reason, msg = "Unhealthy", health.Error()
 		} else {
-			now := time.Now().UTC()
+			now := n.now().UTC()
 			beat = &now
 			if reason == "Unhealthy" {
 				n.event(ctx, sb, api.EventNormal, "Healthy", "the guest answers again")
@@ -476,12 +478,26 @@ func interval(sb *api.Sandbox) time.Duration {
 	return api.DefaultHealthInterval * time.Second
 }
 
+// pending records why a sandbox waits, with an event, unless the stored
+// status says so already: a sandbox retried for the same reason writes
+// nothing, and so wakes no watcher (its own reconcile among them).
 func (n *Node) pending(ctx context.Context, sb *api.Sandbox, reason, msg string) error {
-	if sb.Status.Phase == api.SandboxPending && sb.Status.Reason == reason && sb.Status.Message == msg {
-		return nil
+	changed := false
+	err := n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		if s.Phase == api.SandboxPending && s.Reason == reason && s.Message == msg {
+			return
+		}
+		s.Phase, s.Reason, s.Message = api.SandboxPending, reason, msg
+		changed = true
+	})
+	if changed {
+		typ := api.EventNormal
+		if api.Unsatisfiable(reason) {
+			typ = api.EventWarning
+		}
+		n.event(ctx, sb, typ, reason, msg)
 	}
-	n.event(ctx, sb, api.EventNormal, reason, msg)
-	return n.setPhase(ctx, sb, api.SandboxPending, reason, msg)
+	return err
 }
 
 func (n *Node) setPhase(ctx context.Context, sb *api.Sandbox, phase, reason, msg string) error {

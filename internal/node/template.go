@@ -39,6 +39,11 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 				}
 			}
 		}
+		for _, id := range t.Status.Retired {
+			if err := n.be.DeleteTemplate(ctx, id); err != nil {
+				return controller.Result{}, err
+			}
+		}
 		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, t, api.FinalizerSnapshot)
 	}
 	if o, err = controller.EnsureFinalizer(ctx, n.st, t, api.FinalizerSnapshot); err != nil {
@@ -64,7 +69,7 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 		return controller.Result{}, err
 	}
 	n.event(ctx, t, api.EventNormal, "Building", fmt.Sprintf("building snapshot %s", id))
-	start := time.Now()
+	start := n.now()
 	info, err := n.be.BuildTemplate(ctx, spec, func(step string) {
 		n.event(ctx, t, api.EventNormal, "Building", step)
 	})
@@ -83,7 +88,7 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 	}
 	snap := &api.TemplateSnapshot{ID: info.ID, CreatedAt: info.CreatedAt, BootSeconds: info.BootTime.Seconds(),
 		MemoryBytes: info.MemoryBytes, DiskBytes: info.DiskBytes, Resolution: info.Resolution}
-	n.event(ctx, t, api.EventNormal, "Ready", fmt.Sprintf("snapshot %s ready in %.1fs (desktop booted in %.1fs)", id, time.Since(start).Seconds(), info.BootTime.Seconds()))
+	n.event(ctx, t, api.EventNormal, "Ready", fmt.Sprintf("snapshot %s ready in %.1fs (desktop booted in %.1fs)", id, n.now().Sub(start).Seconds(), info.BootTime.Seconds()))
 	return controller.Result{}, n.templateStatus(ctx, t, api.TemplateReady, "SnapshotReady", "sandboxes clone from the snapshot", snap)
 }
 
@@ -95,10 +100,22 @@ func (n *Node) templateStatus(ctx context.Context, t *api.Template, phase, reaso
 		c.Status.Phase, c.Status.Reason, c.Status.Message = phase, reason, msg
 		c.Status.ObservedGeneration = c.Metadata.Generation
 		if snap != nil {
+			// The snapshots of an earlier generation stay for the sandboxes
+			// cloned from them, and go with the template.
+			if old := c.Status.Snapshot; old != nil && old.ID != "" && old.ID != snap.ID && !slices.Contains(c.Status.Retired, old.ID) {
+				c.Status.Retired = append(c.Status.Retired, old.ID)
+			}
 			c.Status.Snapshot = snap
-			// Shapes of an earlier generation are not this spec's.
 			gen := "-g" + strconv.FormatInt(c.Metadata.Generation, 10) + "-"
-			c.Status.Shapes = slices.DeleteFunc(c.Status.Shapes, func(sh api.TemplateShape) bool { return !strings.Contains(sh.ID, gen) })
+			c.Status.Shapes = slices.DeleteFunc(c.Status.Shapes, func(sh api.TemplateShape) bool {
+				if strings.Contains(sh.ID, gen) {
+					return false
+				}
+				if !slices.Contains(c.Status.Retired, sh.ID) {
+					c.Status.Retired = append(c.Status.Retired, sh.ID)
+				}
+				return true
+			})
 		}
 		cond := api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: c.Metadata.Generation}
 		if phase == api.TemplateReady {

@@ -1,0 +1,600 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// schedEnv is an env with the scheduler.
+type schedEnv struct {
+	*env
+	s *Scheduler
+}
+
+func newSchedEnv(t *testing.T) *schedEnv {
+	e := newEnv(t)
+	return &schedEnv{env: e, s: NewScheduler(e.m, e.st, e.log, e.clk.Now)}
+}
+
+func (e *schedEnv) reconcile() Result {
+	e.t.Helper()
+	e.sync()
+	res, err := e.s.Reconcile(e.ctx, schedulerKey)
+	if err != nil {
+		e.t.Fatalf("scheduling round: %v", err)
+	}
+	return res
+}
+
+// testSandbox is a sandbox as its node leaves it.
+type testSandbox struct {
+	name   string
+	labels map[string]string
+	phase  string
+	// idle is how long before t0 it became free (0: never recorded).
+	idle     time.Duration
+	gpu      bool
+	agent    string
+	reason   string
+	deleting bool
+}
+
+func (e *env) createSandbox(s testSandbox) {
+	e.t.Helper()
+	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+	sb.Metadata.Name = s.name
+	sb.Metadata.Labels = s.labels
+	sb.Spec.Resources.GPU = s.gpu
+	api.Default(sb)
+	sb.Status.Phase, sb.Status.Node, sb.Status.CurrentAgent, sb.Status.Reason = s.phase, "n1", s.agent, s.reason
+	if s.idle > 0 {
+		at := t0.Add(-s.idle)
+		sb.Status.ReleasedAt = &at
+	}
+	if s.deleting {
+		sb.Metadata.Finalizers = []string{api.FinalizerVM}
+	}
+	e.create(sb)
+	if s.deleting {
+		if _, _, err := e.st.Delete(e.ctx, api.KindSandbox, s.name, store.DeleteOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// binding is where agent name is placed: its status.sandbox, checked
+// against the sandbox's claim.
+func (e *env) binding(name string) string {
+	e.t.Helper()
+	a := e.agent(name)
+	if a.Status.Sandbox == "" {
+		if a.Status.Phase != api.AgentPending && a.Status.Phase != "" {
+			e.t.Errorf("agent %s is %s with no sandbox", name, a.Status.Phase)
+		}
+		return ""
+	}
+	if got := e.sandbox(a.Status.Sandbox).Status.CurrentAgent; got != name {
+		e.t.Errorf("agent %s is bound to %s, whose claim names %q", name, a.Status.Sandbox, got)
+	}
+	return a.Status.Sandbox
+}
+
+func TestSchedulerScoring(t *testing.T) {
+	e := newSchedEnv(t)
+	web := map[string]string{"pool": "web"}
+	for _, s := range []testSandbox{
+		{name: "paused-long", labels: web, phase: api.SandboxPaused, idle: 10 * time.Minute},
+		{name: "paused-short", labels: web, phase: api.SandboxPaused, idle: 10 * time.Second},
+		{name: "running", labels: web, phase: api.SandboxRunning, idle: time.Second},
+		{name: "saved", labels: web, phase: api.SandboxSaved, idle: 20 * time.Second},
+		{name: "busy", labels: web, phase: api.SandboxRunning, agent: "someone", idle: time.Hour},
+	} {
+		e.createSandbox(s)
+	}
+	// Agents are placed oldest first: the store stamps them with the
+	// test clock.
+	agents := []string{"first", "second", "third", "fourth", "fifth"}
+	for _, n := range agents {
+		e.create(newAgent(t, n, nil))
+		e.clk.Advance(time.Second)
+	}
+	e.clk.Advance(-5 * time.Second)
+	res := e.reconcile()
+	want := map[string]string{
+		"first":  "running",      // running beats any warm sandbox
+		"second": "paused-long",  // then the longest idle
+		"third":  "saved",        // idle 20s
+		"fourth": "paused-short", // idle 10s
+		"fifth":  "",             // nothing left
+	}
+	for _, n := range agents {
+		if got := e.binding(n); got != want[n] {
+			t.Errorf("agent %s on %q, want %q", n, got, want[n])
+		}
+	}
+	if res.RequeueAfter <= 0 {
+		t.Errorf("requeue after %s, want a look again for the agent left waiting", res.RequeueAfter)
+	}
+
+	a := e.agent("first")
+	if got, want := a.Status.Phase, api.AgentScheduled; got != want {
+		t.Errorf("phase %s, want %s", got, want)
+	}
+	if got, want := a.Status.Node, "n1"; got != want {
+		t.Errorf("node %q, want %q (the sandbox's)", got, want)
+	}
+	if a.Status.ScheduledAt == nil || !a.Status.ScheduledAt.Equal(e.clk.Now()) {
+		t.Errorf("scheduledAt %v, want %v", a.Status.ScheduledAt, e.clk.Now())
+	}
+	if c := api.FindCondition(a.Status.Conditions, "Scheduled"); c == nil || c.Status != api.ConditionTrue {
+		t.Errorf("Scheduled condition %+v, want True", c)
+	}
+	if sb := e.sandbox("running"); sb.Status.ClaimedAt == nil {
+		t.Error("the claim has no claimedAt")
+	}
+	if got, want := len(e.events(api.KindAgent, "first", "Scheduled")), 1; got != want {
+		t.Errorf("%d Scheduled events, want %d", got, want)
+	}
+
+	// Nothing changed: the next round binds nothing and writes nothing.
+	before, _ := e.st.Revision(e.ctx)
+	e.reconcile()
+	if after, _ := e.st.Revision(e.ctx); after != before {
+		t.Errorf("an idle round wrote to the store (revision %d -> %d)", before, after)
+	}
+}
+
+func TestSchedulerSelectors(t *testing.T) {
+	sandboxes := []testSandbox{
+		{name: "web-1", labels: map[string]string{"pool": "web", "tier": "a"}, phase: api.SandboxPaused},
+		{name: "web-2", labels: map[string]string{"pool": "web", "tier": "b"}, phase: api.SandboxPaused},
+		{name: "web-busy", labels: map[string]string{"pool": "web"}, phase: api.SandboxRunning, agent: "x"},
+		{name: "gpu-1", labels: map[string]string{"pool": "gpu"}, phase: api.SandboxPaused, gpu: true},
+		{name: "sick", labels: map[string]string{"pool": "sick"}, phase: api.SandboxRunning, reason: "Unhealthy"},
+		{name: "going", labels: map[string]string{"pool": "going"}, phase: api.SandboxPaused, deleting: true},
+		{name: "cloning", labels: map[string]string{"pool": "cloning"}, phase: api.SandboxCreating},
+		{name: "broken", labels: map[string]string{"pool": "broken"}, phase: api.SandboxError},
+	}
+	tests := []struct {
+		name string
+		edit func(*api.Agent)
+		want string
+	}{
+		{"matchLabels", func(a *api.Agent) {
+			a.Spec.SandboxSelector = &api.SandboxSelector{MatchLabels: map[string]string{"pool": "web", "tier": "b"}}
+		}, "web-2"},
+		{"pool shorthand", func(a *api.Agent) { a.Spec.SandboxSelector = &api.SandboxSelector{Pool: "gpu"} }, "gpu-1"},
+		{"no match", func(a *api.Agent) {
+			a.Spec.SandboxSelector = &api.SandboxSelector{MatchLabels: map[string]string{"pool": "db"}}
+		}, ""},
+		{"sandboxName", func(a *api.Agent) { a.Spec.SandboxName = "web-2" }, "web-2"},
+		{"sandboxName of a busy sandbox", func(a *api.Agent) { a.Spec.SandboxName = "web-busy" }, ""},
+		{"sandboxName of a missing sandbox", func(a *api.Agent) { a.Spec.SandboxName = "nowhere" }, ""},
+		{"gpu", func(a *api.Agent) {
+			a.Spec.SandboxSelector = &api.SandboxSelector{Pool: "gpu"}
+			a.Spec.RequiresGPU = true
+		}, "gpu-1"},
+		{"gpu where there is none", func(a *api.Agent) {
+			a.Spec.SandboxSelector = &api.SandboxSelector{Pool: "web"}
+			a.Spec.RequiresGPU = true
+		}, ""},
+		{"unhealthy", func(a *api.Agent) { a.Spec.SandboxSelector = &api.SandboxSelector{Pool: "sick"} }, ""},
+		{"being deleted", func(a *api.Agent) { a.Spec.SandboxSelector = &api.SandboxSelector{Pool: "going"} }, ""},
+		{"still cloning", func(a *api.Agent) { a.Spec.SandboxSelector = &api.SandboxSelector{Pool: "cloning"} }, ""},
+		{"in error", func(a *api.Agent) { a.Spec.SandboxSelector = &api.SandboxSelector{Pool: "broken"} }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newSchedEnv(t)
+			for _, s := range sandboxes {
+				e.createSandbox(s)
+			}
+			e.create(newAgent(t, "job", tt.edit))
+			res := e.reconcile()
+			if got := e.binding("job"); got != tt.want {
+				t.Errorf("bound to %q, want %q", got, tt.want)
+			}
+			if tt.want == "" && res.RequeueAfter <= 0 {
+				t.Errorf("requeue after %s, want a look again for the waiting agent", res.RequeueAfter)
+			}
+		})
+	}
+}
+
+// TestSchedulerTakesBackTheClaim makes the agent change between the
+// round's read and its write: the claim on the sandbox must not stay.
+func TestSchedulerTakesBackTheClaim(t *testing.T) {
+	e := newSchedEnv(t)
+	e.createSandbox(testSandbox{name: "web-1", labels: map[string]string{"pool": "web"}, phase: api.SandboxPaused})
+	e.create(newAgent(t, "job", nil))
+	e.sync()
+	// Someone labels the agent after the round's caches were filled.
+	a := e.agent("job")
+	a.Metadata.Labels = map[string]string{"team": "x"}
+	if _, _, err := e.st.Update(e.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.s.Reconcile(e.ctx, schedulerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sandbox("web-1").Status.CurrentAgent; got != "" {
+		t.Fatalf("claim %q left on the sandbox after the agent could not be bound", got)
+	}
+	if got := e.agent("job").Status.Phase; got == api.AgentScheduled {
+		t.Fatal("agent scheduled by a stale round")
+	}
+	if res.RequeueAfter <= 0 {
+		t.Errorf("requeue after %s, want a quick retry after a conflict", res.RequeueAfter)
+	}
+	e.reconcile()
+	if got, want := e.binding("job"), "web-1"; got != want {
+		t.Errorf("the next round bound it to %q, want %q", got, want)
+	}
+}
+
+// hookStore is the real store with hooks that run once, before the next
+// UpdateStatus or Delete: a test uses them to land another writer's
+// change at a precise moment of a reconcile.
+type hookStore struct {
+	store.Interface
+	mu           sync.Mutex // guards the hooks
+	before       func(o api.Object)
+	beforeDelete func(kind, name string)
+}
+
+func (h *hookStore) Delete(ctx context.Context, kind, name string, opts store.DeleteOptions) (api.Object, bool, error) {
+	h.mu.Lock()
+	f := h.beforeDelete
+	h.beforeDelete = nil
+	h.mu.Unlock()
+	if f != nil {
+		f(kind, name)
+	}
+	return h.Interface.Delete(ctx, kind, name, opts)
+}
+
+func (h *hookStore) UpdateStatus(ctx context.Context, o api.Object) (api.Object, error) {
+	h.mu.Lock()
+	f := h.before
+	h.before = nil
+	h.mu.Unlock()
+	if f != nil {
+		f(o)
+	}
+	return h.Interface.UpdateStatus(ctx, o)
+}
+
+// bindElsewhere binds agent to sandbox as another scheduler would (claim,
+// then agent), and lets the round's cache see the claim, as its watch
+// would deliver it.
+func (e *env) bindElsewhere(c *Cache, agent, sandbox string) {
+	e.t.Helper()
+	now := e.clk.Now()
+	claimed, err := UpdateStatus(e.ctx, e.st, api.KindSandbox, sandbox, func(sb *api.Sandbox) bool {
+		sb.Status.CurrentAgent, sb.Status.ClaimedAt = agent, &now
+		return true
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := UpdateStatus(e.ctx, e.st, api.KindAgent, agent, func(a *api.Agent) bool {
+		a.Status.Phase, a.Status.Sandbox, a.Status.ScheduledAt = api.AgentScheduled, sandbox, &now
+		return true
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	c.Observe(claimed)
+}
+
+// TestSchedulerDoesNotStealAClaim lets another scheduler claim a sandbox
+// after this round planned it as free and before it binds there: the
+// round must lose, not overwrite the claim.
+func TestSchedulerDoesNotStealAClaim(t *testing.T) {
+	e := newEnv(t)
+	hs := &hookStore{Interface: e.st}
+	s := NewScheduler(e.m, hs, e.log, e.clk.Now)
+	web := map[string]string{"pool": "web"}
+	e.createSandbox(testSandbox{name: "sb-1", labels: web, phase: api.SandboxPaused})
+	e.createSandbox(testSandbox{name: "sb-2", labels: web, phase: api.SandboxPaused})
+	e.create(newAgent(t, "a1", nil))
+	e.clk.Advance(time.Second)
+	e.create(newAgent(t, "a2", nil))
+	e.sync()
+	// The other scheduler's agent is not in this round's view.
+	e.create(newAgent(t, "other", func(a *api.Agent) { a.Spec.SandboxName = "sb-2" }))
+	hs.before = func(api.Object) { e.bindElsewhere(s.sandboxes, "other", "sb-2") }
+	if _, err := s.Reconcile(e.ctx, schedulerKey); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.sandbox("sb-2").Status.CurrentAgent, "other"; got != want {
+		t.Errorf("sb-2 claimed by %q, want %q (the first claim)", got, want)
+	}
+	if got := e.agent("a2").Status.Sandbox; got != "" {
+		t.Errorf("a2 bound to %q, want left pending for the next round", got)
+	}
+	if got, want := e.binding("a1"), "sb-1"; got != want {
+		t.Errorf("a1 bound to %q, want %q", got, want)
+	}
+}
+
+// TestSchedulerTakesBackOnlyItsOwnClaim lets another scheduler bind the
+// same agent to the same sandbox first: the round that loses must not
+// clear the claim that the winner's binding stands on.
+func TestSchedulerTakesBackOnlyItsOwnClaim(t *testing.T) {
+	e := newEnv(t)
+	hs := &hookStore{Interface: e.st}
+	s := NewScheduler(e.m, hs, e.log, e.clk.Now)
+	web := map[string]string{"pool": "web"}
+	e.createSandbox(testSandbox{name: "sb-0", labels: web, phase: api.SandboxRunning})
+	e.createSandbox(testSandbox{name: "sb-1", labels: web, phase: api.SandboxPaused})
+	e.create(newAgent(t, "a0", nil))
+	e.clk.Advance(time.Second)
+	e.create(newAgent(t, "a1", nil))
+	e.sync()
+	// While this round claims sb-0 for a0, another binds a1 to sb-1, as
+	// this round is about to.
+	hs.before = func(api.Object) { e.bindElsewhere(s.sandboxes, "a1", "sb-1") }
+	if _, err := s.Reconcile(e.ctx, schedulerKey); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.binding("a0"), "sb-0"; got != want {
+		t.Errorf("a0 bound to %q, want %q", got, want)
+	}
+	if got, want := e.sandbox("sb-1").Status.CurrentAgent, "a1"; got != want {
+		t.Errorf("sb-1 claimed by %q, want %q: a1 is bound there", got, want)
+	}
+}
+
+// TestSchedulerNeverDoubleBinds places 1,000 agents on 200 sandboxes (fewer
+// under the race detector) with
+// one or several schedulers on one store, each driven by its own Manager
+// and, in the concurrent case, also called directly from several
+// goroutines at once. Every stale round must lose its claim: no sandbox
+// is bound to two agents, no agent to two sandboxes, and every binding is
+// backed by the sandbox's claim.
+func TestSchedulerNeverDoubleBinds(t *testing.T) {
+	tests := []struct {
+		name              string
+		managers, callers int
+	}{
+		{"one scheduler", 1, 0},
+		{"concurrent schedulers", 3, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			testNoDoubleBinds(t, tt.managers, tt.callers)
+		})
+	}
+}
+
+// raceEnabled reports whether the test binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+func testNoDoubleBinds(t *testing.T, nManagers, nCallers int) {
+	nSandboxes, nAgents := 200, 1000
+	if raceEnabled() {
+		// The race detector makes every SQLite write about ten times
+		// slower; a smaller crowd keeps the test short.
+		nSandboxes, nAgents = 60, 300
+	}
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(ctx, t.TempDir(), store.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pools := []string{"a", "b", "c"}
+	if err := st.Tx(ctx, func(tx *store.Tx) error {
+		for i := 0; i < nSandboxes; i++ {
+			sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+			sb.Metadata.Name = fmt.Sprintf("sb-%03d", i)
+			sb.Metadata.Labels = map[string]string{"pool": pools[i%len(pools)]}
+			api.Default(sb)
+			sb.Status.Phase, sb.Status.Node = []string{api.SandboxPaused, api.SandboxRunning, api.SandboxSaved}[i%3], "n1"
+			if _, err := tx.Create(sb); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	var schedulers []*Scheduler
+	var managers []*Manager
+	for i := 0; i < nManagers; i++ {
+		m := NewManager(st, log, time.Second)
+		schedulers = append(schedulers, NewScheduler(m, st, log, nil))
+		if err := m.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		managers = append(managers, m)
+	}
+	defer func() {
+		for _, m := range managers {
+			m.Stop()
+		}
+	}()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < nCallers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := schedulers[i%len(schedulers)]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Reconcile(ctx, schedulerKey); err != nil {
+					t.Errorf("scheduling round: %v", err)
+					return
+				}
+			}
+		}()
+	}
+
+	// The agents arrive in batches while the schedulers run; a tenth of
+	// them name their sandbox.
+	for b := 0; b < 10; b++ {
+		if err := st.Tx(ctx, func(tx *store.Tx) error {
+			for i := b * nAgents / 10; i < (b+1)*nAgents/10; i++ {
+				a := newAgent(t, fmt.Sprintf("agent-%04d", i), func(a *api.Agent) {
+					if i%10 == 0 {
+						a.Spec.SandboxName = fmt.Sprintf("sb-%03d", i%nSandboxes)
+					} else {
+						a.Spec.SandboxSelector = &api.SandboxSelector{Pool: pools[i%len(pools)]}
+					}
+				})
+				if _, err := tx.Create(a); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Wait until every sandbox is claimed and as many agents are bound,
+	// then stop everything before judging.
+	settled := func() (claims, bound int) {
+		items, _, err := st.List(ctx, api.KindSandbox, api.Selector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			if it.(*api.Sandbox).Status.CurrentAgent != "" {
+				claims++
+			}
+		}
+		items, _, err = st.List(ctx, api.KindAgent, api.Selector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			if it.(*api.Agent).Status.Sandbox != "" {
+				bound++
+			}
+		}
+		return claims, bound
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, b := settled(); c == nSandboxes && b == nSandboxes {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	for _, m := range managers {
+		m.Stop()
+	}
+
+	items, _, err := st.List(ctx, api.KindSandbox, api.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentItems, _, err := st.List(ctx, api.KindAgent, api.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := map[string]*api.Agent{}
+	for _, it := range agentItems {
+		agents[it.GetMeta().Name] = it.(*api.Agent)
+	}
+	sandboxes := map[string]*api.Sandbox{}
+	claimsBy := map[string][]string{} // agent -> sandboxes claimed for it
+	for _, it := range items {
+		sb := it.(*api.Sandbox)
+		sandboxes[sb.Metadata.Name] = sb
+		if a := sb.Status.CurrentAgent; a != "" {
+			claimsBy[a] = append(claimsBy[a], sb.Metadata.Name)
+		}
+	}
+	for a, sbs := range claimsBy {
+		if len(sbs) > 1 {
+			t.Errorf("agent %s claims %d sandboxes: %v", a, len(sbs), sbs)
+		}
+	}
+	bound := 0
+	onSandbox := map[string]string{} // sandbox -> agent bound to it
+	for name, a := range agents {
+		if a.Status.Sandbox == "" {
+			if a.Status.Phase != "" && a.Status.Phase != api.AgentPending {
+				t.Errorf("agent %s is %s with no sandbox", name, a.Status.Phase)
+			}
+			continue
+		}
+		bound++
+		sb := sandboxes[a.Status.Sandbox]
+		if a.Status.Phase != api.AgentScheduled {
+			t.Errorf("agent %s on %s is %s, want Scheduled", name, a.Status.Sandbox, a.Status.Phase)
+		}
+		if other, ok := onSandbox[a.Status.Sandbox]; ok {
+			t.Errorf("double bind: agents %s and %s on sandbox %s", other, name, a.Status.Sandbox)
+		}
+		onSandbox[a.Status.Sandbox] = name
+		if sb == nil || sb.Status.CurrentAgent != name {
+			t.Errorf("agent %s is bound to %s, whose claim does not name it", name, a.Status.Sandbox)
+			continue
+		}
+		if a.Spec.SandboxName != "" && a.Spec.SandboxName != a.Status.Sandbox {
+			t.Errorf("agent %s asked for sandbox %s and got %s", name, a.Spec.SandboxName, a.Status.Sandbox)
+		}
+		if a.Spec.SandboxSelector != nil && !SelectorOf(a).Matches(sb.Metadata.Labels) {
+			t.Errorf("agent %s is on %s, which its selector does not match", name, a.Status.Sandbox)
+		}
+	}
+	for name, sb := range sandboxes {
+		a := sb.Status.CurrentAgent
+		if a == "" {
+			t.Errorf("sandbox %s is left unclaimed with %d agents waiting", name, nAgents-bound)
+			continue
+		}
+		if agents[a] == nil || agents[a].Status.Sandbox != name {
+			t.Errorf("sandbox %s is claimed by %s, which is not bound to it", name, a)
+		}
+	}
+	if got, want := bound, nSandboxes; got != want {
+		t.Errorf("%d agents bound, want %d", got, want)
+	}
+	evs, err := st.ListEvents(ctx, store.EventFilter{Kind: api.KindAgent, Limit: 10 * nAgents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheduled := 0
+	for _, ev := range evs {
+		if ev.Reason == "Scheduled" {
+			scheduled++
+		}
+	}
+	if got, want := scheduled, nSandboxes; got != want {
+		t.Errorf("%d Scheduled events, want %d: a binding that did not hold was announced", got, want)
+	}
+}
