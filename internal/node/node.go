@@ -176,12 +176,29 @@ func (n *Node) updateStatus(ctx context.Context, sb *api.Sandbox, change func(*a
 		if cur.Status.Node == "" {
 			cur.Status.Node = n.name
 		}
+		api.SetCondition(&cur.Status.Conditions, sandboxReady(cur), n.now())
 		return !statusEqual(before, cur.Status)
 	})
 	if errors.Is(err, api.ErrNotFound) {
 		return nil
 	}
 	return err
+}
+
+// sandboxReady is a sandbox's Ready condition: True when its VM runs or
+// waits warm (paused or saved) and its health check passes.
+func sandboxReady(sb *api.Sandbox) api.Condition {
+	c := api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: sb.Status.Reason, Message: sb.Status.Message, ObservedGeneration: sb.Metadata.Generation}
+	switch sb.Status.Phase {
+	case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
+		if sb.Status.Reason != "Unhealthy" {
+			c.Status, c.Reason, c.Message = api.ConditionTrue, sb.Status.Phase, ""
+		}
+	}
+	if c.Reason == "" {
+		c.Reason = orDefault(sb.Status.Phase, api.SandboxPending)
+	}
+	return c
 }
 
 // snapshotID names the backend snapshot of a template generation: a new
