@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -24,39 +24,19 @@ import (
 // t0 is where the test clock starts.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// testClock is an injected clock that moves only when told to.
-type testClock struct {
-	mu  sync.Mutex // guards now
-	now time.Time
-}
-
-func newTestClock(at time.Time) *testClock { return &testClock{now: at} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // env is a store, a clock and an unstarted Manager.
 type env struct {
 	t   *testing.T
 	ctx context.Context
 	st  *store.Store
-	clk *testClock
+	clk *clock.Fake
 	m   *Manager
 	log *slog.Logger
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	clk := newTestClock(t0)
+	clk := clock.NewFake(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := store.Open(context.Background(), t.TempDir(), store.Options{Now: clk.Now, Logger: log})
 	if err != nil {

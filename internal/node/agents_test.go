@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/controller"
@@ -378,7 +379,7 @@ spec:
 // clock with nothing completing it: it fails with DeadlineExceeded and
 // its sandbox is released.
 func TestMCPAgentDeadline(t *testing.T) {
-	clk := newTestClock(time.Now())
+	clk := clock.NewFake(time.Now())
 	c := newClusterWith(t, clusterOptions{now: clk.Now})
 	c.create(t, yamlObj(t, poolYAML("web", 1, "")))
 	member := c.waitPool(t, "web", 1, api.SandboxPaused)[0]
@@ -644,7 +645,7 @@ spec:
 // TestAgentRunsUnderAnInjectedClock runs a workflow on a node whose clock
 // is far behind the wall clock: it must complete.
 func TestAgentRunsUnderAnInjectedClock(t *testing.T) {
-	clk := newTestClock(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clock.NewFake(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
 	c := newClusterWith(t, clusterOptions{now: clk.Now})
 	c.create(t, yamlObj(t, poolYAML("web", 1, "")))
 	c.waitPool(t, "web", 1, api.SandboxPaused)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -166,13 +165,8 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 	}
 	info, err := n.be.Inspect(ctx, name)
 	if err == nil {
-		switch info.State {
-		case backend.StateRunning:
-			phase = api.SandboxRunning
-		case backend.StatePaused:
-			phase = api.SandboxPaused
-		case backend.StateSaved:
-			phase = api.SandboxSaved
+		if p, ok := phaseOf(info.State); ok {
+			phase = p
 		}
 	}
 	n.event(ctx, sb, api.EventNormal, "Released", msg)

@@ -10,7 +10,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -322,26 +321,6 @@ func count(reasons []string, reason string) int {
 		}
 	}
 	return n
-}
-
-// testClock is an injected clock that moves only when told to.
-type testClock struct {
-	mu  sync.Mutex // guards now
-	now time.Time
-}
-
-func newTestClock(at time.Time) *testClock { return &testClock{now: at} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // guestShell is an Options.Exec for the fake backend that, besides a few

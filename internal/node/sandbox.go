@@ -352,17 +352,8 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 	if err != nil {
 		return controller.Result{}, err
 	}
-	phase := sb.Status.Phase
-	switch info.State {
-	case backend.StateRunning:
-		phase = api.SandboxRunning
-	case backend.StatePaused:
-		phase = api.SandboxPaused
-	case backend.StateSaved:
-		phase = api.SandboxSaved
-	case backend.StateStopped:
-		phase = api.SandboxTerminated
-	default:
+	phase, known := phaseOf(info.State)
+	if !known {
 		msg := "the VM's process is gone (it crashed or was killed)"
 		n.event(ctx, sb, api.EventWarning, "VMGone", msg)
 		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMGone", msg)
@@ -519,4 +510,20 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// phaseOf is the sandbox phase of a backend run state; known is false for
+// a state with none (the VM's process is gone).
+func phaseOf(state string) (phase string, known bool) {
+	switch state {
+	case backend.StateRunning:
+		return api.SandboxRunning, true
+	case backend.StatePaused:
+		return api.SandboxPaused, true
+	case backend.StateSaved:
+		return api.SandboxSaved, true
+	case backend.StateStopped:
+		return api.SandboxTerminated, true
+	}
+	return "", false
 }

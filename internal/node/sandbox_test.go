@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/controller"
@@ -24,10 +25,10 @@ type directNode struct {
 	nd  *Node
 	st  *store.Store
 	be  *fake.Backend
-	clk *testClock
+	clk *clock.Fake
 }
 
-func newDirectNode(t *testing.T, clk *testClock) *directNode {
+func newDirectNode(t *testing.T, clk *clock.Fake) *directNode {
 	t.Helper()
 	d := &directNode{t: t, ctx: context.Background(), clk: clk}
 	d.nd, d.st, d.be = newNode(t, clk.Now)
@@ -89,7 +90,7 @@ func TestSandboxLifecycle(t *testing.T) {
 			// The node stamps a new sandbox's start with the wall clock
 			// (see TestSandboxTimesFollowTheNodeClock): start the test
 			// clock there.
-			d := newDirectNode(t, newTestClock(time.Now()))
+			d := newDirectNode(t, clock.NewFake(time.Now()))
 			d.create(yamlObj(t, sandboxYAML("box", tt.spec)))
 			d.reconcile("box")
 			sb := d.sandbox("box")
@@ -153,7 +154,7 @@ spec:
 // TestSandboxIdleCountsFromRelease releases a busy sandbox: its idle
 // time starts then, not when it started.
 func TestSandboxIdleCountsFromRelease(t *testing.T) {
-	d := newDirectNode(t, newTestClock(time.Now()))
+	d := newDirectNode(t, clock.NewFake(time.Now()))
 	d.create(yamlObj(t, sandboxYAML("box", "  lifecycle: {idleTimeoutMinutes: 10}\n")))
 	d.reconcile("box")
 	// An agent that is gone holds the claim: the node releases it.
@@ -185,7 +186,7 @@ func TestSandboxIdleCountsFromRelease(t *testing.T) {
 // the wall clock: lifecycle.timeoutMinutes must count on the node's
 // clock, from the start the node recorded.
 func TestSandboxTimesFollowTheNodeClock(t *testing.T) {
-	d := newDirectNode(t, newTestClock(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)))
+	d := newDirectNode(t, clock.NewFake(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)))
 	d.create(yamlObj(t, sandboxYAML("box", "  lifecycle: {timeoutMinutes: 5}\n")))
 	d.reconcile("box")
 	if sb := d.sandbox("box"); sb.Status.StartedAt == nil || !sb.Status.StartedAt.Equal(d.clk.Now()) {
@@ -214,7 +215,7 @@ func TestSandboxCannotStart(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := newDirectNode(t, newTestClock(time.Now()))
+			d := newDirectNode(t, clock.NewFake(time.Now()))
 			if tt.fail != nil {
 				d.be.FailNext(fake.OpCreate, "box", tt.fail)
 			}
@@ -431,7 +432,7 @@ func TestNodeStartDeletesOrphans(t *testing.T) {
 // back at the sandbox (a crash between the scheduler's two writes): the
 // node releases it once the scheduler's grace has passed, not before.
 func TestSandboxClaimLeftByACrash(t *testing.T) {
-	d := newDirectNode(t, newTestClock(time.Now()))
+	d := newDirectNode(t, clock.NewFake(time.Now()))
 	d.create(yamlObj(t, sandboxYAML("box", "  templateRef: desk\n")))
 	d.reconcile("box")
 	d.create(yamlObj(t, `apiVersion: hvkube/v1
@@ -529,7 +530,7 @@ spec:
 // leaves the sandbox Pending and writes nothing (a write would wake the
 // sandbox's own controller at once, and it would retry without end).
 func TestSandboxNoMemoryRetryWritesNothing(t *testing.T) {
-	d := newDirectNode(t, newTestClock(time.Now()))
+	d := newDirectNode(t, clock.NewFake(time.Now()))
 	d.create(yamlObj(t, sandboxYAML("box", "  templateRef: desk\n")))
 	noMemory := fmt.Errorf("not enough host memory: %w", api.ErrUnavailable)
 	var rv string
