@@ -55,6 +55,8 @@ test: deps vet tidy image
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md
 	$(BIN) bench qemu --write docs/benchmarks.md
+	$(BIN) bench control --write docs/benchmarks.md
+	$(BIN) bench agents --write docs/benchmarks.md
 
 clean:
 	rm -rf bin

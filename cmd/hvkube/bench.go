@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,7 +22,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Measure hvkube end to end and print p50/p95 latencies. With --write FILE the
 results replace their section of FILE (docs/benchmarks.md in the repository).`,
 	}
-	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd())
+	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd())
 	return cmd
 }
 
@@ -99,6 +101,79 @@ a real server's API. Under TCG this takes several minutes.`,
 	cmd.Flags().IntVar(&runs, "runs", 20, "runs per operation (screenshots and input run 5x this)")
 	cmd.Flags().IntVar(&coldBoots, "cold-boots", 20, "cold boots to time")
 	cmd.Flags().IntVar(&batches, "batches", 20, "times to clone 10 sandboxes at once")
+	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
+	cmd.Flags().StringVar(&image, "image", "linux-desktop", "the image to use")
+	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
+	return cmd
+}
+
+func newBenchControlCmd() *cobra.Command {
+	var sandboxes, agents, clients int
+	var write, cpuProfile string
+	cmd := &cobra.Command{
+		Use:   "control",
+		Short: "Control plane on the fake backend: agents scheduled and completed per second, double binds, API latency under load",
+		Long: `Run the server, store, controllers and node as hvkube serve does, over the
+FAKE backend (in-memory sandboxes that run nothing): fill a pool of
+--sandboxes sandboxes, submit --agents one-step workflow agents through the
+HTTP API from --clients clients at once, and measure how fast they are
+scheduled and completed, check that no sandbox is bound to two agents and no
+agent completes twice, and time GET and LIST requests made meanwhile.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if sandboxes < 1 || agents < 1 || clients < 1 {
+				return fmt.Errorf("--sandboxes, --agents and --clients must be at least 1")
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			rep, err := bench.Control(cmd.Context(), bench.ControlOptions{Sandboxes: sandboxes, Agents: agents, Clients: clients, Log: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			return report(cmd, rep, "control", write)
+		},
+	}
+	cmd.Flags().IntVar(&sandboxes, "sandboxes", 1000, "sandboxes in the pool")
+	cmd.Flags().IntVar(&agents, "agents", 10000, "agents to submit")
+	cmd.Flags().IntVar(&clients, "clients", 4, "clients submitting agents at once")
+	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	return cmd
+}
+
+func newBenchAgentsCmd() *cobra.Command {
+	var runs int
+	var imageDir, image, write string
+	cmd := &cobra.Command{
+		Use:   "agents",
+		Short: "Agents on QEMU desktops: submitted to running on a warm sandbox, one and ten at a time; to completed; a 10-sandbox pool filled",
+		Long: `Measure agents end to end on the QEMU backend, through a real server's API,
+on the image built by make image: an agent submitted until it runs on a
+warm (paused) sandbox of a pool, one at a time and ten at once; a one-step
+workflow agent submitted until it completed; and a pool of 10 filled from
+zero. Everything it creates is deleted on the way out.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runs < 1 {
+				return fmt.Errorf("--runs must be at least 1")
+			}
+			rep, err := bench.Agents(cmd.Context(), bench.AgentsOptions{ImageDir: imageDir, Image: image, Runs: runs, Log: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			return report(cmd, rep, "agents", write)
+		},
+	}
+	cmd.Flags().IntVar(&runs, "runs", 20, "runs per measurement (bursts of 10 and pool fills included)")
 	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
 	cmd.Flags().StringVar(&image, "image", "linux-desktop", "the image to use")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")

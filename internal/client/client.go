@@ -42,7 +42,11 @@ func New(server, token string) (*Client, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("server %q is not an http(s) URL", server)
 	}
-	return &Client{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{}}, nil
+	// More than the default two idle connections per host: the CLI makes
+	// one request at a time, but programs share a Client between many.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 32
+	return &Client{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Transport: tr}}, nil
 }
 
 // Server returns the base URL.

@@ -48,6 +48,18 @@ func (c *Cache) List(sel api.Selector) []api.Object {
 	return out
 }
 
+// Range calls fn for each cached object, in no order, until fn returns
+// false. fn must not call the cache.
+func (c *Cache) Range(fn func(api.Object) bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, o := range c.objects {
+		if !fn(o) {
+			return
+		}
+	}
+}
+
 // Len is the number of cached objects.
 func (c *Cache) Len() int {
 	c.mu.RLock()

@@ -54,8 +54,8 @@ func NewPools(m *Manager, st store.Interface, log *slog.Logger, now func() time.
 // (their queue-based scaling counts it).
 func (p *Pools) poolsFor(o api.Object) []string {
 	a := o.(*api.Agent)
-	if a.Spec.SandboxSelector == nil {
-		return nil
+	if a.Spec.SandboxSelector == nil || !Pending(a) {
+		return nil // a bound agent's pool hears of it through the sandbox's claim
 	}
 	sel := SelectorOf(a)
 	var keys []string
@@ -78,11 +78,13 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 	}
 	pool := o.(*api.SandboxPool)
 	var members []*api.Sandbox
-	for _, so := range p.sandboxes.List(api.Selector{}) {
+	p.sandboxes.Range(func(so api.Object) bool {
 		if api.OwnerOf(so, api.KindSandboxPool) == name {
 			members = append(members, so.(*api.Sandbox))
 		}
-	}
+		return true
+	})
+	sort.Slice(members, func(i, j int) bool { return members[i].Metadata.Name < members[j].Metadata.Name })
 	if pool.Metadata.DeletionTimestamp != nil {
 		return p.deletePool(ctx, pool, members)
 	}
@@ -224,12 +226,14 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 			}
 		}
 	}
-	for _, ao := range p.agents.List(api.Selector{}) {
+	labels := pool.Spec.Template.Metadata.Labels
+	p.agents.Range(func(ao api.Object) bool {
 		a := ao.(*api.Agent)
-		if Pending(a) && a.Spec.SandboxSelector != nil && SelectorOf(a).Matches(pool.Spec.Template.Metadata.Labels) {
+		if Pending(a) && a.Spec.SandboxSelector != nil && matchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
 			s.pendingAgents++
 		}
-	}
+		return true
+	})
 	s.desired = pool.Spec.Replicas
 	if t := pool.Spec.Scaling.ScaleUpThreshold; t > 0 && s.pendingAgents >= t {
 		s.desired += s.pendingAgents / t
@@ -409,4 +413,15 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// matchLabels reports whether labels has every key and value of want (a
+// matchLabels selector), without building a Selector.
+func matchLabels(want, labels map[string]string) bool {
+	for k, v := range want {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }

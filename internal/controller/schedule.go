@@ -61,34 +61,42 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
 	now := s.now()
 	var agents []scheduler.Agent
 	byName := map[string]*api.Agent{}
-	for _, o := range s.agents.List(api.Selector{}) {
+	s.agents.Range(func(o api.Object) bool {
 		a := o.(*api.Agent)
-		if !Pending(a) {
-			continue
+		if Pending(a) {
+			byName[a.Metadata.Name] = a
+			agents = append(agents, scheduler.Agent{Name: a.Metadata.Name, SandboxName: a.Spec.SandboxName,
+				Selector: SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp})
 		}
-		byName[a.Metadata.Name] = a
-		agents = append(agents, scheduler.Agent{Name: a.Metadata.Name, SandboxName: a.Spec.SandboxName,
-			Selector: SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp})
-	}
+		return true
+	})
 	if len(agents) == 0 {
 		return Result{}, nil
 	}
 	var sandboxes []scheduler.Sandbox
 	seen := map[string]*api.Sandbox{}
-	for _, o := range s.sandboxes.List(api.Selector{}) {
+	s.sandboxes.Range(func(o api.Object) bool {
 		sb := o.(*api.Sandbox)
 		seen[sb.Metadata.Name] = sb
 		sandboxes = append(sandboxes, ViewOf(sb))
-	}
+		return true
+	})
 	plan := scheduler.Plan(agents, sandboxes, now)
 	conflicts := 0
-	for _, b := range plan {
-		if err := s.bind(ctx, byName[b.Agent], seen[b.Sandbox], now); err != nil {
-			if errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) {
-				conflicts++
-				continue
-			}
+	if gu, ok := s.st.(groupUpdater); ok {
+		var err error
+		if conflicts, err = s.bindAll(ctx, gu, plan, byName, seen); err != nil {
 			return Result{}, err
+		}
+	} else {
+		for _, b := range plan {
+			if err := s.bind(ctx, byName[b.Agent], seen[b.Sandbox], s.now()); err != nil {
+				if errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) {
+					conflicts++
+					continue
+				}
+				return Result{}, err
+			}
 		}
 	}
 	if conflicts > 0 {
@@ -119,6 +127,71 @@ func ViewOf(sb *api.Sandbox) scheduler.Sandbox {
 	return v
 }
 
+// groupUpdater is a store that writes groups of status updates in one
+// transaction (store.Store does). With one, a round's claims and bindings
+// are one commit, each claim and its binding landing together.
+type groupUpdater interface {
+	UpdateStatusGroups(ctx context.Context, groups [][]api.Object) ([][]api.Object, []error, error)
+}
+
+// bindAll binds the round's plan through a groupUpdater: per binding, the
+// claim on the sandbox and the agent's status, both conditioned on what
+// the round read, land together or not at all. It returns how many
+// bindings lost to a concurrent write.
+func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []scheduler.Binding, agents map[string]*api.Agent, sandboxes map[string]*api.Sandbox) (int, error) {
+	var groups [][]api.Object
+	var kept []scheduler.Binding
+	conflicts := 0
+	for _, b := range plan {
+		seen, a := sandboxes[b.Sandbox], agents[b.Agent]
+		if seen == nil || a == nil || seen.Status.CurrentAgent != "" {
+			conflicts++
+			continue
+		}
+		now := s.now()
+		sb, ag := claim(seen, a, now)
+		groups = append(groups, []api.Object{sb, ag})
+		kept = append(kept, b)
+	}
+	if len(groups) == 0 {
+		return conflicts, nil
+	}
+	out, errs, err := gu.UpdateStatusGroups(ctx, groups)
+	if err != nil {
+		return conflicts, err
+	}
+	for i, b := range kept {
+		if errs[i] != nil {
+			if !errors.Is(errs[i], api.ErrConflict) && !errors.Is(errs[i], api.ErrNotFound) {
+				return conflicts, errs[i]
+			}
+			conflicts++
+			continue
+		}
+		s.sandboxes.Observe(out[i][0])
+		s.agents.Observe(out[i][1])
+		Event(ctx, s.st, s.log, out[i][1], api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", b.Sandbox, out[i][0].(*api.Sandbox).Status.Node))
+	}
+	return conflicts, nil
+}
+
+// claim returns seen with its claim for a and a bound to it, both as of
+// what the round read (their resourceVersions are the writes' conditions).
+func claim(seen *api.Sandbox, a *api.Agent, now time.Time) (*api.Sandbox, *api.Agent) {
+	sb := api.DeepCopy(seen)
+	sb.Status.CurrentAgent = a.Metadata.Name
+	sb.Status.ClaimedAt = &now
+	ag := api.DeepCopy(a)
+	ag.Status.Phase, ag.Status.Reason = api.AgentScheduled, "Scheduled"
+	ag.Status.Message = fmt.Sprintf("bound to sandbox %s", sb.Metadata.Name)
+	ag.Status.Sandbox, ag.Status.Node = sb.Metadata.Name, sb.Status.Node
+	ag.Status.ScheduledAt = &now
+	ag.Status.ObservedGeneration = ag.Metadata.Generation
+	api.SetCondition(&ag.Status.Conditions, api.Condition{Type: "Scheduled", Status: api.ConditionTrue, Reason: "Bound",
+		Message: ag.Status.Message, ObservedGeneration: ag.Metadata.Generation}, now)
+	return sb, ag
+}
+
 // bind claims sb, the sandbox as the round saw it, for a, then records the
 // binding on a. The claim is conditioned on the resourceVersion the round
 // read: if anything wrote the sandbox since (another scheduler's claim
@@ -129,22 +202,12 @@ func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, n
 		return fmt.Errorf("sandbox is taken: %w", api.ErrConflict)
 	}
 	name := seen.Metadata.Name
-	sb := api.DeepCopy(seen)
-	sb.Status.CurrentAgent = a.Metadata.Name
-	sb.Status.ClaimedAt = &now
+	sb, ag := claim(seen, a, now)
 	claimed, err := s.st.UpdateStatus(ctx, sb)
 	if err != nil {
 		return err
 	}
 	s.sandboxes.Observe(claimed)
-	ag := api.DeepCopy(a)
-	ag.Status.Phase, ag.Status.Reason = api.AgentScheduled, "Scheduled"
-	ag.Status.Message = fmt.Sprintf("bound to sandbox %s", name)
-	ag.Status.Sandbox, ag.Status.Node = name, sb.Status.Node
-	ag.Status.ScheduledAt = &now
-	ag.Status.ObservedGeneration = ag.Metadata.Generation
-	api.SetCondition(&ag.Status.Conditions, api.Condition{Type: "Scheduled", Status: api.ConditionTrue, Reason: "Bound",
-		Message: ag.Status.Message, ObservedGeneration: ag.Metadata.Generation}, now)
 	bound, err := s.st.UpdateStatus(ctx, ag)
 	if err != nil {
 		back := api.DeepCopy(claimed.(*api.Sandbox))

@@ -110,7 +110,9 @@ func (n *Node) Name() string { return n.name }
 func (n *Node) Register(m *controller.Manager) {
 	n.templates = m.Register(controller.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
 		Reconciler: controller.ReconcilerFunc(n.reconcileTemplate)})
-	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: 4,
+	// Clones are mostly QEMU's work and the host's: eight at once fill a
+	// pool of ten in about the time ten parallel clones take.
+	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: 8,
 		Reconciler: controller.ReconcilerFunc(n.reconcileSandbox),
 		Watches:    []controller.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
 	n.agentsQ = m.Register(controller.Controller{Name: "agent-run", For: api.KindAgent, Workers: 4,
@@ -224,6 +226,14 @@ type keyedMutex struct {
 type keyLock struct {
 	mu   sync.Mutex
 	refs int
+}
+
+// busy reports whether key is locked now.
+func (k *keyedMutex) busy(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.locks[key]
+	return ok
 }
 
 // lock locks key and returns its unlock.

@@ -318,7 +318,9 @@ func (n *Node) templateFor(ctx context.Context, sb *api.Sandbox) (*api.Template,
 func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Result, error) {
 	var health error
 	checked := false
-	if info, err := n.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning {
+	// A sandbox being operated on (reset, released, acquired) does not
+	// answer meanwhile: check it another time rather than wait on it.
+	if info, err := n.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning && !n.locks.busy(name) {
 		for try := 0; try < 2; try++ {
 			// A second try: a check caught by a pause and resume fails
 			// without the guest being unwell.

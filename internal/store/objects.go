@@ -164,9 +164,98 @@ func (s *Store) Delete(ctx context.Context, kind, name string, opts DeleteOption
 	return out, deleted, err
 }
 
-// RecordEvent adds an event to the audit log in its own transaction.
+// eventRecord is an event waiting to be written, or (with done set) a
+// marker that Flush waits on.
+type eventRecord struct {
+	obj                  api.Object
+	typ, reason, message string
+	done                 chan struct{}
+}
+
+// flushEvents returns once every event queued before it is written, so
+// that a reader of the log sees the events recorded before its read.
+func (s *Store) flushEvents(ctx context.Context) {
+	done := make(chan struct{})
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	select {
+	case s.events <- eventRecord{done: done}:
+	case <-ctx.Done():
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// maxEventBatch bounds the events written in one transaction.
+const maxEventBatch = 500
+
+// RecordEvent adds an event to the audit log. Controllers record many
+// events, each of which would cost a write transaction of its own on the
+// store's one writer; they are queued instead and written together a few
+// at a time, so an event may reach the log (and its watchers) a few
+// milliseconds after the call. With the queue full, the call writes the
+// event itself.
 func (s *Store) RecordEvent(ctx context.Context, o api.Object, eventType, reason, message string) error {
+	rec := eventRecord{obj: api.DeepCopy(o), typ: eventType, reason: reason, message: message}
+	s.mu.Lock()
+	if !s.closed {
+		select {
+		case s.events <- rec:
+			s.mu.Unlock()
+			return nil
+		default:
+		}
+	}
+	s.mu.Unlock()
 	return s.Tx(ctx, func(tx *Tx) error { return tx.Emit(o, eventType, reason, message) })
+}
+
+// writeEvents writes queued events, a batch per transaction, until the
+// queue is closed and empty.
+func (s *Store) writeEvents() {
+	defer close(s.eventsDone)
+	for rec := range s.events {
+		batch := []eventRecord{rec}
+	more:
+		for len(batch) < maxEventBatch {
+			select {
+			case r, ok := <-s.events:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		err := s.Tx(context.Background(), func(tx *Tx) error {
+			for _, r := range batch {
+				if r.done != nil {
+					continue
+				}
+				if err := tx.Emit(r.obj, r.typ, r.reason, r.message); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			s.log.Warn("record events", "events", len(batch), "err", err)
+		}
+		for _, r := range batch {
+			if r.done != nil {
+				close(r.done)
+			}
+		}
+	}
 }
 
 // EventFilter narrows ListEvents.
@@ -182,8 +271,10 @@ type EventFilter struct {
 	AfterID int64
 }
 
-// ListEvents returns events oldest first.
+// ListEvents returns events oldest first, including every event recorded
+// before the call.
 func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]*api.Event, error) {
+	s.flushEvents(ctx)
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 1000
@@ -259,4 +350,49 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 func ParseRV(rv string) int64 {
 	n, _ := strconv.ParseInt(rv, 10, 64)
 	return n
+}
+
+// UpdateStatusGroups writes groups of status updates in one transaction:
+// within a group the updates land together or not at all, each
+// conditioned on its resourceVersion as in UpdateStatus. A group that fails
+// (a conflict, a missing object) is left out, with its error at its index
+// in errs, and the others still land; err reports a failure of the
+// transaction as a whole. It lets a caller that writes many small groups
+// (the scheduler's claim and binding, for a whole round) pay for one
+// commit instead of one per write.
+func (s *Store) UpdateStatusGroups(ctx context.Context, groups [][]api.Object) (out [][]api.Object, errs []error, err error) {
+	out = make([][]api.Object, len(groups))
+	errs = make([]error, len(groups))
+	err = s.Tx(ctx, func(tx *Tx) error {
+		for i, g := range groups {
+			pending, changes := len(tx.pending), tx.changes
+			if _, err := tx.tx.ExecContext(ctx, `SAVEPOINT grp`); err != nil {
+				return err
+			}
+			var written []api.Object
+			var gerr error
+			for _, o := range g {
+				w, err := tx.UpdateStatus(o)
+				if err != nil {
+					gerr = err
+					break
+				}
+				written = append(written, w)
+			}
+			if gerr != nil {
+				if _, err := tx.tx.ExecContext(ctx, `ROLLBACK TO grp`); err != nil {
+					return err
+				}
+				tx.pending, tx.changes = tx.pending[:pending], changes
+				errs[i] = gerr
+			} else {
+				out[i] = written
+			}
+			if _, err := tx.tx.ExecContext(ctx, `RELEASE grp`); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, errs, err
 }

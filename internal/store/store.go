@@ -57,6 +57,11 @@ type Store struct {
 	// commit order.
 	writeMu sync.Mutex
 
+	// events queues RecordEvent's events for writeEvents; eventsDone
+	// closes when it has written the last.
+	events     chan eventRecord
+	eventsDone chan struct{}
+
 	mu       sync.Mutex // guards the following fields
 	watchers map[*Watcher]struct{}
 	closed   bool
@@ -107,6 +112,8 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if s.maxChanges == 0 {
 		s.maxChanges = 100000
 	}
+	s.events, s.eventsDone = make(chan eventRecord, 10000), make(chan struct{})
+	go s.writeEvents()
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		if c := sqliteCode(err); c != 0 {
@@ -123,7 +130,8 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close stops every watcher and closes the database. It is idempotent.
+// Close writes the events still queued, stops every watcher and closes
+// the database. It is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -131,6 +139,12 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.mu.Unlock()
+	// RecordEvent no longer queues (it saw closed under mu, or queued
+	// before): the queue can be closed and drained.
+	close(s.events)
+	<-s.eventsDone
+	s.mu.Lock()
 	for w := range s.watchers {
 		w.stop(nil)
 	}

@@ -387,3 +387,54 @@ func TestWatchFromCompactedRevision(t *testing.T) {
 		t.Fatalf("%d changes kept with MaxChanges 10", n)
 	}
 }
+
+// TestUpdateStatusGroups: each group lands whole or not at all; a group
+// that conflicts is left out and the others land; watchers hear only of
+// what landed.
+func TestUpdateStatusGroups(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	a, _ := s.Create(ctx, pool("a", 1))
+	b, _ := s.Create(ctx, pool("b", 1))
+	c, _ := s.Create(ctx, pool("c", 1))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, w, err := s.ListAndWatch(wctx, api.KindSandboxPool, api.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(o api.Object, ready int) api.Object {
+		p := api.DeepCopy(o).(*api.SandboxPool)
+		p.Status.Ready = ready
+		return p
+	}
+	stale := set(c, 9)
+	stale.GetMeta().ResourceVersion = "1"
+	out, errs, err := s.UpdateStatusGroups(ctx, [][]api.Object{
+		{set(a, 1), set(b, 1)},
+		{set(b, 2), stale}, // b was written by the first group: its rv is stale too
+		{set(c, 3)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || !errors.Is(errs[1], api.ErrConflict) || errs[2] != nil || out[1] != nil {
+		t.Fatalf("errs %v, out %v", errs, out)
+	}
+	for name, want := range map[string]int{"a": 1, "b": 1, "c": 3} {
+		o, _ := s.Get(ctx, api.KindSandboxPool, name)
+		if got := o.(*api.SandboxPool).Status.Ready; got != want {
+			t.Errorf("%s: ready %d, want %d", name, got, want)
+		}
+	}
+	for _, want := range []string{"a", "b", "c"} {
+		select {
+		case ev := <-w.Events():
+			if ev.Object.GetMeta().Name != want || ev.Object.(*api.SandboxPool).Status.Ready == 2 {
+				t.Fatalf("watch: %s %s ready %d", ev.Type, ev.Object.GetMeta().Name, ev.Object.(*api.SandboxPool).Status.Ready)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no event for %s", want)
+		}
+	}
+}

@@ -1,0 +1,343 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend/qemu"
+	"github.com/hvkube/hvkube/internal/client"
+)
+
+// AgentsOptions size the agent benchmark on QEMU.
+type AgentsOptions struct {
+	ImageDir string
+	Image    string // image name, e.g. linux-desktop
+	// Runs is how many agents run one at a time, how many bursts of 10
+	// run, and how many times a pool of 10 is filled.
+	Runs int
+	Log  io.Writer
+}
+
+// Agents measures agents end to end on the QEMU backend through a real
+// server's API: submitted until Running on a warm (paused) sandbox of a
+// pool, one at a time and ten at once; submitted until Completed for a
+// one-step workflow; and a pool of 10 filled from zero. Everything it
+// creates is deleted on the way out, also when a step fails.
+func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
+	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
+	dir, err := os.MkdirTemp("", "hvkube-bench-agents-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	log := quietLogger(o.Log)
+	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: o.ImageDir, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	defer be.Close()
+	defer deleteSandboxes(ctx, be) // VMs outlive a backend: end them, even on failure
+	cl, err := startCluster(ctx, dir, be, log)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.stop()
+	h := newHTTPAPI(cl.url, 16)
+	defer func() {
+		if cerr := deleteEverything(context.WithoutCancel(ctx), h); cerr != nil {
+			logf("cleaning up: %v", cerr)
+		}
+	}()
+
+	c, err := client.New(cl.url, "")
+	if err != nil {
+		return nil, err
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	tr, err := newAgentTracker(wctx, c)
+	if err != nil {
+		return nil, err
+	}
+
+	logf("building the template (a cold boot)…")
+	if err := h.create(ctx, "templates", benchTemplate("bench", o.Image)); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 10*time.Minute, func() (bool, error) { return templateReady(ctx, h, "bench") }); err != nil {
+		return nil, fmt.Errorf("template bench: %w", err)
+	}
+	rep = &Report{Title: fmt.Sprintf("Agents on QEMU desktops (%s, 512 MB guest)", be.Accel())}
+
+	// One at a time, on a pool of one warm sandbox.
+	logf("one agent at a time on a warm sandbox ×%d", o.Runs)
+	if err := h.create(ctx, "sandboxpools", benchPool("single", "bench", 1)); err != nil {
+		return nil, err
+	}
+	toRun := Result{Name: "submitted → Running, warm sandbox, one at a time", Target: "p50 ≤ 50 ms"}
+	toAcq := Result{Name: "submitted → its sandbox resumed, one at a time", Target: "p50 ≤ 50 ms"}
+	toDone := Result{Name: "submitted → Completed, 1-step workflow"}
+	var toSched, schedToRun, runToAcq Result
+	for i := 0; i < o.Runs; i++ {
+		if err := waitPoolWarm(ctx, h, "single", 1, 2*time.Minute); err != nil {
+			return nil, err
+		}
+		// As in a pool that waited a while: the sandbox is paused, and the
+		// spare clones the backend keeps are made.
+		time.Sleep(time.Second)
+		name := fmt.Sprintf("one-%03d", i)
+		t, err := submit(ctx, h, name, "single")
+		if err != nil {
+			return nil, err
+		}
+		seen, err := tr.waitDone(ctx, []string{name}, 2*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		s := seen[name]
+		toRun.Samples = append(toRun.Samples, s.running.Sub(t))
+		toAcq.Samples = append(toAcq.Samples, s.acquired.Sub(t))
+		toDone.Samples = append(toDone.Samples, s.completed.Sub(t))
+		toSched.Samples = append(toSched.Samples, s.scheduled.Sub(t))
+		schedToRun.Samples = append(schedToRun.Samples, s.running.Sub(s.scheduled))
+		runToAcq.Samples = append(runToAcq.Samples, s.acquired.Sub(s.running))
+	}
+	rep.Results = append(rep.Results, toRun, toAcq, toDone)
+	rep.Facts = append(rep.Facts, fmt.Sprintf("one at a time, p50: submitted → Scheduled %s, Scheduled → Running %s, Running → sandbox resumed %s (as seen by a watch of the API)",
+		fmtDur(toSched.Percentile(50)), fmtDur(schedToRun.Percentile(50)), fmtDur(runToAcq.Percentile(50))))
+	if err := deletePool(ctx, h, "single"); err != nil {
+		return nil, err
+	}
+
+	// Pools of 10 filled from zero, then ten agents at once on them.
+	logf("a pool of 10 filled from zero, then 10 agents at once ×%d", o.Runs)
+	fill := Result{Name: "pool of 10 filled from zero (created → 10 warm)", Target: "≤ 5 s"}
+	burstRun := Result{Name: "10 at once on 10 warm: submitted → Running"}
+	burstAcq := Result{Name: "10 at once: submitted → its sandbox resumed"}
+	burstDone := Result{Name: "10 at once: submitted → Completed"}
+	del := Result{Name: "pool of 10 deleted (→ its sandboxes gone)"}
+	for i := 0; i < o.Runs; i++ {
+		pool := fmt.Sprintf("ten-%03d", i)
+		t := time.Now()
+		if err := h.create(ctx, "sandboxpools", benchPool(pool, "bench", 10)); err != nil {
+			return nil, err
+		}
+		if err := waitPoolWarm(ctx, h, pool, 10, 3*time.Minute); err != nil {
+			return nil, err
+		}
+		fill.Samples = append(fill.Samples, time.Since(t))
+		time.Sleep(2 * time.Second)
+		names := make([]string, 10)
+		starts := make([]time.Time, 10)
+		errs := make(chan error, len(names))
+		for j := range names {
+			names[j] = fmt.Sprintf("%s-%02d", pool, j)
+			go func() {
+				var err error
+				starts[j], err = submit(ctx, h, names[j], pool)
+				errs <- err
+			}()
+		}
+		for range names {
+			if err := <-errs; err != nil {
+				return nil, err
+			}
+		}
+		seen, err := tr.waitDone(ctx, names, 3*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		for j, n := range names {
+			s := seen[n]
+			burstRun.Samples = append(burstRun.Samples, s.running.Sub(starts[j]))
+			burstAcq.Samples = append(burstAcq.Samples, s.acquired.Sub(starts[j]))
+			burstDone.Samples = append(burstDone.Samples, s.completed.Sub(starts[j]))
+		}
+		t = time.Now()
+		if err := deletePool(ctx, h, pool); err != nil {
+			return nil, err
+		}
+		del.Samples = append(del.Samples, time.Since(t))
+	}
+	rep.Results = append(rep.Results, burstRun, burstAcq, burstDone, fill, del)
+	rep.Command = fmt.Sprintf("hvkube bench agents --runs %d", o.Runs)
+	return rep, nil
+}
+
+// submit creates a one-step workflow agent on pool and returns when the
+// request was sent.
+func submit(ctx context.Context, h *httpAPI, name, pool string) (time.Time, error) {
+	t := time.Now()
+	return t, h.create(ctx, "agents", stepAgent(name, pool, "b"))
+}
+
+// deletePool deletes a pool and waits until its sandboxes are gone.
+func deletePool(ctx context.Context, h *httpAPI, pool string) error {
+	if err := h.remove(ctx, "sandboxpools", pool); err != nil {
+		return err
+	}
+	return waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := h.get(ctx, "/api/v1/sandboxes?labelSelector="+url.QueryEscape("pool="+pool), &list); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	})
+}
+
+// deleteEverything deletes the agents, pools and sandboxes through the API
+// and waits (a while) until the sandboxes are gone.
+func deleteEverything(ctx context.Context, h *httpAPI) error {
+	for _, resource := range []string{"agents", "sandboxpools", "sandboxes"} {
+		var list struct {
+			Items []struct {
+				Metadata api.ObjectMeta `json:"metadata"`
+			} `json:"items"`
+		}
+		if err := h.get(ctx, "/api/v1/"+resource, &list); err != nil {
+			return err
+		}
+		for _, it := range list.Items {
+			if err := h.remove(ctx, resource, it.Metadata.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := h.get(ctx, "/api/v1/sandboxes", &list); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	})
+}
+
+// agentTracker notes, from watches of the API, when each agent was first
+// seen Scheduled, Running and Completed, and when its sandbox was first
+// seen running for it (acquired).
+type agentTracker struct {
+	mu      sync.Mutex // guards the following fields
+	seen    map[string]*agentTimes
+	failed  map[string]string
+	err     error
+	changed chan struct{}
+}
+
+type agentTimes struct {
+	scheduled, running, acquired, completed time.Time
+}
+
+func newAgentTracker(ctx context.Context, c *client.Client) (*agentTracker, error) {
+	t := &agentTracker{seen: map[string]*agentTimes{}, failed: map[string]string{}, changed: make(chan struct{})}
+	for _, kind := range []string{"agents", "sandboxes"} {
+		ch, err := c.Watch(ctx, kind, "")
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			for ev := range ch {
+				t.apply(ev)
+			}
+		}()
+	}
+	return t, nil
+}
+
+func (t *agentTracker) times(name string) *agentTimes {
+	s := t.seen[name]
+	if s == nil {
+		s = &agentTimes{}
+		t.seen[name] = s
+	}
+	return s
+}
+
+func (t *agentTracker) apply(ev client.WatchEvent) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ev.Err != nil {
+		t.err = ev.Err
+	}
+	switch x := ev.Object.(type) {
+	case *api.Agent:
+		s := t.times(x.Metadata.Name)
+		switch x.Status.Phase {
+		case api.AgentCompleted:
+			if s.completed.IsZero() {
+				s.completed = now
+			}
+			fallthrough
+		case api.AgentRunning:
+			if s.running.IsZero() {
+				s.running = now
+			}
+			fallthrough
+		case api.AgentScheduled:
+			if s.scheduled.IsZero() {
+				s.scheduled = now
+			}
+		case api.AgentFailed:
+			t.failed[x.Metadata.Name] = x.Status.Message
+		}
+	case *api.Sandbox:
+		if a := x.Status.CurrentAgent; a != "" && x.Status.Phase == api.SandboxRunning {
+			if s := t.times(a); s.acquired.IsZero() {
+				s.acquired = now
+			}
+		}
+	}
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// waitDone waits until every named agent has completed and returns the
+// times seen for them.
+func (t *agentTracker) waitDone(ctx context.Context, names []string, timeout time.Duration) (map[string]agentTimes, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		t.mu.Lock()
+		out := map[string]agentTimes{}
+		var missing string
+		for _, n := range names {
+			if msg, ok := t.failed[n]; ok {
+				t.mu.Unlock()
+				return nil, fmt.Errorf("agent %s failed: %s", n, msg)
+			}
+			s := t.seen[n]
+			if s == nil || s.completed.IsZero() || s.acquired.IsZero() {
+				missing = n
+				break
+			}
+			out[n] = *s
+		}
+		err, ch := t.err, t.changed
+		t.mu.Unlock()
+		switch {
+		case err != nil:
+			return nil, err
+		case missing == "":
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-deadline.C:
+			return nil, fmt.Errorf("agent %s has not completed after %s", missing, timeout)
+		case <-ch:
+		}
+	}
+}
