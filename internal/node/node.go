@@ -110,9 +110,9 @@ func (n *Node) Name() string { return n.name }
 func (n *Node) Register(m *controller.Manager) {
 	n.templates = m.Register(controller.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
 		Reconciler: controller.ReconcilerFunc(n.reconcileTemplate)})
-	// Clones are mostly QEMU's work and the host's: eight at once fill a
-	// pool of ten in about the time ten parallel clones take.
-	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: 8,
+	// Four clones at once: more contend for the host's cores (measured:
+	// a pool of ten fills slower with eight).
+	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: 4,
 		Reconciler: controller.ReconcilerFunc(n.reconcileSandbox),
 		Watches:    []controller.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
 	n.agentsQ = m.Register(controller.Controller{Name: "agent-run", For: api.KindAgent, Workers: 4,
@@ -217,10 +217,38 @@ func snapshotID(t *api.Template) string {
 	return name + gen
 }
 
-// keyedMutex is one mutex per key.
+// keyedMutex is one mutex per key. A check that runs without the lock
+// (observe) is cancelled when someone takes it: an operation on a
+// sandbox (a reset, a release, a deletion) does not wait for a health
+// check that the operation itself would make fail.
 type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
+	mu        sync.Mutex
+	locks     map[string]*keyLock
+	observers map[string]map[*context.CancelFunc]bool
+}
+
+// observe returns a context that ends when key is locked (or ctx ends),
+// and its release.
+func (k *keyedMutex) observe(ctx context.Context, key string) (context.Context, func()) {
+	octx, cancel := context.WithCancel(ctx)
+	k.mu.Lock()
+	if k.observers == nil {
+		k.observers = map[string]map[*context.CancelFunc]bool{}
+	}
+	if k.observers[key] == nil {
+		k.observers[key] = map[*context.CancelFunc]bool{}
+	}
+	k.observers[key][&cancel] = true
+	k.mu.Unlock()
+	return octx, func() {
+		k.mu.Lock()
+		delete(k.observers[key], &cancel)
+		if len(k.observers[key]) == 0 {
+			delete(k.observers, key)
+		}
+		k.mu.Unlock()
+		cancel()
+	}
 }
 
 type keyLock struct {
@@ -248,6 +276,9 @@ func (k *keyedMutex) lock(key string) func() {
 		k.locks[key] = l
 	}
 	l.refs++
+	for c := range k.observers[key] {
+		(*c)()
+	}
 	k.mu.Unlock()
 	l.mu.Lock()
 	return func() {

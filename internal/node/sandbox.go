@@ -318,20 +318,23 @@ func (n *Node) templateFor(ctx context.Context, sb *api.Sandbox) (*api.Template,
 func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Result, error) {
 	var health error
 	checked := false
-	// A sandbox being operated on (reset, released, acquired) does not
-	// answer meanwhile: check it another time rather than wait on it.
+	// A sandbox being operated on (reset, released, acquired, deleted)
+	// does not answer meanwhile: the check is skipped, or given up as soon
+	// as an operation starts, rather than waited out.
 	if info, err := n.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning && !n.locks.busy(name) {
+		octx, stop := n.locks.observe(ctx, name)
 		for try := 0; try < 2; try++ {
 			// A second try: a check caught by a pause and resume fails
 			// without the guest being unwell.
-			hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			hctx, cancel := context.WithTimeout(octx, 15*time.Second)
 			health = n.healthCheck(hctx, name)
 			cancel()
-			if health == nil {
+			if health == nil || octx.Err() != nil {
 				break
 			}
 		}
-		checked = true
+		checked = octx.Err() == nil
+		stop()
 	}
 	unlock := n.locks.lock(name)
 	defer unlock()
