@@ -61,7 +61,8 @@ func NewRoot(opts Options) *cobra.Command {
 		Use:   "hvkube",
 		Short: "hvkube orchestrates warm desktop VMs for computer-use agents",
 		Long: `hvkube keeps pools of isolated desktop VMs warm, schedules agent tasks onto
-them, and serves their screens: screenshots, input, clipboard and a live view.
+them, runs them to a result, and serves their screens: screenshots, input and
+clipboard (a live view in the browser is not served yet).
 
 Start a server with 'hvkube serve', then use the other commands against it.
 The server address comes from --server or HVKUBE_SERVER (default ` + client.DefaultServer + `);
