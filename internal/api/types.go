@@ -278,7 +278,26 @@ type SandboxStatus struct {
 	TerminatedAt  *time.Time `json:"terminatedAt,omitempty"`
 	LastResumedAt *time.Time `json:"lastResumedAt,omitempty"`
 	PID           int        `json:"pid,omitempty"`
+	// Control is set while a person holds the sandbox's input (taken in
+	// the live view); meanwhile input from agents and the API is refused
+	// with 409.
+	Control *SandboxControl `json:"control,omitempty"`
 }
+
+// SandboxControl is a person's hold on a sandbox's input.
+type SandboxControl struct {
+	// ID names this take-over; input sent on its behalf (a display token
+	// minted at the take-over, or the X-Hvkube-Control header) carries it.
+	ID string `json:"id"`
+	// Holder is who took control, as they named themselves.
+	Holder string    `json:"holder"`
+	Since  time.Time `json:"since"`
+	// Agent is the agent whose human request the take-over answers, if any.
+	Agent string `json:"agent,omitempty"`
+}
+
+// ControlHeader carries a take-over's ID on input sent by its holder.
+const ControlHeader = "X-Hvkube-Control"
 
 // ---- SandboxPool ----
 
@@ -482,7 +501,27 @@ type AgentStatus struct {
 	StartedAt   *time.Time   `json:"startedAt,omitempty"`
 	CompletedAt *time.Time   `json:"completedAt,omitempty"`
 	Result      *AgentResult `json:"result,omitempty"`
+	// HumanRequest is the agent's latest question to a person (MCP
+	// ask_human or POST /agents/NAME/hitl). While it has no answer the
+	// agent's WaitingForHuman condition is True.
+	HumanRequest *HumanRequest `json:"humanRequest,omitempty"`
 }
+
+// HumanRequest is a question an agent asked a person, and the answer.
+type HumanRequest struct {
+	ID         string     `json:"id"`
+	Question   string     `json:"question"`
+	AskedAt    time.Time  `json:"askedAt"`
+	Answer     string     `json:"answer,omitempty"`
+	AnsweredBy string     `json:"answeredBy,omitempty"`
+	AnsweredAt *time.Time `json:"answeredAt,omitempty"`
+}
+
+// Pending reports whether the request still waits for its answer.
+func (h *HumanRequest) Pending() bool { return h != nil && h.AnsweredAt == nil }
+
+// ConditionWaitingForHuman is True while an agent waits for a person's answer.
+const ConditionWaitingForHuman = "WaitingForHuman"
 
 // AgentResult is what an agent produced.
 type AgentResult struct {
