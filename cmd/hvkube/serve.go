@@ -243,7 +243,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 		defer nd.Stop()
 		nd.Register(mgr)
-		opts.Sandboxes, opts.Agents = nd, nd
+		opts.Sandboxes, opts.Actions, opts.Agents = nd, nd.Actions(), nd
 		opts.Backend = server.BackendInfo{Name: be.Name(), Node: nd.Name()}
 		if q, ok := be.(*qemu.Backend); ok {
 			opts.Backend.Accel, opts.Backend.AccelReason = q.Accel(), q.AccelReason()

@@ -20,6 +20,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -64,6 +65,10 @@ type Node struct {
 	runCtx    context.Context
 	runCancel context.CancelFunc
 	runs      runs
+
+	// actions is the action layer over this node's sandboxes: the API, MCP
+	// and workflow steps act through it.
+	actions *display.Actions
 }
 
 // New returns a Node.
@@ -79,6 +84,7 @@ func New(opts Options) *Node {
 	}
 	n := &Node{st: opts.Store, be: opts.Backend, log: opts.Logger.With("node", opts.Name), opt: opts, name: opts.Name, now: opts.Now}
 	n.runs.m = map[string]*run{}
+	n.actions = display.NewActions(n)
 	n.runCtx, n.runCancel = context.WithCancel(context.Background())
 	return n
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -37,6 +38,9 @@ type Options struct {
 	// Sandboxes runs sandbox operations (pause, screen, input, …); nil
 	// answers them with 501.
 	Sandboxes Sandboxes
+	// Actions is the action layer over the same sandboxes: the screen and
+	// input endpoints (and MCP) act through it.
+	Actions *display.Actions
 	// Agents serves the files the node keeps of agents; nil answers 501.
 	Agents Agents
 	// Ready reports whether the server is ready to serve (controllers
