@@ -27,7 +27,7 @@ type Agents interface {
 func (s *Server) agentRoutes() {
 	m := s.mux
 	m.HandleFunc("POST /api/v1/agents/{name}/complete", s.completeAgent)
-	m.HandleFunc("GET /api/v1/agents/{name}/logs", s.agentFile("agent.log"))
+	m.HandleFunc("GET /api/v1/agents/{name}/logs", s.agentLogs)
 	m.HandleFunc("GET /api/v1/agents/{name}/files/{path...}", s.agentFile(""))
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/hostpath"
+	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -63,6 +64,13 @@ type Options struct {
 	// AllowedRoots are the host directories that host paths in objects
 	// (template image files, volume hostPaths) must lie under.
 	AllowedRoots hostpath.Roots
+	// Metrics, when set, is served at /metrics (behind the token, like
+	// the API) and times screenshots and input.
+	Metrics *metrics.Metrics
+	// ControlToken mints the display token handed to a person who takes
+	// control of a sandbox: it carries the take-over's ID, so that the
+	// live view may send input. Nil hands out none.
+	ControlToken func(ctx context.Context, sandbox, controlID string) (string, error)
 }
 
 // BackendInfo describes the server's VM backend.
@@ -135,6 +143,10 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/agents/{name}/result", s.agentResult)
 	s.sandboxRoutes()
 	s.agentRoutes()
+	s.hitlRoutes()
+	if s.opts.Metrics != nil {
+		m.Handle("GET /metrics", s.opts.Metrics.Handler())
+	}
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API route for %s %s", r.Method, r.URL.Path))
 	})
