@@ -118,7 +118,7 @@ func (s *Server) getHumanRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.Status.HumanRequest == nil {
-		s.fail(w, r, fmt.Errorf("agent %s has asked nothing: %w", name, api.ErrNotFound))
+		s.fail(w, r, fmt.Errorf("agent %s has asked nothing (or its attempt ended before an answer came): %w", name, api.ErrNotFound))
 		return
 	}
 	writeJSON(w, http.StatusOK, a.Status.HumanRequest)
