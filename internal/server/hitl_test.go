@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -329,4 +331,56 @@ func count(ss []string, s string) int {
 		}
 	}
 	return n
+}
+
+// TestScopedTokenAndHITL: an agent's program asks with its own token, but
+// can neither answer nor take or release its sandbox's control.
+func TestScopedTokenAndHITL(t *testing.T) {
+	key := authtoken.Key("0123456789abcdef0123456789abcdef")
+	ts := start(t, Options{Token: "s3cret", ScopedKey: key})
+	code, _, body := ts.doAuth(t, "s3cret", "POST", "/api/v1/sandboxes", `{"apiVersion":"hvkube/v1","kind":"Sandbox","metadata":{"name":"desk"},"spec":{}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	code, _, body = ts.doAuth(t, "s3cret", "POST", "/api/v1/agents", `{"name":"booker","sandboxName":"desk","type":"mcp-agent"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create agent: %d %s", code, body)
+	}
+	setAgentPhase(t, ts, "booker", api.AgentRunning, "desk")
+	tok := key.Mint(authtoken.Scope{Sandbox: "desk", Agent: "booker"}, time.Now(), time.Hour)
+	code, _, body = ts.doAuth(t, tok, "POST", "/api/v1/agents/booker/hitl", `{"question":"ok?"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("ask with the scoped token: %d %s", code, body)
+	}
+	var hr api.HumanRequest
+	json.Unmarshal(body, &hr)
+	for _, tt := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/hitl/booker/respond", `{"id":"` + hr.ID + `","answer":"sure"}`},
+		{"GET", "/api/v1/hitl", ``},
+		{"POST", "/api/v1/sandboxes/desk/control", `{"action":"take","holder":"bot"}`},
+		{"POST", "/api/v1/sandboxes/desk/control", `{"action":"release","force":true}`},
+	} {
+		if code, _, body := ts.doAuth(t, tok, tt.method, tt.path, tt.body); code != http.StatusForbidden {
+			t.Errorf("%s %s with the scoped token: %d %s", tt.method, tt.path, code, body)
+		}
+	}
+	if code, _, body := ts.doAuth(t, tok, "GET", "/api/v1/agents/booker/hitl", ``); code != 200 {
+		t.Fatalf("read its own request: %d %s", code, body)
+	}
+}
+
+func (ts *testServer) doAuth(t *testing.T, token, method, path, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
 }

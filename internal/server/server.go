@@ -188,13 +188,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 }
 
 // inScope reports whether a scoped token may reach path: its sandbox and
-// everything under it, its agent and everything under it.
+// everything under it, its agent and everything under it; but not the
+// sandbox's control, which is a person's to take and hand back.
 func inScope(sc authtoken.Scope, path string) bool {
 	for _, p := range []struct{ prefix, name string }{{"/api/v1/sandboxes/", sc.Sandbox}, {"/api/v1/agents/", sc.Agent}} {
 		if p.name == "" {
 			continue
 		}
 		rest, ok := strings.CutPrefix(path, p.prefix+p.name)
+		if ok && p.prefix == "/api/v1/sandboxes/" && rest == "/control" {
+			return false
+		}
 		if ok && (rest == "" || strings.HasPrefix(rest, "/")) {
 			return true
 		}
