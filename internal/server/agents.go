@@ -137,6 +137,9 @@ func (s *Server) agentFile(fixed string) http.HandlerFunc {
 		}
 		defer f.Close()
 		ct := mime.TypeByExtension(path.Ext(rel))
+		if path.Ext(rel) == ".webm" {
+			ct = "video/webm" // a screen recording; some hosts' mime.types say audio/webm
+		}
 		if ct == "" || rel == "agent.log" {
 			ct = "text/plain; charset=utf-8"
 		}
