@@ -44,6 +44,9 @@ type Options struct {
 	// Tokens mints a token for a custom agent that reaches only its
 	// sandbox and its own agent, valid for ttl; nil gives none.
 	Tokens func(sandbox, agent string, ttl time.Duration) string
+	// ObserveAcquire, when set, hears how long each acquire took and how
+	// it went: resume, restore (the clean snapshot) or clone.
+	ObserveAcquire func(how string, d time.Duration)
 }
 
 // Node reconciles this host's templates and sandboxes and serves their

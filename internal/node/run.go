@@ -35,8 +35,12 @@ const (
 	maxArtifactBytes = 64 << 20 // per file
 )
 
-// execute runs the attempt's task on its (acquired) sandbox.
-func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog) (*api.AgentResult, error) {
+// execute runs the attempt's task on its (acquired) sandbox, recording
+// its screen meanwhile with output.screenRecording (record.go).
+func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog) (res *api.AgentResult, err error) {
+	if a.Spec.Output.ScreenRecording {
+		defer n.record(ctx, a.Status.Sandbox, dir, lg).stop(&res)
+	}
 	switch a.Spec.Type {
 	case "workflow":
 		return n.runWorkflow(ctx, a, dir, lg)

@@ -42,12 +42,14 @@ func (s *Server) sandboxRoutes() {
 	for _, op := range []string{"pause", "resume", "save", "reset"} {
 		m.HandleFunc("POST /api/v1/sandboxes/{name}/"+op, s.withSandboxes(s.sandboxOp(op)))
 	}
-	m.HandleFunc("GET /api/v1/sandboxes/{name}/screen", s.withSandboxes(s.screen))
-	m.HandleFunc("POST /api/v1/sandboxes/{name}/input", s.withSandboxes(s.input))
+	m.HandleFunc("GET /api/v1/sandboxes/{name}/screen", s.withSandboxes(s.timed(s.screen, func(r *http.Request, d time.Duration) {
+		s.opts.Metrics.ObserveScreenshot(r.URL.Query().Get("format"), d)
+	})))
+	m.HandleFunc("POST /api/v1/sandboxes/{name}/input", s.withSandboxes(s.timed(s.input, func(_ *http.Request, d time.Duration) { s.opts.Metrics.ObserveInput(d) })))
 	m.HandleFunc("GET /api/v1/sandboxes/{name}/clipboard", s.withSandboxes(s.clipboardGet))
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/clipboard", s.withSandboxes(s.clipboardSet))
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/exec", s.withSandboxes(s.exec))
-	m.HandleFunc("GET /api/v1/sandboxes/{name}/logs", s.withSandboxes(s.logs))
+	m.HandleFunc("GET /api/v1/sandboxes/{name}/logs", s.withSandboxes(s.sandboxLogs))
 	m.HandleFunc("GET /api/v1/sandboxes/{name}/display", s.withSandboxes(s.notYet("the live display (VNC over WebSocket)")))
 }
 
@@ -86,6 +88,9 @@ func (s *Server) sandboxOp(op string) http.HandlerFunc {
 			err = s.opts.Sandboxes.Save(r.Context(), name)
 		case "reset":
 			err = s.opts.Sandboxes.Reset(r.Context(), name)
+			if err == nil {
+				s.endControl(r.Context(), name, "the sandbox was reset to its clean snapshot")
+			}
 		}
 		if err != nil {
 			s.fail(w, r, err)
