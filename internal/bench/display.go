@@ -76,7 +76,7 @@ func Display(ctx context.Context, o DisplayOptions) (*Report, error) {
 	if err := mgr.Start(mctx); err != nil {
 		return nil, err
 	}
-	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd})
+	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd, Actions: nd.Actions()})
 	if err != nil {
 		return nil, err
 	}

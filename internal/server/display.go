@@ -172,6 +172,16 @@ func (s *Server) holdsControl(ctx context.Context, sandbox, id string) bool {
 	return c != nil && c.ID != "" && subtle.ConstantTimeCompare([]byte(c.ID), []byte(id)) == 1
 }
 
+// controlToken mints the display token handed to whoever takes control:
+// it lets the live view send input for as long as the take-over lasts,
+// up to the longest a display token lives.
+func controlToken(key authtoken.Key) func(ctx context.Context, sandbox, controlID string) (string, error) {
+	return func(ctx context.Context, sandbox, controlID string) (string, error) {
+		tok, _ := key.MintDisplay(sandbox, controlID, time.Now(), authtoken.MaxDisplayTTL)
+		return tok, nil
+	}
+}
+
 // DisplayTokenRequest is the optional body of POST …/display/token.
 type DisplayTokenRequest struct {
 	// Control is the sandbox's current take-over ID, for a token whose

@@ -92,7 +92,7 @@ func startQEMUDesk(t *testing.T) *qemuDesk {
 	if err := mgr.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Options{Store: st, Sandboxes: nd, Token: "admin", ScopedKey: testKey, Logger: log})
+	srv := New(Options{Store: st, Sandboxes: nd, Actions: nd.Actions(), Token: "admin", ScopedKey: testKey, Logger: log})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	deadline := time.Now().Add(5 * time.Minute)
@@ -248,13 +248,16 @@ func TestDisplayQEMU(t *testing.T) {
 	})
 
 	t.Run("InputPassedWithControl", func(t *testing.T) {
-		if _, err := controller.UpdateStatus(context.Background(), d.st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
-			sb.Status.Control = &api.SandboxControl{ID: "take-7", Holder: "ana", Since: time.Now()}
-			return true
-		}); err != nil {
-			t.Fatal(err)
+		// A person takes control through the API; the answer's display
+		// token carries the take-over.
+		var took ControlResponse
+		d.call(t, "POST", "/api/v1/sandboxes/desk/control", `{"action":"take","holder":"ana"}`, &took)
+		if took.Control == nil || took.Token == "" {
+			t.Fatalf("take answered %+v", took)
 		}
-		holder := view(t, d.token(t, `{"control":"take-7"}`).URL)
+		holder := view(t, "ws"+strings.TrimPrefix(d.url, "http")+"/api/v1/sandboxes/desk/display?token="+took.Token)
+		// A token minted later for the same take-over works as well.
+		view(t, d.token(t, `{"control":"`+took.Control.ID+`"}`).URL)
 		if err := holder.Pointer(321, 234, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -267,12 +270,7 @@ func TestDisplayQEMU(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		// Control handed back: the same connection's input stops.
-		if _, err := controller.UpdateStatus(context.Background(), d.st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
-			sb.Status.Control = nil
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
+		d.call(t, "POST", "/api/v1/sandboxes/desk/control", `{"action":"release","id":"`+took.Control.ID+`"}`, nil)
 		time.Sleep(2 * controlCheckTTL)
 		if err := holder.Pointer(700, 500, 0); err != nil {
 			t.Fatal(err)

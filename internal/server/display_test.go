@@ -250,3 +250,25 @@ func TestDisplayToken(t *testing.T) {
 		})
 	}
 }
+
+// TestControlTakeGivesDisplayToken: taking control answers a display token
+// that carries the take-over, for the live view's input.
+func TestControlTakeGivesDisplayToken(t *testing.T) {
+	ts := start(t, Options{ScopedKey: testKey})
+	code, _, body := ts.do(t, "POST", "/api/v1/sandboxes", "application/json", sandboxJSON)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	code, _, body = ts.do(t, "POST", "/api/v1/sandboxes/desk/control", "application/json", `{"action":"take","holder":"ana"}`)
+	if code != http.StatusOK {
+		t.Fatalf("take: %d %s", code, body)
+	}
+	var resp ControlResponse
+	if err := json.Unmarshal(body, &resp); err != nil || resp.Control == nil {
+		t.Fatalf("take answered %s", body)
+	}
+	c, err := testKey.VerifyDisplay(resp.Token, time.Now())
+	if err != nil || c.Sandbox != "desk" || c.Control != resp.Control.ID {
+		t.Fatalf("token %+v %v, take-over %s", c, err, resp.Control.ID)
+	}
+}
