@@ -83,12 +83,6 @@ func (s *Server) withActions(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (s *Server) notYet(what string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotImplemented, fmt.Errorf("%s is not served yet", what))
-	}
-}
-
 func (s *Server) sandboxOp(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
