@@ -34,7 +34,7 @@ apply and get: 'hvkube agent list' is 'hvkube get agents'.`,
   hvkube agent result task-x7k2pq`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newAgentSubmitCmd(e), newAgentListCmd(e), newAgentResultCmd(e))
+	cmd.AddCommand(newAgentSubmitCmd(e), newAgentListCmd(e), newAgentResultCmd(e), newAgentTokenCmd(e))
 	return cmd
 }
 

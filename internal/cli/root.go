@@ -98,6 +98,7 @@ a token, when the server needs one, from HVKUBE_TOKEN.`,
 		newAgentCmd(e),
 		newVMCmd(e),
 		newVersionCmd(e),
+		newMCPCmd(e),
 	)
 	root.AddCommand(opts.Extra...)
 	return root

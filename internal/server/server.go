@@ -135,6 +135,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/agents/{name}/result", s.agentResult)
 	s.sandboxRoutes()
 	s.agentRoutes()
+	s.mcpRoutes()
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API route for %s %s", r.Method, r.URL.Path))
 	})
@@ -176,8 +177,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 }
 
 // inScope reports whether a scoped token may reach path: its sandbox and
-// everything under it, its agent and everything under it.
+// everything under it, its agent and everything under it, and MCP (whose
+// tools check the scope themselves).
 func inScope(sc authtoken.Scope, path string) bool {
+	if path == "/mcp" {
+		return true
+	}
 	for _, p := range []struct{ prefix, name string }{{"/api/v1/sandboxes/", sc.Sandbox}, {"/api/v1/agents/", sc.Agent}} {
 		if p.name == "" {
 			continue
