@@ -141,6 +141,17 @@ func (t *tools) sandbox(ctx context.Context, req *mcp.CallToolRequest, given str
 	if sc.Restricted && given != sc.Sandbox {
 		return "", fmt.Errorf("%w: this token reaches only sandbox %q, not %q", ErrForbidden, sc.Sandbox, given)
 	}
+	if sc.Restricted && sc.Agent != "" {
+		// An agent's token outlives its hold on the sandbox (it expires
+		// at the attempt's deadline); the sandbox may be another's now.
+		o, err := t.d.Get(ctx, api.KindSandbox, given)
+		if err != nil {
+			return "", err
+		}
+		if cur := o.(*api.Sandbox).Status.CurrentAgent; cur != sc.Agent {
+			return "", fmt.Errorf("%w: agent %s no longer holds sandbox %s", ErrForbidden, sc.Agent, given)
+		}
+	}
 	return given, nil
 }
 
