@@ -1,6 +1,7 @@
 // Package server serves hvkube's REST API: objects of every kind under
 // /api/v1, watches as newline-delimited JSON (or server-sent events), the
-// audit log, the sandbox display and control endpoints, and health checks.
+// audit log, the sandbox display and control endpoints, MCP at /mcp, and
+// health checks.
 package server
 
 import (
