@@ -12,6 +12,7 @@ packages=(
   debootstrap       # guest image build
   e2fsprogs         # mkfs.ext4 -d: guest disk without loop devices
   chromium          # headless browser tests: what a web page can do to the server
+  ffmpeg            # output.screenRecording: agents' screens to video
   curl unzip ca-certificates
 )
 

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"image"
 	"image/png"
 	"io"
 	"net/http"
@@ -101,6 +102,7 @@ func TestDesktopEndToEnd(t *testing.T) {
 	}
 
 	sandboxBadInput(t, p)
+	sandboxActions(t, p)
 	sandboxStartupAndChecks(t, p)
 
 	// Restart the server: the VM keeps running and is adopted.
@@ -137,6 +139,57 @@ func TestDesktopEndToEnd(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(dir, "qemu", "sandboxes")); len(entries) != 0 {
 		t.Fatalf("sandbox files left: %v", entries)
 	}
+}
+
+// sandboxActions drives the action layer through the CLI and the API:
+// every action, OpenAI's form, a smaller screen space, zoom and a settled
+// screenshot.
+func sandboxActions(t *testing.T, p *proc) {
+	t.Helper()
+	sb := "browser-agent-1"
+	// An OpenAI click at the middle of a 1024-wide space lands on the
+	// desktop's middle; the pointer reads back in either space.
+	mustHV(t, p, "input", sb, "--width", "1024", "--action", `{"type":"click","button":"left","x":512,"y":320}`)
+	if out := strings.TrimSpace(mustHV(t, p, "input", sb, "--cursor")); out != "640,400" {
+		t.Errorf("after a click at 512,320 of 1024x640 the pointer is at %s, want 640,400", out)
+	}
+	if out := strings.TrimSpace(mustHV(t, p, "input", sb, "--width", "1024", "--cursor")); out != "512,320" {
+		t.Errorf("cursor in the 1024-wide space: %s, want 512,320", out)
+	}
+	// The rest of the set runs (over the terminal, harmlessly).
+	mustHV(t, p, "input", sb, "--move", "500,300", "--mouse-down", "--mouse-up", "--triple-click", "500,300",
+		"--middle-click", "1100,300", "--drag", "1100,200,1150,250", "--scroll", "500,300,up,2",
+		"--hold-key", "shift", "--duration", "0.2", "--wait", "0.1",
+		"--action", `{"type":"keypress","keys":["ESC"]}`, "--action", `{"action":"left_click","coordinate":[400,300],"text":"ctrl"}`)
+	if out := strings.TrimSpace(mustHV(t, p, "input", sb, "--cursor")); out != "400,300" {
+		t.Errorf("after the last click the pointer is at %s, want 400,300", out)
+	}
+	// zoom returns the region at full resolution.
+	zf := filepath.Join(t.TempDir(), "zoom.png")
+	mustHV(t, p, "input", sb, "--width", "640", "--zoom", "0,0,320,200", "--save", zf)
+	if img := decodePNG(t, zf); img.Bounds().Dx() != 640 || img.Bounds().Dy() != 400 {
+		t.Errorf("zoom of a quarter of a 640-wide space: %v, want 640x400", img.Bounds())
+	}
+	// A settled screenshot comes back, scaled like the space.
+	sf := filepath.Join(t.TempDir(), "settled.png")
+	mustHV(t, p, "screen", sb, "--settle", "--width", "1024", "--save", sf)
+	if img := decodePNG(t, sf); img.Bounds().Dx() != 1024 || img.Bounds().Dy() != 640 {
+		t.Errorf("settled screenshot: %v", img.Bounds())
+	}
+}
+
+func decodePNG(t *testing.T, path string) image.Image {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return img
 }
 
 func sandboxPID(t *testing.T, p *proc) int {
@@ -188,6 +241,13 @@ func sandboxBadInput(t *testing.T, p *proc) {
 		{"wait too long", "POST", "browser-agent-1/input", `{"action":"wait","duration":101}`, 400, "duration"},
 		{"duplicate key", "POST", "browser-agent-1/input", `{"action":"mouse_move","coordinate":[1,1],"action":"left_click"}`, 400, "action"},
 		{"exec duplicate key", "POST", "browser-agent-1/exec", `{"command":"true","command":"reboot"}`, 400, "command"},
+		{"openai unknown", "POST", "browser-agent-1/input", `{"type":"teleport"}`, 400, "type"},
+		{"openai no y", "POST", "browser-agent-1/input", `{"type":"click","x":1}`, 400, "x"},
+		{"off the scaled screen", "POST", "browser-agent-1/input?width=1024", `{"action":"mouse_move","coordinate":[1024,1]}`, 400, "coordinate"},
+		{"bad width", "POST", "browser-agent-1/input?width=0", `{"action":"mouse_move","coordinate":[1,1]}`, 400, "width"},
+		{"bad settle", "GET", "browser-agent-1/screen?settle=maybe", ``, 400, "settle"},
+		{"settle timeout alone", "GET", "browser-agent-1/screen?settleTimeout=2s", ``, 400, "settleTimeout"},
+		{"settle timeout too long", "GET", "browser-agent-1/screen?settle=true&settleTimeout=1h", ``, 400, "settleTimeout"},
 	}
 	// The heartbeat moves lastHeartbeat on its own; the rest must not move.
 	state := func() string {

@@ -21,6 +21,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/hostpath"
+	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
@@ -220,7 +221,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace, ScopedKey: key}
+	mx := metrics.New(st)
+	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace, ScopedKey: key, Metrics: mx}
 	be, err := openBackend(ctx, cfg, roots, log)
 	if err != nil {
 		return err
@@ -232,18 +234,19 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// the node's agent attempts end, before the backend and the store
 	// close (deferred calls run in reverse).
 	mgr := controller.NewManager(st, log, 0)
+	mgr.Observe(mx.ObserveReconcile)
 	if be != nil {
 		nd := node.New(node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log,
 			DataDir: cfg.dataDir, ServerURL: "http://" + ln.Addr().String(),
 			Tokens: func(sandbox, agent string, ttl time.Duration) string {
 				return key.Mint(authtoken.Scope{Sandbox: sandbox, Agent: agent}, time.Now(), ttl)
-			}})
+			}, ObserveAcquire: mx.ObserveAcquire})
 		if err := nd.Start(ctx); err != nil {
 			return err
 		}
 		defer nd.Stop()
 		nd.Register(mgr)
-		opts.Sandboxes, opts.Agents = nd, nd
+		opts.Sandboxes, opts.Actions, opts.Agents = nd, nd.Actions(), nd
 		opts.Backend = server.BackendInfo{Name: be.Name(), Node: nd.Name()}
 		if q, ok := be.(*qemu.Backend); ok {
 			opts.Backend.Accel, opts.Backend.AccelReason = q.Accel(), q.AccelReason()

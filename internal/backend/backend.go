@@ -182,17 +182,56 @@ type Screen interface {
 	ScreenSize(ctx context.Context, id string) (width, height int, err error)
 }
 
-// InputResult is what an input action returns (cursor_position answers with
-// the pointer's coordinates).
-type InputResult struct {
-	X, Y int
+// Raw input event kinds.
+const (
+	EventMove   = "move"   // pointer to X, Y (pixels of the desktop)
+	EventButton = "button" // Button pressed (Down) or released
+	EventKey    = "key"    // Key pressed (Down) or released
+)
+
+// Pointer buttons. The wheel is four buttons that are pressed and released
+// once per notch.
+const (
+	ButtonLeft       = "left"
+	ButtonRight      = "right"
+	ButtonMiddle     = "middle"
+	ButtonBack       = "back"
+	ButtonForward    = "forward"
+	ButtonWheelUp    = "wheel-up"
+	ButtonWheelDown  = "wheel-down"
+	ButtonWheelLeft  = "wheel-left"
+	ButtonWheelRight = "wheel-right"
+)
+
+// InputEvent is one raw input event. The action layer (internal/display)
+// turns computer-use actions into these; backends only deliver them.
+type InputEvent struct {
+	Kind string
+	// X and Y are the pointer's position in desktop pixels (EventMove).
+	X, Y   int
+	Button string
+	// Key is a QEMU QKeyCode name ("a", "shift", "ret"): the key map of
+	// internal/display.
+	Key  string
+	Down bool
 }
 
-// Input drives a sandbox's mouse and keyboard with computer-use actions
-// (api.Action), validated against the screen size. Actions that need no
-// screen (screenshot, zoom, wait) are the caller's.
+// Input delivers raw input events to a running sandbox, in order. A
+// backend paces them as its device needs (QEMU's PS/2 queue drops keys
+// sent back to back).
 type Input interface {
-	Input(ctx context.Context, id string, a api.Action) (InputResult, error)
+	SendInput(ctx context.Context, id string, evs []InputEvent) error
+}
+
+// TextInput types text that the key map cannot (characters beyond ASCII)
+// by other means, through the guest.
+type TextInput interface {
+	TypeText(ctx context.Context, id, text string) error
+}
+
+// Cursor reports where the guest's pointer is.
+type Cursor interface {
+	CursorPosition(ctx context.Context, id string) (x, y int, err error)
 }
 
 // ExecRequest runs a program in the guest. Args are passed as a list, never

@@ -277,7 +277,7 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, log *slog
 		st.Close()
 		return nil, err
 	}
-	srv := server.New(server.Options{Store: st, Logger: log, ScopedKey: key, Sandboxes: nd, Agents: nd, Ready: mgr.Ready})
+	srv := server.New(server.Options{Store: st, Logger: log, ScopedKey: key, Sandboxes: nd, Actions: nd.Actions(), Agents: nd, Ready: mgr.Ready})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

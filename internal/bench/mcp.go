@@ -63,7 +63,7 @@ func MCP(ctx context.Context, o MCPOptions) (*Report, error) {
 	if err := mgr.Start(mctx); err != nil {
 		return nil, err
 	}
-	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd})
+	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd, Actions: nd.Actions()})
 	if err != nil {
 		return nil, err
 	}

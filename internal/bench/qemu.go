@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -271,7 +273,7 @@ func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID str
 	if err := mgr.Start(mctx); err != nil {
 		return err
 	}
-	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd})
+	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd, Actions: nd.Actions()})
 	if err != nil {
 		return err
 	}
@@ -312,6 +314,23 @@ func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID str
 		changed.Samples = append(changed.Samples, time.Since(t))
 	}
 	rep.Results = append(rep.Results, changed)
+	jpegChanged := Result{Name: "screenshot via API (1280x800 JPEG q80, changed screen)", Target: "-"}
+	jq := url.Values{"format": {"jpeg"}, "quality": {"80"}}
+	for i := 0; i < o.Runs*5; i++ {
+		if _, err := c.Input(ctx, "bench-api", api.Action{Action: "key", Text: string(rune('a' + i%26))}); err != nil {
+			return err
+		}
+		time.Sleep(150 * time.Millisecond)
+		t := time.Now()
+		if _, _, err := c.Screenshot(ctx, "bench-api", jq); err != nil {
+			return err
+		}
+		jpegChanged.Samples = append(jpegChanged.Samples, time.Since(t))
+	}
+	rep.Results = append(rep.Results, jpegChanged)
+	if err := settleBench(ctx, rep, c, o); err != nil {
+		return err
+	}
 	if err := rep.Add("input round trip via API (mouse_move)", o.Runs*5, "p50 ≤ 20 ms", func(i int) error {
 		_, err := c.Input(ctx, "bench-api", api.Action{Action: "mouse_move", Coordinate: []int{100 + i%500, 100 + i%300}})
 		return err
@@ -333,6 +352,57 @@ func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID str
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nil
+}
+
+// settleBench measures an action followed by the screenshot that shows its
+// effect: a right click on the desktop's background opens the window
+// manager's menu; the screenshot comes either settled (returned once the
+// screen has stopped changing) or after the fixed sleep agent loops use.
+// Each result notes how often the screenshot showed the menu.
+func settleBench(ctx context.Context, rep *Report, c *client.Client, o QEMUOptions) error {
+	const bg = 1100 // x of the background, right of the terminal
+	run := func(name string, shot func() ([]byte, error)) error {
+		r := Result{Name: name, Target: "-"}
+		shown := 0
+		for i := 0; i < o.Runs; i++ {
+			before, _, err := c.Screenshot(ctx, "bench-api", nil)
+			if err != nil {
+				return err
+			}
+			t := time.Now()
+			if _, err := c.Input(ctx, "bench-api", api.Action{Action: "right_click", Coordinate: []int{bg, 200 + i%200}}); err != nil {
+				return err
+			}
+			after, err := shot()
+			if err != nil {
+				return err
+			}
+			r.Samples = append(r.Samples, time.Since(t))
+			if !bytes.Equal(before, after) {
+				shown++
+			}
+			if _, err := c.Input(ctx, "bench-api", api.Action{Action: "key", Text: "Escape"}); err != nil {
+				return err
+			}
+			if _, _, err := c.Screenshot(ctx, "bench-api", url.Values{"settle": {"true"}}); err != nil {
+				return err
+			}
+		}
+		r.Note = fmt.Sprintf("menu on %d of %d screenshots", shown, o.Runs)
+		rep.Results = append(rep.Results, r)
+		return nil
+	}
+	if err := run("right click opens a menu → settled screenshot (?settle=true)", func() ([]byte, error) {
+		b, _, err := c.Screenshot(ctx, "bench-api", url.Values{"settle": {"true"}})
+		return b, err
+	}); err != nil {
+		return err
+	}
+	return run("right click opens a menu → fixed 2 s sleep, then screenshot", func() ([]byte, error) {
+		time.Sleep(2 * time.Second)
+		b, _, err := c.Screenshot(ctx, "bench-api", nil)
+		return b, err
+	})
 }
 
 func waitPhase(ctx context.Context, c *client.Client, kind, name, phase string, timeout time.Duration) error {

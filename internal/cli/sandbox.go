@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 func newScreenCmd(e *env) *cobra.Command {
 	var save, format string
 	var width, height, quality int
+	var settle bool
 	cmd := &cobra.Command{
 		Use:   "screen SANDBOX [--save FILE]",
 		Short: "Take a screenshot of a sandbox",
@@ -25,7 +27,8 @@ func newScreenCmd(e *env) *cobra.Command {
 without it, to standard output when that is not a terminal, else to
 SANDBOX-TIME.png in the current directory.`,
 		Example: `  hvkube screen browser-agent-1 --save s.png
-  hvkube screen browser-agent-1 --format jpeg --width 640 > small.jpg`,
+  hvkube screen browser-agent-1 --format jpeg --width 640 > small.jpg
+  hvkube screen browser-agent-1 --settle --save after-click.png`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
@@ -40,6 +43,9 @@ SANDBOX-TIME.png in the current directory.`,
 				if v != 0 {
 					q.Set(k, strconv.Itoa(v))
 				}
+			}
+			if settle {
+				q.Set("settle", "true")
 			}
 			img, _, err := c.Screenshot(cmd.Context(), args[0], q)
 			if err != nil {
@@ -68,6 +74,7 @@ SANDBOX-TIME.png in the current directory.`,
 	cmd.Flags().IntVar(&width, "width", 0, "scale to this width")
 	cmd.Flags().IntVar(&height, "height", 0, "scale to this height")
 	cmd.Flags().IntVar(&quality, "quality", 0, "JPEG quality 1..100")
+	cmd.Flags().BoolVar(&settle, "settle", false, "wait until the screen stops changing (at most 3 s)")
 	return cmd
 }
 
@@ -81,34 +88,81 @@ func isTerminal(w any) bool {
 }
 
 func newInputCmd(e *env) *cobra.Command {
-	var click, doubleClick, rightClick, move, typ, key, scroll string
+	var click, doubleClick, tripleClick, rightClick, middleClick, move, typ, key, scroll, drag, down, holdKey, zoom, save string
+	var up, cursor bool
+	var wait, duration float64
+	var width int
+	var raw []string
 	cmd := &cobra.Command{
-		Use:   "input SANDBOX (--click X,Y | --type TEXT | --key COMBO | …)",
+		Use:   "input SANDBOX (--click X,Y | --type TEXT | --key COMBO | --action JSON | …)",
 		Short: "Move the mouse, click, type or press keys in a sandbox",
 		Long: `Send input to a running sandbox. Each flag is one computer-use action; given
-several, they run in this order: move, click, double-click, right-click,
-scroll, type, key.
+several, they run in this order: move, mouse-down, click, double-click,
+triple-click, right-click, middle-click, drag, mouse-up, scroll, type, key,
+hold-key, wait, cursor, zoom, then each --action.
+
+--action takes any action as JSON: Anthropic's computer-use form
+({"action": "left_click", "coordinate": [10, 20]}) or OpenAI's
+({"type": "click", "button": "left", "x": 10, "y": 20}).
 
 Keys use xdotool names: Return, Tab, BackSpace, Escape, ctrl+shift+t,
 alt+F4, super, Page_Down. Several combos separated by spaces are pressed in
-turn.`,
+turn. --width N sends coordinates in a screen scaled to N pixels wide (as
+"hvkube screen --width N" shows it). A person holding the sandbox's
+control (the dashboard's take-over) makes input fail with 409.`,
 		Example: `  hvkube input browser-agent-1 --click 500,300
   hvkube input browser-agent-1 --type "hello world" --key Return
-  hvkube input browser-agent-1 --scroll 640,400,down,5`,
+  hvkube input browser-agent-1 --scroll 640,400,down,5
+  hvkube input browser-agent-1 --drag 100,100,400,300
+  hvkube input browser-agent-1 --hold-key shift --duration 2
+  hvkube input browser-agent-1 --cursor
+  hvkube input browser-agent-1 --zoom 0,0,400,300 --save corner.png
+  hvkube input browser-agent-1 --action '{"type":"keypress","keys":["CTRL","L"]}'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var actions []api.Action
-			for _, f := range []struct {
-				flag, action, value string
-			}{{"move", "mouse_move", move}, {"click", "left_click", click}, {"double-click", "double_click", doubleClick}, {"right-click", "right_click", rightClick}} {
-				if f.value == "" {
-					continue
+			point := func(flag, action, value string) error {
+				if value == "" {
+					return nil
 				}
-				xy, err := parseXY(f.flag, f.value)
+				xy, err := parseXY(flag, value)
 				if err != nil {
 					return err
 				}
-				actions = append(actions, api.Action{Action: f.action, Coordinate: xy})
+				actions = append(actions, api.Action{Action: action, Coordinate: xy})
+				return nil
+			}
+			if err := point("move", "mouse_move", move); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("mouse-down") {
+				a := api.Action{Action: "left_mouse_down"}
+				if down != "here" {
+					xy, err := parseXY("mouse-down", down)
+					if err != nil {
+						return err
+					}
+					a.Coordinate = xy
+				}
+				actions = append(actions, a)
+			}
+			for _, f := range []struct{ flag, action, value string }{
+				{"click", "left_click", click}, {"double-click", "double_click", doubleClick}, {"triple-click", "triple_click", tripleClick},
+				{"right-click", "right_click", rightClick}, {"middle-click", "middle_click", middleClick},
+			} {
+				if err := point(f.flag, f.action, f.value); err != nil {
+					return err
+				}
+			}
+			if drag != "" {
+				n, err := parseInts("drag", drag, 4, "X1,Y1,X2,Y2")
+				if err != nil {
+					return err
+				}
+				actions = append(actions, api.Action{Action: "left_click_drag", StartCoordinate: n[:2], Coordinate: n[2:]})
+			}
+			if up {
+				actions = append(actions, api.Action{Action: "left_mouse_up"})
 			}
 			if scroll != "" {
 				parts := strings.Split(scroll, ",")
@@ -133,16 +187,58 @@ turn.`,
 			if cmd.Flags().Changed("key") {
 				actions = append(actions, api.Action{Action: "key", Text: key})
 			}
-			if len(actions) == 0 {
-				return fmt.Errorf("input needs an action: --click X,Y, --type TEXT, --key COMBO, --move X,Y, --double-click X,Y, --right-click X,Y or --scroll X,Y,DIR")
+			if holdKey != "" {
+				actions = append(actions, api.Action{Action: "hold_key", Text: holdKey, Duration: duration})
+			} else if cmd.Flags().Changed("duration") {
+				return fmt.Errorf("--duration goes with --hold-key")
+			}
+			if cmd.Flags().Changed("wait") {
+				actions = append(actions, api.Action{Action: "wait", Duration: wait})
+			}
+			if cursor {
+				actions = append(actions, api.Action{Action: "cursor_position"})
+			}
+			if zoom != "" {
+				n, err := parseInts("zoom", zoom, 4, "X0,Y0,X1,Y1")
+				if err != nil {
+					return err
+				}
+				actions = append(actions, api.Action{Action: "zoom", Region: n})
+			}
+			bodies := make([][]byte, 0, len(actions)+len(raw))
+			for _, a := range actions {
+				b, _ := json.Marshal(a)
+				bodies = append(bodies, b)
+			}
+			for _, r := range raw {
+				if !json.Valid([]byte(r)) {
+					return fmt.Errorf("--action %q: not JSON", r)
+				}
+				bodies = append(bodies, []byte(r))
+			}
+			if len(bodies) == 0 {
+				return fmt.Errorf("input needs an action: --click X,Y, --type TEXT, --key COMBO, --action JSON, … (see --help)")
 			}
 			c, err := e.client()
 			if err != nil {
 				return err
 			}
-			for _, a := range actions {
-				if _, err := c.Input(cmd.Context(), args[0], a); err != nil {
+			for _, b := range bodies {
+				res, err := c.Act(cmd.Context(), args[0], b, width)
+				if err != nil {
 					return err
+				}
+				if res.Coordinate != nil {
+					fmt.Fprintf(e.out, "%d,%d\n", res.Coordinate[0], res.Coordinate[1])
+				}
+				if res.Image != nil {
+					if save == "" {
+						save = fmt.Sprintf("%s-%s.png", args[0], e.now().Format("20060102-150405"))
+					}
+					if err := os.WriteFile(save, res.Image, 0o644); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.out, "saved %s (%d bytes)\n", save, len(res.Image))
 				}
 			}
 			return nil
@@ -151,12 +247,43 @@ turn.`,
 	f := cmd.Flags()
 	f.StringVar(&click, "click", "", "left-click at X,Y")
 	f.StringVar(&doubleClick, "double-click", "", "double-click at X,Y")
+	f.StringVar(&tripleClick, "triple-click", "", "triple-click at X,Y")
 	f.StringVar(&rightClick, "right-click", "", "right-click at X,Y")
+	f.StringVar(&middleClick, "middle-click", "", "middle-click at X,Y")
 	f.StringVar(&move, "move", "", "move the pointer to X,Y")
+	f.StringVar(&down, "mouse-down", "", "press the left button (at X,Y if given: --mouse-down=X,Y)")
+	f.Lookup("mouse-down").NoOptDefVal = "here"
+	f.BoolVar(&up, "mouse-up", false, "release the left button")
+	f.StringVar(&drag, "drag", "", "drag with the left button: X1,Y1,X2,Y2")
 	f.StringVar(&scroll, "scroll", "", "scroll at X,Y: X,Y,up|down|left|right[,AMOUNT]")
 	f.StringVar(&typ, "type", "", "type TEXT")
 	f.StringVar(&key, "key", "", "press a key combo, e.g. ctrl+s or Return")
+	f.StringVar(&holdKey, "hold-key", "", "hold a key combo for --duration seconds")
+	f.Float64Var(&duration, "duration", 1, "seconds to hold --hold-key")
+	f.Float64Var(&wait, "wait", 0, "wait SECONDS")
+	f.BoolVar(&cursor, "cursor", false, "print the pointer's position as X,Y")
+	f.StringVar(&zoom, "zoom", "", "save the region X0,Y0,X1,Y1 at full resolution (see --save)")
+	f.StringVar(&save, "save", "", "where --zoom (or a screenshot --action) writes its image")
+	f.StringArrayVar(&raw, "action", nil, "an action as JSON (Anthropic or OpenAI form); repeatable")
+	f.IntVar(&width, "width", 0, "coordinates are in the screen scaled to this width")
 	return cmd
+}
+
+// parseInts parses n comma-separated integers for flag.
+func parseInts(flag, s string, n int, form string) ([]int, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) != n {
+		return nil, fmt.Errorf("--%s %q: want %s", flag, s, form)
+	}
+	out := make([]int, n)
+	for i, p := range parts {
+		v, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: want %s", flag, s, form)
+		}
+		out[i] = v
+	}
+	return out, nil
 }
 
 func parseXY(flag, s string) ([]int, error) {
@@ -266,49 +393,4 @@ func pastTense(op string) string {
 		return "reset"
 	}
 	return op
-}
-
-func newLogsCmd(e *env) *cobra.Command {
-	var follow bool
-	cmd := &cobra.Command{
-		Use:   "logs SANDBOX [-f]",
-		Short: "Print a sandbox's console log",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			printed := 0
-			for {
-				resp, err := c.Raw(cmd.Context(), "GET", "/api/v1/sandboxes/"+url.PathEscape(args[0])+"/logs", nil, "")
-				if err != nil {
-					if cmd.Context().Err() != nil {
-						return nil
-					}
-					return err
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil {
-					return err
-				}
-				if len(b) < printed { // the log started over
-					printed = 0
-				}
-				e.out.Write(b[printed:])
-				printed = len(b)
-				if !follow {
-					return nil
-				}
-				select {
-				case <-cmd.Context().Done():
-					return nil
-				case <-time.After(time.Second):
-				}
-			}
-		},
-	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what is added")
-	return cmd
 }

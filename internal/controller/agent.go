@@ -222,9 +222,23 @@ func Complete(a *api.Agent, res *api.AgentResult, now time.Time) {
 	}
 }
 
-// notRunning turns the Running condition off, if the agent has one.
+// notRunning turns the Running condition off, if the agent has one, and
+// withdraws a question the attempt asked that nobody answered.
 func notRunning(a *api.Agent, reason string, now time.Time) {
+	withdrawHumanRequest(a, reason, now)
 	if c := api.FindCondition(a.Status.Conditions, "Running"); c != nil && c.Status == api.ConditionTrue {
 		api.SetCondition(&a.Status.Conditions, api.Condition{Type: "Running", Status: api.ConditionFalse, Reason: reason, ObservedGeneration: a.Metadata.Generation}, now)
 	}
+}
+
+// withdrawHumanRequest ends an unanswered human request with the attempt
+// that asked it: the question is the attempt's, and a retry starts over.
+// The HumanRequested event keeps it in the audit log.
+func withdrawHumanRequest(a *api.Agent, reason string, now time.Time) {
+	if !a.Status.HumanRequest.Pending() {
+		return
+	}
+	a.Status.HumanRequest = nil
+	api.SetCondition(&a.Status.Conditions, api.Condition{Type: api.ConditionWaitingForHuman, Status: api.ConditionFalse, Reason: "Withdrawn",
+		Message: "the attempt ended unanswered (" + reason + ")", ObservedGeneration: a.Metadata.Generation}, now)
 }

@@ -405,3 +405,41 @@ func TestAgentGoneIsNoError(t *testing.T) {
 		t.Errorf("reconcile of a missing agent: %+v, want nothing", res)
 	}
 }
+
+// TestAttemptEndWithdrawsQuestion: a question still unanswered when its
+// attempt ends goes with it; an answered one stays on record.
+func TestAttemptEndWithdrawsQuestion(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	answered := now.Add(-time.Minute)
+	for _, tt := range []struct {
+		name     string
+		end      func(a *api.Agent)
+		answered bool
+		wantGone bool
+	}{
+		{"completed, pending", func(a *api.Agent) { Complete(a, &api.AgentResult{Success: true}, now) }, false, true},
+		{"failed, pending", func(a *api.Agent) { FailAttempt(a, "Failed", "boom", now) }, false, true},
+		{"interrupted, pending", func(a *api.Agent) { Interrupt(a, "restart", now) }, false, true},
+		{"completed, answered", func(a *api.Agent) { Complete(a, &api.AgentResult{Success: true}, now) }, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &api.Agent{Status: api.AgentStatus{Phase: api.AgentRunning, Attempts: 1,
+				HumanRequest: &api.HumanRequest{ID: "q1", Question: "?", AskedAt: now.Add(-time.Hour)}}}
+			api.SetCondition(&a.Status.Conditions, api.Condition{Type: api.ConditionWaitingForHuman, Status: api.ConditionTrue, Reason: "Asked"}, now)
+			if tt.answered {
+				a.Status.HumanRequest.Answer, a.Status.HumanRequest.AnsweredAt = "yes", &answered
+			}
+			tt.end(a)
+			if gone := a.Status.HumanRequest == nil; gone != tt.wantGone {
+				t.Fatalf("request gone = %v, want %v", gone, tt.wantGone)
+			}
+			c := api.FindCondition(a.Status.Conditions, api.ConditionWaitingForHuman)
+			if tt.wantGone && (c.Status != api.ConditionFalse || c.Reason != "Withdrawn") {
+				t.Fatalf("condition %+v", c)
+			}
+			if !tt.wantGone && c.Reason != "Asked" {
+				t.Fatalf("condition changed: %+v", c)
+			}
+		})
+	}
+}

@@ -58,6 +58,7 @@ type Manager struct {
 	resync time.Duration
 
 	mu          sync.Mutex // guards the following fields
+	observe     ObserveFunc
 	controllers []*registered
 	caches      map[string]*Cache
 	started     bool
@@ -118,6 +119,19 @@ func (m *Manager) Register(c Controller) *Queue {
 	return r.q
 }
 
+// ObserveFunc hears of each reconcile: the controller's name and the
+// error it returned (nil when it succeeded). It must not block; metrics
+// count with it.
+type ObserveFunc func(controller string, err error)
+
+// Observe sets what hears of every reconcile; it must be called before
+// Start.
+func (m *Manager) Observe(f ObserveFunc) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.observe = f
+}
+
 // Start lists and watches every kind the controllers need and runs their
 // workers until Stop (or ctx ends). It returns once they run.
 func (m *Manager) Start(ctx context.Context) error {
@@ -127,6 +141,12 @@ func (m *Manager) Start(ctx context.Context) error {
 		return errors.New("controller: started twice")
 	}
 	ctx, m.cancel = context.WithCancel(ctx)
+	if m.observe != nil {
+		for _, c := range m.controllers {
+			name, f := c.Name, m.observe
+			c.q.observe = func(err error) { f(name, err) }
+		}
+	}
 	kinds := map[string][]func(api.Object){}
 	for kind := range m.caches {
 		kinds[kind] = nil

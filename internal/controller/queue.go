@@ -40,6 +40,9 @@ type Queue struct {
 	failures   map[string]int
 	timers     map[string]*delayed
 	shutdown   bool
+
+	// observe, when set before Run, hears of every reconcile's outcome.
+	observe func(err error)
 }
 
 // delayed is a pending AddAfter.
@@ -186,6 +189,9 @@ func (q *Queue) process(ctx context.Context, key string, fn ReconcileFunc) {
 		}()
 		return fn(ctx, key)
 	}()
+	if q.observe != nil {
+		q.observe(err)
+	}
 	q.mu.Lock()
 	if err != nil {
 		n := q.failures[key]

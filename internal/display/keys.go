@@ -378,3 +378,18 @@ var qkeyCodes = []string{
 	"calculator", "computer", "ac_home", "ac_back", "ac_forward", "ac_refresh",
 	"ac_bookmarks", "lang1", "lang2",
 }
+
+// IsQCode reports whether name is a QKeyCode name (the names KeyEvent and
+// backend input events carry).
+func IsQCode(name string) bool { return slices.Contains(qkeyCodes, name) }
+
+// CharOf returns the printable character a key press types on a US
+// keyboard, with shift down or not: the inverse of TypeText for one key.
+func CharOf(qcode string, shift bool) (rune, bool) {
+	for c, def := range charKeys {
+		if c >= ' ' && c <= '~' && def.qcode == qcode && def.shift == shift {
+			return rune(c), true
+		}
+	}
+	return 0, false
+}

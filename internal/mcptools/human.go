@@ -36,9 +36,11 @@ func AskOver(ctx context.Context, h HumanAPI, agent, question string, wait time.
 	deadline := time.Now().Add(wait)
 	for hr.Pending() {
 		left := time.Until(deadline)
-		if left < time.Second {
+		if left <= 0 {
 			return "", ErrNoAnswer
 		}
+		// The API waits whole seconds.
+		left = (left + time.Second - 1).Truncate(time.Second)
 		id := hr.ID
 		if hr, err = h.Latest(ctx, agent, left); err != nil {
 			return "", err

@@ -2,11 +2,9 @@ package mcptools
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -18,14 +16,11 @@ import (
 // scoped token reaches its own sandbox and agent only.
 type Remote struct {
 	c *client.Client
-
-	mu    sync.Mutex // guards sizes
-	sizes map[string][2]int
 }
 
 // NewRemote returns Desktops over c.
 func NewRemote(c *client.Client) *Remote {
-	return &Remote{c: c, sizes: map[string][2]int{}}
+	return &Remote{c: c}
 }
 
 // Get implements Objects.
@@ -49,9 +44,18 @@ func (r *Remote) Delete(ctx context.Context, kind, name string) error {
 	return err
 }
 
-// Do implements Desktops.
+// Do implements Desktops through POST /sandboxes/NAME/input?width=W,
+// which runs every action (screenshot and zoom answer with the image).
 func (r *Remote) Do(ctx context.Context, sandbox string, a api.Action, width int) (Result, error) {
-	return DoOver(ctx, remoteScreens{r}, sandbox, a, width)
+	body, err := json.Marshal(a)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := r.c.Act(ctx, sandbox, body, width)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Coordinate: res.Coordinate, Image: res.Image, ContentType: res.ContentType}, nil
 }
 
 // Complete implements Desktops.
@@ -62,60 +66,6 @@ func (r *Remote) Complete(ctx context.Context, agent string, c Completion) error
 // AskHuman implements Desktops.
 func (r *Remote) AskHuman(ctx context.Context, agent, question string, wait time.Duration) (string, error) {
 	return AskOver(ctx, remoteHuman{r.c}, agent, question, wait)
-}
-
-type remoteScreens struct{ r *Remote }
-
-func (s remoteScreens) Screenshot(ctx context.Context, sandbox string, width int) ([]byte, error) {
-	q := url.Values{}
-	if width > 0 {
-		q.Set("width", strconv.Itoa(width))
-	}
-	b, _, err := s.r.c.Screenshot(ctx, sandbox, q)
-	return b, err
-}
-
-func (s remoteScreens) Input(ctx context.Context, sandbox string, a api.Action) ([]int, error) {
-	res, err := s.r.c.Input(ctx, sandbox, a)
-	return res.Coordinate, err
-}
-
-// ScreenSize reads the sandbox's resolution from its status, once.
-func (s remoteScreens) ScreenSize(ctx context.Context, sandbox string) (int, int, error) {
-	s.r.mu.Lock()
-	wh, ok := s.r.sizes[sandbox]
-	s.r.mu.Unlock()
-	if ok {
-		return wh[0], wh[1], nil
-	}
-	o, err := s.r.c.Get(ctx, api.KindSandbox, sandbox)
-	if err != nil {
-		return 0, 0, err
-	}
-	w, h, err := ScreenSizeOf(o.(*api.Sandbox))
-	if err != nil {
-		return 0, 0, err
-	}
-	s.r.mu.Lock()
-	s.r.sizes[sandbox] = [2]int{w, h}
-	s.r.mu.Unlock()
-	return w, h, nil
-}
-
-// ScreenSizeOf is a sandbox's screen size from its status (or spec).
-func ScreenSizeOf(sb *api.Sandbox) (int, int, error) {
-	res := sb.Status.Resolution
-	if res == "" {
-		res = sb.Spec.Display.Resolution
-	}
-	if res == "" {
-		return 0, 0, fmt.Errorf("sandbox %s has no screen yet (phase %s): %w", sb.Metadata.Name, sb.Status.Phase, api.ErrConflict)
-	}
-	w, h, err := api.ParseResolution(res)
-	if err != nil {
-		return 0, 0, fmt.Errorf("sandbox %s: resolution %q: %w", sb.Metadata.Name, res, err)
-	}
-	return w, h, nil
 }
 
 type remoteHuman struct{ c *client.Client }

@@ -206,6 +206,9 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 	}
 	if errors.Is(ctx.Err(), context.Canceled) || errors.Is(err, errEndedElsewhere) {
 		lg.printf("ended: %v", err)
+		if errors.Is(err, errEndedElsewhere) {
+			n.addArtifacts(bg, name, attempt, res.Artifacts, lg)
+		}
 		n.releaseLogged(bg, sandbox, name, lg)
 		return
 	}
@@ -245,6 +248,24 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 		n.event(bg, out, api.EventWarning, reason, fmt.Sprintf("attempt %d: %v", attempt, err))
 	}
 	n.releaseLogged(bg, sandbox, name, lg)
+}
+
+// addArtifacts lists files the node kept of an attempt that was ended
+// through the API (its screen recording) in the result written there.
+func (n *Node) addArtifacts(ctx context.Context, agent string, attempt int, files []string, lg *runLog) {
+	if len(files) == 0 {
+		return
+	}
+	_, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, agent, func(cur *api.Agent) bool {
+		if cur.Status.Attempts != attempt || cur.Status.Result == nil {
+			return false
+		}
+		cur.Status.Result.Artifacts = append(cur.Status.Result.Artifacts, files...)
+		return true
+	})
+	if err != nil && !errors.Is(err, api.ErrNotFound) {
+		lg.printf("could not list %v in the result: %v", files, err)
+	}
 }
 
 func (n *Node) releaseLogged(ctx context.Context, sandbox, agent string, lg *runLog) {

@@ -27,18 +27,18 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 		return fmt.Errorf("sandbox %s is claimed by %q, not by agent %s: %w", name, sb.Status.CurrentAgent, agent, api.ErrConflict)
 	}
 	start := n.now()
-	how := "resumed"
+	how, kind := "resumed", "resume"
 	err = n.be.Resume(ctx, name)
 	if err != nil {
 		n.event(ctx, sb, api.EventWarning, "ResumeFailed", fmt.Sprintf("resume for agent %s: %v; restoring the clean snapshot", agent, err))
-		how = "restored the clean snapshot and resumed"
+		how, kind = "restored the clean snapshot and resumed", "restore"
 		if err = n.be.Reset(ctx, name); err == nil {
 			err = n.be.Resume(ctx, name)
 		}
 	}
 	if err != nil {
 		n.event(ctx, sb, api.EventWarning, "RestoreFailed", fmt.Sprintf("restore for agent %s: %v; cloning a new VM", agent, err))
-		how = "cloned a new VM"
+		how, kind = "cloned a new VM", "clone"
 		err = n.recreate(ctx, sb)
 	}
 	if err != nil {
@@ -53,6 +53,9 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 		}
 	}
 	took := n.now().Sub(start)
+	if n.opt.ObserveAcquire != nil {
+		n.opt.ObserveAcquire(kind, took)
+	}
 	info, _ := n.be.Inspect(ctx, name)
 	n.event(ctx, sb, api.EventNormal, "Acquired", fmt.Sprintf("%s for agent %s in %s", how, agent, took.Round(time.Millisecond)))
 	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
@@ -170,12 +173,23 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 		}
 	}
 	n.event(ctx, sb, api.EventNormal, "Released", msg)
-	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	var ended *api.SandboxControl
+	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		ended = nil
 		if s.CurrentAgent != agent {
 			return
 		}
 		now := n.now().UTC()
 		s.CurrentAgent, s.ClaimedAt, s.ReleasedAt = "", nil, &now
 		s.Phase, s.Reason, s.Message, s.PID = phase, "Released", msg, info.PID
+		if policy == "reset" && used {
+			// A take-over is of the desktop the agent left; the clean
+			// one goes to the next agent, whose input it must not refuse.
+			ended, s.Control = s.Control, nil
+		}
 	})
+	if err == nil && ended != nil {
+		n.event(ctx, sb, api.EventNormal, "ControlReleased", fmt.Sprintf("take-over %s of %s ended: the sandbox was reset to its clean snapshot", ended.ID, ended.Holder))
+	}
+	return err
 }

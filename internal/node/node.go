@@ -20,6 +20,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -43,6 +44,9 @@ type Options struct {
 	// Tokens mints a token for a custom agent that reaches only its
 	// sandbox and its own agent, valid for ttl; nil gives none.
 	Tokens func(sandbox, agent string, ttl time.Duration) string
+	// ObserveAcquire, when set, hears how long each acquire took and how
+	// it went: resume, restore (the clean snapshot) or clone.
+	ObserveAcquire func(how string, d time.Duration)
 }
 
 // Node reconciles this host's templates and sandboxes and serves their
@@ -64,6 +68,10 @@ type Node struct {
 	runCtx    context.Context
 	runCancel context.CancelFunc
 	runs      runs
+
+	// actions is the action layer over this node's sandboxes: the API, MCP
+	// and workflow steps act through it.
+	actions *display.Actions
 }
 
 // New returns a Node.
@@ -79,6 +87,7 @@ func New(opts Options) *Node {
 	}
 	n := &Node{st: opts.Store, be: opts.Backend, log: opts.Logger.With("node", opts.Name), opt: opts, name: opts.Name, now: opts.Now}
 	n.runs.m = map[string]*run{}
+	n.actions = display.NewActions(n)
 	n.runCtx, n.runCancel = context.WithCancel(context.Background())
 	return n
 }

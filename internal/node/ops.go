@@ -9,6 +9,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/display"
 )
 
 // The imperative sandbox operations of the API. Run-state changes take the
@@ -154,28 +155,71 @@ func (n *Node) Screenshot(ctx context.Context, name string, opts backend.Screens
 	return scr.Screenshot(ctx, name, opts)
 }
 
-// Input sends one computer-use action to a running sandbox.
-func (n *Node) Input(ctx context.Context, name string, a api.Action) (backend.InputResult, error) {
+// ScreenSize implements display.Desktop: the sandbox's resolution.
+func (n *Node) ScreenSize(ctx context.Context, name string) (int, int, error) {
+	sb, err := n.sandboxFor(ctx, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	return api.ParseResolution(orDefault(sb.Status.Resolution, orDefault(sb.Spec.Display.Resolution, api.DefaultResolution)))
+}
+
+// inputTo returns the sandbox if input may be sent to it now: it runs, and
+// no person holds it, or ctx carries the holder's take-over ID.
+func (n *Node) inputTo(ctx context.Context, name string) error {
+	sb, err := n.sandboxFor(ctx, name)
+	if err != nil {
+		return err
+	}
+	if c := sb.Status.Control; c != nil && display.ControlFrom(ctx) != c.ID {
+		return fmt.Errorf("%s holds control of sandbox %s since %s: input is refused until they hand it back: %w",
+			orDefault(c.Holder, "a person"), name, c.Since.UTC().Format(time.RFC3339), api.ErrConflict)
+	}
+	return needPhase(sb, "send input to", api.SandboxRunning)
+}
+
+// SendInput implements display.Desktop.
+func (n *Node) SendInput(ctx context.Context, name string, evs []backend.InputEvent) error {
 	in, ok := n.be.(backend.Input)
 	if !ok {
-		return backend.InputResult{}, fmt.Errorf("input: %w: %w", errNoAbility, api.ErrUnsupported)
+		return fmt.Errorf("input: %w: %w", errNoAbility, api.ErrUnsupported)
+	}
+	if err := n.inputTo(ctx, name); err != nil {
+		return err
+	}
+	return in.SendInput(ctx, name, evs)
+}
+
+// TypeText implements display.Desktop.
+func (n *Node) TypeText(ctx context.Context, name, text string) error {
+	t, ok := n.be.(backend.TextInput)
+	if !ok {
+		return fmt.Errorf("typing text beyond ASCII: %w: %w", errNoAbility, api.ErrUnsupported)
+	}
+	if err := n.inputTo(ctx, name); err != nil {
+		return err
+	}
+	return t.TypeText(ctx, name, text)
+}
+
+// CursorPosition implements display.Desktop.
+func (n *Node) CursorPosition(ctx context.Context, name string) (int, int, error) {
+	c, ok := n.be.(backend.Cursor)
+	if !ok {
+		return 0, 0, fmt.Errorf("cursor position: %w: %w", errNoAbility, api.ErrUnsupported)
 	}
 	sb, err := n.sandboxFor(ctx, name)
 	if err != nil {
-		return backend.InputResult{}, err
+		return 0, 0, err
 	}
-	// Validate before looking at the run state, so that bad input is
-	// reported as such whatever the sandbox does.
-	if w, h, err := api.ParseResolution(orDefault(sb.Status.Resolution, api.DefaultResolution)); err == nil {
-		if err := api.ValidateAction("", a, w, h, false); err != nil {
-			return backend.InputResult{}, err
-		}
+	if err := needPhase(sb, "read the pointer of", api.SandboxRunning); err != nil {
+		return 0, 0, err
 	}
-	if err := needPhase(sb, "send input to", api.SandboxRunning); err != nil {
-		return backend.InputResult{}, err
-	}
-	return in.Input(ctx, name, a)
+	return c.CursorPosition(ctx, name)
 }
+
+// Actions is the action layer over this node's sandboxes.
+func (n *Node) Actions() *display.Actions { return n.actions }
 
 func (n *Node) guest(ctx context.Context, name, verb string) (backend.Guest, error) {
 	g, ok := n.be.(backend.Guest)

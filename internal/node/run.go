@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"image/draw"
 	"image/png"
 	"io"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/display"
 )
 
 // errEndedElsewhere: an mcp-agent's attempt was completed (or ended)
@@ -35,8 +35,12 @@ const (
 	maxArtifactBytes = 64 << 20 // per file
 )
 
-// execute runs the attempt's task on its (acquired) sandbox.
-func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog) (*api.AgentResult, error) {
+// execute runs the attempt's task on its (acquired) sandbox, recording
+// its screen meanwhile with output.screenRecording (record.go).
+func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog) (res *api.AgentResult, err error) {
+	if a.Spec.Output.ScreenRecording {
+		defer n.record(ctx, a.Status.Sandbox, dir, lg).stop(&res)
+	}
 	switch a.Spec.Type {
 	case "workflow":
 		return n.runWorkflow(ctx, a, dir, lg)
@@ -63,7 +67,7 @@ func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *ru
 			sr.Output, sr.Screenshot = "", out
 			res.Screenshots = append(res.Screenshots, out)
 		} else if err == nil && a.Spec.Output.Screenshots {
-			if shot, serr := n.saveScreenshot(ctx, sandbox, dir, fmt.Sprintf("step-%02d.png", i+1), nil); serr == nil {
+			if shot, serr := n.saveScreenshot(ctx, sandbox, dir, fmt.Sprintf("step-%02d.png", i+1)); serr == nil {
 				sr.Screenshot = shot
 				res.Screenshots = append(res.Screenshots, shot)
 			}
@@ -88,17 +92,6 @@ func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *ru
 func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string, i int) (string, error) {
 	sandbox := a.Status.Sandbox
 	switch st.Action {
-	case "wait":
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(time.Duration(st.Duration * float64(time.Second))):
-			return "", nil
-		}
-	case "screenshot":
-		return n.saveScreenshot(ctx, sandbox, dir, fmt.Sprintf("step-%02d.png", i), nil)
-	case "zoom":
-		return n.saveScreenshot(ctx, sandbox, dir, fmt.Sprintf("step-%02d-zoom.png", i), st.Region)
 	case "exec":
 		res, err := n.Exec(ctx, sandbox, backend.ExecRequest{Path: st.Command[0], Args: st.Command[1:], Env: taskEnv(a)})
 		if err != nil {
@@ -111,12 +104,17 @@ func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string
 	case "assert":
 		return n.assert(ctx, a, st)
 	}
-	r, err := n.Input(ctx, sandbox, st)
+	r, err := n.actions.Do(ctx, sandbox, st, display.Space{})
 	if err != nil {
 		return "", err
 	}
-	if st.Action == "cursor_position" {
-		return fmt.Sprintf("%d,%d", r.X, r.Y), nil
+	switch st.Action {
+	case "cursor_position":
+		return fmt.Sprintf("%d,%d", r.Coordinate[0], r.Coordinate[1]), nil
+	case "screenshot":
+		return saveImage(dir, fmt.Sprintf("step-%02d.png", i), r.Image)
+	case "zoom":
+		return saveImage(dir, fmt.Sprintf("step-%02d-zoom.png", i), r.Image)
 	}
 	return "", nil
 }
@@ -185,28 +183,19 @@ func blank(img image.Image) bool {
 	return true
 }
 
-// saveScreenshot stores a PNG of the sandbox's screen (cropped to region
-// [x0, y0, x1, y1] when given) under the attempt's screenshots/ and returns
-// its path relative to the attempt.
-func (n *Node) saveScreenshot(ctx context.Context, sandbox, dir, file string, region []int) (string, error) {
+// saveScreenshot stores a PNG of the sandbox's screen under the attempt's
+// screenshots/ and returns its path relative to the attempt.
+func (n *Node) saveScreenshot(ctx context.Context, sandbox, dir, file string) (string, error) {
 	b, _, err := n.Screenshot(ctx, sandbox, backend.ScreenshotOptions{Format: "png"})
 	if err != nil {
 		return "", err
 	}
-	if len(region) == 4 {
-		img, err := png.Decode(bytes.NewReader(b))
-		if err != nil {
-			return "", fmt.Errorf("decode screenshot: %w", err)
-		}
-		r := image.Rect(region[0], region[1], region[2], region[3]).Intersect(img.Bounds())
-		crop := image.NewRGBA(image.Rect(0, 0, r.Dx(), r.Dy()))
-		draw.Draw(crop, crop.Bounds(), img, r.Min, draw.Src)
-		var buf bytes.Buffer
-		if err := png.Encode(&buf, crop); err != nil {
-			return "", err
-		}
-		b = buf.Bytes()
-	}
+	return saveImage(dir, file, b)
+}
+
+// saveImage stores an image under the attempt's screenshots/ and returns
+// its path relative to the attempt.
+func saveImage(dir, file string, b []byte) (string, error) {
 	rel := path.Join("screenshots", file)
 	if err := os.MkdirAll(filepath.Join(dir, "screenshots"), 0o700); err != nil {
 		return "", err
@@ -327,7 +316,7 @@ func (n *Node) waitMCP(ctx context.Context, a *api.Agent, lg *runLog) error {
 // more than its attachments.
 func (n *Node) collect(ctx context.Context, a *api.Agent, sandbox, dir string, res *api.AgentResult, lg *runLog) {
 	if a.Spec.Output.Screenshots {
-		if shot, err := n.saveScreenshot(ctx, sandbox, dir, "final.png", nil); err == nil {
+		if shot, err := n.saveScreenshot(ctx, sandbox, dir, "final.png"); err == nil {
 			res.Screenshots = append(res.Screenshots, shot)
 		}
 	}

@@ -27,7 +27,7 @@ type Agents interface {
 func (s *Server) agentRoutes() {
 	m := s.mux
 	m.HandleFunc("POST /api/v1/agents/{name}/complete", s.completeAgent)
-	m.HandleFunc("GET /api/v1/agents/{name}/logs", s.agentFile("agent.log"))
+	m.HandleFunc("GET /api/v1/agents/{name}/logs", s.agentLogs)
 	m.HandleFunc("GET /api/v1/agents/{name}/files/{path...}", s.agentFile(""))
 }
 
@@ -144,6 +144,9 @@ func (s *Server) agentFile(fixed string) http.HandlerFunc {
 		}
 		defer f.Close()
 		ct := mime.TypeByExtension(path.Ext(rel))
+		if path.Ext(rel) == ".webm" {
+			ct = "video/webm" // a screen recording; some hosts' mime.types say audio/webm
+		}
 		if ct == "" || rel == "agent.log" {
 			ct = "text/plain; charset=utf-8"
 		}

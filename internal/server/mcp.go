@@ -18,8 +18,8 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
-	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/mcptools"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -220,10 +220,11 @@ func (d *serverDesktops) Do(ctx context.Context, sandbox string, a api.Action, w
 	if _, err := d.s.opts.Store.Get(ctx, api.KindSandbox, sandbox); err != nil {
 		return mcptools.Result{}, err
 	}
-	if d.s.opts.Sandboxes == nil {
+	if d.s.opts.Actions == nil {
 		return mcptools.Result{}, fmt.Errorf("this server runs without a VM backend (start it with --backend qemu): %w", api.ErrUnsupported)
 	}
-	return mcptools.DoOver(ctx, serverScreens{d.s}, sandbox, a, width)
+	res, err := d.s.opts.Actions.Do(ctx, sandbox, a, display.Space{Width: width})
+	return mcptools.Result{Coordinate: res.Coordinate, Image: res.Image, ContentType: res.ContentType}, err
 }
 
 func (d *serverDesktops) Complete(ctx context.Context, agent string, c mcptools.Completion) error {
@@ -233,27 +234,6 @@ func (d *serverDesktops) Complete(ctx context.Context, agent string, c mcptools.
 
 func (d *serverDesktops) AskHuman(ctx context.Context, agent, question string, wait time.Duration) (string, error) {
 	return mcptools.AskOver(ctx, serverHuman{d.s}, agent, question, wait)
-}
-
-// serverScreens is the sandbox screen and input API in process.
-type serverScreens struct{ s *Server }
-
-func (sc serverScreens) Screenshot(ctx context.Context, sandbox string, width int) ([]byte, error) {
-	b, _, err := sc.s.opts.Sandboxes.Screenshot(ctx, sandbox, backend.ScreenshotOptions{Format: "png", Width: width})
-	return b, err
-}
-
-func (sc serverScreens) Input(ctx context.Context, sandbox string, a api.Action) ([]int, error) {
-	res, err := sc.s.opts.Sandboxes.Input(ctx, sandbox, a)
-	return []int{res.X, res.Y}, err
-}
-
-func (sc serverScreens) ScreenSize(ctx context.Context, sandbox string) (int, int, error) {
-	o, err := sc.s.opts.Store.Get(ctx, api.KindSandbox, sandbox)
-	if err != nil {
-		return 0, 0, err
-	}
-	return mcptools.ScreenSizeOf(o.(*api.Sandbox))
 }
 
 // serverHuman is the human-in-the-loop API, called through the server's

@@ -263,7 +263,27 @@ func TestMCPOverHTTP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := callTool(t, cs, "complete_task", map[string]any{"output": map[string]any{"answer": 42}})
+		// ask_human waits for a person's answer through the HITL API.
+		go answerWhenAsked(t, ts.URL, "task", "blue")
+		res := callTool(t, cs, "ask_human", map[string]any{"question": "Which colour?", "timeout_seconds": 20})
+		if res.IsError || !strings.Contains(toolText(res), `"answer":"blue"`) {
+			t.Fatalf("ask_human: %v %s", res.IsError, toolText(res))
+		}
+		// Nobody answers: the tool says so, and asking again waits for the same request.
+		res = callTool(t, cs, "ask_human", map[string]any{"question": "Left or right?", "timeout_seconds": 1})
+		if !res.IsError || !strings.Contains(toolText(res), "stays pending") {
+			t.Fatalf("unanswered ask_human: %s", toolText(res))
+		}
+		go func() {
+			// After the call below has begun to wait for the same request.
+			time.Sleep(2 * time.Second)
+			answerWhenAsked(t, ts.URL, "task", "left")
+		}()
+		res = callTool(t, cs, "ask_human", map[string]any{"question": "Left or right?", "timeout_seconds": 20})
+		if res.IsError || !strings.Contains(toolText(res), `"answer":"left"`) {
+			t.Fatalf("ask_human again: %s", toolText(res))
+		}
+		res = callTool(t, cs, "complete_task", map[string]any{"output": map[string]any{"answer": 42}})
 		if res.IsError {
 			t.Fatalf("complete_task: %s", toolText(res))
 		}
@@ -280,4 +300,33 @@ func TestMCPOverHTTP(t *testing.T) {
 			t.Errorf("second complete_task: %q", toolText(res))
 		}
 	})
+}
+
+// answerWhenAsked answers agent's pending question as a person would.
+func answerWhenAsked(t *testing.T, base, agent, answer string) {
+	for i := 0; i < 200; i++ {
+		req, _ := http.NewRequest("GET", base+"/api/v1/agents/"+agent+"/hitl", nil)
+		req.Header.Set("Authorization", "Bearer s3cret")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			var hr api.HumanRequest
+			json.NewDecoder(resp.Body).Decode(&hr)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && hr.Pending() {
+				body, _ := json.Marshal(map[string]string{"id": hr.ID, "answer": answer, "by": "tester"})
+				req, _ := http.NewRequest("POST", base+"/api/v1/hitl/"+agent+"/respond", strings.NewReader(string(body)))
+				req.Header.Set("Authorization", "Bearer s3cret")
+				req.Header.Set("Content-Type", "application/json")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						t.Errorf("respond: %s", resp.Status)
+					}
+				}
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("agent %s asked nothing", agent)
 }

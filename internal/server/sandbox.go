@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -16,11 +17,12 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/display"
 )
 
 // Sandboxes runs operations on live sandboxes. The server calls it for the
-// sandbox subresources; it is implemented over a backend by the controller
-// manager.
+// sandbox subresources; the node implements it over its backend. Screen
+// and input go through the action layer (Options.Actions).
 type Sandboxes interface {
 	// Pause, Resume, Save and Reset change a sandbox's run state and block
 	// until the change is done.
@@ -29,7 +31,6 @@ type Sandboxes interface {
 	Save(ctx context.Context, name string) error
 	Reset(ctx context.Context, name string) error
 	Screenshot(ctx context.Context, name string, opts backend.ScreenshotOptions) ([]byte, string, error)
-	Input(ctx context.Context, name string, a api.Action) (backend.InputResult, error)
 	Exec(ctx context.Context, name string, req backend.ExecRequest) (backend.ExecResult, error)
 	ClipboardGet(ctx context.Context, name string) (string, error)
 	ClipboardSet(ctx context.Context, name, text string) error
@@ -41,12 +42,14 @@ func (s *Server) sandboxRoutes() {
 	for _, op := range []string{"pause", "resume", "save", "reset"} {
 		m.HandleFunc("POST /api/v1/sandboxes/{name}/"+op, s.withSandboxes(s.sandboxOp(op)))
 	}
-	m.HandleFunc("GET /api/v1/sandboxes/{name}/screen", s.withSandboxes(s.screen))
-	m.HandleFunc("POST /api/v1/sandboxes/{name}/input", s.withSandboxes(s.input))
+	m.HandleFunc("GET /api/v1/sandboxes/{name}/screen", s.withSandboxes(s.timed(s.screen, func(r *http.Request, d time.Duration) {
+		s.opts.Metrics.ObserveScreenshot(r.URL.Query().Get("format"), d)
+	})))
+	m.HandleFunc("POST /api/v1/sandboxes/{name}/input", s.withSandboxes(s.timed(s.input, func(_ *http.Request, d time.Duration) { s.opts.Metrics.ObserveInput(d) })))
 	m.HandleFunc("GET /api/v1/sandboxes/{name}/clipboard", s.withSandboxes(s.clipboardGet))
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/clipboard", s.withSandboxes(s.clipboardSet))
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/exec", s.withSandboxes(s.exec))
-	m.HandleFunc("GET /api/v1/sandboxes/{name}/logs", s.withSandboxes(s.logs))
+	m.HandleFunc("GET /api/v1/sandboxes/{name}/logs", s.withSandboxes(s.sandboxLogs))
 	m.HandleFunc("GET /api/v1/sandboxes/{name}/display", s.withSandboxes(s.notYet("the live display (VNC over WebSocket)")))
 }
 
@@ -58,7 +61,7 @@ func (s *Server) withSandboxes(h http.HandlerFunc) http.HandlerFunc {
 			s.fail(w, r, err)
 			return
 		}
-		if s.opts.Sandboxes == nil {
+		if s.opts.Sandboxes == nil || s.opts.Actions == nil {
 			writeError(w, http.StatusNotImplemented, fmt.Errorf("%s %s needs a VM backend, and this server runs without one (start it with --backend qemu)", r.Method, r.URL.Path))
 			return
 		}
@@ -85,6 +88,9 @@ func (s *Server) sandboxOp(op string) http.HandlerFunc {
 			err = s.opts.Sandboxes.Save(r.Context(), name)
 		case "reset":
 			err = s.opts.Sandboxes.Reset(r.Context(), name)
+			if err == nil {
+				s.endControl(r.Context(), name, "the sandbox was reset to its clean snapshot")
+			}
 		}
 		if err != nil {
 			s.fail(w, r, err)
@@ -99,10 +105,12 @@ func (s *Server) sandboxOp(op string) http.HandlerFunc {
 	}
 }
 
-// screen answers GET /sandboxes/{name}/screen[?format=png|jpeg][&quality=N][&width=W][&height=H].
+// screen answers GET /sandboxes/{name}/screen[?format=png|jpeg][&quality=N]
+// [&width=W][&height=H][&settle=true][&settleTimeout=DURATION].
 func (s *Server) screen(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	opts := backend.ScreenshotOptions{Format: q.Get("format")}
+	var opts display.ShotOptions
+	opts.Format = q.Get("format")
 	if opts.Format != "" && opts.Format != "png" && opts.Format != "jpeg" {
 		s.fail(w, r, api.Invalid("format", "unsupported value %q: want png or jpeg", opts.Format))
 		return
@@ -127,15 +135,56 @@ func (s *Server) screen(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, api.Invalid("quality", "only applies to format=jpeg"))
 		return
 	}
-	img, ctype, err := s.opts.Sandboxes.Screenshot(r.Context(), r.PathValue("name"), opts)
+	var err error
+	if opts.Settle, err = boolParam(q, "settle"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if v := q.Get("settleTimeout"); v != "" {
+		if !opts.Settle {
+			s.fail(w, r, api.Invalid("settleTimeout", "only applies to settle=true"))
+			return
+		}
+		d, err := durationParam(v)
+		if err != nil || d <= 0 || d > display.MaxSettleTimeout {
+			s.fail(w, r, api.Invalid("settleTimeout", "%q is not a duration in (0, %v] (e.g. 2s or 500ms)", v, display.MaxSettleTimeout))
+			return
+		}
+		opts.SettleTimeout = d
+	}
+	img, ctype, err := s.opts.Actions.Screenshot(r.Context(), r.PathValue("name"), opts)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	writeImage(w, img, ctype)
+}
+
+func writeImage(w http.ResponseWriter, img []byte, ctype string) {
 	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("Content-Length", strconv.Itoa(len(img)))
 	w.Header().Set("Cache-Control", "no-store")
 	w.Write(img)
+}
+
+// boolParam reads a true/false query parameter ("" is false).
+func boolParam(q url.Values, name string) (bool, error) {
+	switch v := q.Get(name); v {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	default:
+		return false, api.Invalid(name, "%q: want true or false", v)
+	}
+}
+
+// durationParam reads a Go duration ("2s", "500ms") or a number of seconds.
+func durationParam(v string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	return time.ParseDuration(v)
 }
 
 // InputResponse answers an input action.
@@ -184,38 +233,67 @@ func (s *Server) decodeJSON(body []byte, v any) error {
 	return nil
 }
 
-// input answers POST /sandboxes/{name}/input with one computer-use action,
-// e.g. {"action": "left_click", "coordinate": [100, 200]}.
+// input answers POST /sandboxes/{name}/input[?width=W][&height=H] with one
+// computer-use action, e.g. {"action": "left_click", "coordinate": [100,
+// 200]}, or one of OpenAI's computer actions ({"type": "click", "x": 100,
+// "y": 200}). width and height name the screen space the caller works in
+// (the screen scaled as GET .../screen?width=W gives it); coordinates are
+// mapped back to the desktop. screenshot and zoom answer with the image.
+// While a person holds the sandbox, input is refused with 409 unless it
+// carries their take-over ID in the X-Hvkube-Control header.
 func (s *Server) input(w http.ResponseWriter, r *http.Request) {
-	var a api.Action
-	if err := s.decodeStrict(w, r, &a); err != nil {
+	q := r.URL.Query()
+	var sp display.Space
+	for _, f := range []struct {
+		name string
+		dst  *int
+		max  int
+	}{{"width", &sp.Width, api.MaxScreenWidth}, {"height", &sp.Height, api.MaxScreenHeight}} {
+		if v := q.Get(f.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > f.max {
+				s.fail(w, r, api.Invalid(f.name, "%q is not a number in 1..%d", v, f.max))
+				return
+			}
+			*f.dst = n
+		}
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
 		s.failBody(w, r, err)
 		return
 	}
-	switch a.Action {
-	case "screenshot", "zoom":
-		s.fail(w, r, api.Invalid("action", "%s is served by GET /api/v1/sandboxes/%s/screen", a.Action, r.PathValue("name")))
-		return
-	case "wait":
-		if err := api.ValidateAction("", a, 0, 0, false); err != nil {
-			s.fail(w, r, err)
-			return
+	var acts []api.Action
+	if display.IsOpenAI(body) {
+		acts, err = display.FromOpenAI(body)
+	} else {
+		var a api.Action
+		if len(bytes.TrimSpace(body)) == 0 {
+			err = api.Invalid("", "empty body: expected a JSON object")
+		} else {
+			err = s.decodeJSON(body, &a)
 		}
-		select {
-		case <-r.Context().Done():
-		case <-time.After(time.Duration(a.Duration * float64(time.Second))):
-		}
-		writeJSON(w, http.StatusOK, InputResponse{OK: true})
-		return
+		acts = []api.Action{a}
 	}
-	res, err := s.opts.Sandboxes.Input(r.Context(), r.PathValue("name"), a)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	ctx := display.WithControl(r.Context(), r.Header.Get(api.ControlHeader))
 	out := InputResponse{OK: true}
-	if a.Action == "cursor_position" {
-		out.Coordinate = []int{res.X, res.Y}
+	for _, a := range acts {
+		res, err := s.opts.Actions.Do(ctx, r.PathValue("name"), a, sp)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if res.Image != nil {
+			writeImage(w, res.Image, res.ContentType)
+			return
+		}
+		if res.Coordinate != nil {
+			out.Coordinate = res.Coordinate
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

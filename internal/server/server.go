@@ -19,7 +19,9 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/hostpath"
+	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -38,6 +40,9 @@ type Options struct {
 	// Sandboxes runs sandbox operations (pause, screen, input, …); nil
 	// answers them with 501.
 	Sandboxes Sandboxes
+	// Actions is the action layer over the same sandboxes: the screen and
+	// input endpoints (and MCP) act through it.
+	Actions *display.Actions
 	// Agents serves the files the node keeps of agents; nil answers 501.
 	Agents Agents
 	// Ready reports whether the server is ready to serve (controllers
@@ -64,6 +69,13 @@ type Options struct {
 	// AllowedRoots are the host directories that host paths in objects
 	// (template image files, volume hostPaths) must lie under.
 	AllowedRoots hostpath.Roots
+	// Metrics, when set, is served at /metrics (behind the token, like
+	// the API) and times screenshots and input.
+	Metrics *metrics.Metrics
+	// ControlToken mints the display token handed to a person who takes
+	// control of a sandbox: it carries the take-over's ID, so that the
+	// live view may send input. Nil hands out none.
+	ControlToken func(ctx context.Context, sandbox, controlID string) (string, error)
 }
 
 // BackendInfo describes the server's VM backend.
@@ -136,7 +148,11 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/agents/{name}/result", s.agentResult)
 	s.sandboxRoutes()
 	s.agentRoutes()
+	s.hitlRoutes()
 	s.mcpRoutes()
+	if s.opts.Metrics != nil {
+		m.Handle("GET /metrics", s.opts.Metrics.Handler())
+	}
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API route for %s %s", r.Method, r.URL.Path))
 	})
@@ -179,7 +195,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 
 // inScope reports whether a scoped token may reach path: its sandbox and
 // everything under it, its agent and everything under it, and MCP (whose
-// tools check the scope themselves).
+// tools check the scope themselves); but not the sandbox's control, which
+// is a person's to take and hand back.
 func inScope(sc authtoken.Scope, path string) bool {
 	if path == "/mcp" {
 		return true
@@ -189,6 +206,9 @@ func inScope(sc authtoken.Scope, path string) bool {
 			continue
 		}
 		rest, ok := strings.CutPrefix(path, p.prefix+p.name)
+		if ok && p.prefix == "/api/v1/sandboxes/" && rest == "/control" {
+			return false
+		}
 		if ok && (rest == "" || strings.HasPrefix(rest, "/")) {
 			return true
 		}

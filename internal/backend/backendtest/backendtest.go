@@ -21,6 +21,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/display"
 )
 
 // Options describe the backend under test.
@@ -95,9 +96,10 @@ func Run(t *testing.T, o Options) {
 		}
 		return res
 	}
-	input := func(t *testing.T, id string, a api.Action) backend.InputResult {
+	actions := display.NewActions(display.OnBackend(b))
+	input := func(t *testing.T, id string, a api.Action) display.Result {
 		t.Helper()
-		res, err := b.(backend.Input).Input(ctx, id, a)
+		res, err := actions.Do(ctx, id, a, display.Space{})
 		if err != nil {
 			t.Fatalf("input %+v: %v", a, err)
 		}
@@ -275,7 +277,7 @@ func Run(t *testing.T, o Options) {
 				t.Fatalf("after a click at %v the guest says %q", p, out)
 			}
 			pos := input(t, "conf-click", api.Action{Action: "cursor_position"})
-			if pos.X != p[0] || pos.Y != p[1] {
+			if len(pos.Coordinate) != 2 || pos.Coordinate[0] != p[0] || pos.Coordinate[1] != p[1] {
 				t.Fatalf("cursor_position = %+v, want %v", pos, p)
 			}
 		}
@@ -345,6 +347,23 @@ func Run(t *testing.T, o Options) {
 		create(t, "conf-bad")
 		resume(t, "conf-bad")
 		in := b.(backend.Input)
+		// The action layer checks actions; the backend checks raw events.
+		raw := []struct {
+			ev    backend.InputEvent
+			field string
+		}{
+			{backend.InputEvent{Kind: backend.EventMove, X: w, Y: 1}, "events[0]"},
+			{backend.InputEvent{Kind: backend.EventMove, X: 1, Y: -1}, "events[0]"},
+			{backend.InputEvent{Kind: backend.EventKey, Key: "nosuchkey", Down: true}, "events[0].key"},
+			{backend.InputEvent{Kind: backend.EventButton, Button: "thumb", Down: true}, "events[0].button"},
+			{backend.InputEvent{Kind: "teleport"}, "events[0].kind"},
+		}
+		for _, c := range raw {
+			err := in.SendInput(ctx, "conf-bad", []backend.InputEvent{c.ev})
+			if !errors.Is(err, api.ErrInvalid) || api.FieldOf(err) != c.field {
+				t.Errorf("event %+v: got %v (field %q), want ErrInvalid naming %s", c.ev, err, api.FieldOf(err), c.field)
+			}
+		}
 		cases := []struct {
 			a     api.Action
 			field string
@@ -357,12 +376,12 @@ func Run(t *testing.T, o Options) {
 			{api.Action{Action: "teleport"}, "action"},
 		}
 		for _, c := range cases {
-			_, err := in.Input(ctx, "conf-bad", c.a)
+			_, err := actions.Do(ctx, "conf-bad", c.a, display.Space{})
 			if !errors.Is(err, api.ErrInvalid) || api.FieldOf(err) != c.field {
 				t.Errorf("input %+v: got %v (field %q), want ErrInvalid naming %s", c.a, err, api.FieldOf(err), c.field)
 			}
 		}
-		if _, err := in.Input(ctx, "no-such-sandbox", api.Action{Action: "mouse_move", Coordinate: []int{1, 1}}); !errors.Is(err, api.ErrNotFound) {
+		if err := in.SendInput(ctx, "no-such-sandbox", []backend.InputEvent{{Kind: backend.EventMove, X: 1, Y: 1}}); !errors.Is(err, api.ErrNotFound) {
 			t.Errorf("unknown sandbox: %v", err)
 		}
 		if err := b.Resume(ctx, "no-such-sandbox"); !errors.Is(err, api.ErrNotFound) {

@@ -31,11 +31,13 @@ import (
 )
 
 var (
-	_ backend.Backend = (*Backend)(nil)
-	_ backend.Screen  = (*Backend)(nil)
-	_ backend.Input   = (*Backend)(nil)
-	_ backend.Guest   = (*Backend)(nil)
-	_ backend.Logs    = (*Backend)(nil)
+	_ backend.Backend   = (*Backend)(nil)
+	_ backend.Screen    = (*Backend)(nil)
+	_ backend.Input     = (*Backend)(nil)
+	_ backend.TextInput = (*Backend)(nil)
+	_ backend.Cursor    = (*Backend)(nil)
+	_ backend.Guest     = (*Backend)(nil)
+	_ backend.Logs      = (*Backend)(nil)
 )
 
 // StateGone is reported for a sandbox whose process ended although nothing
@@ -155,7 +157,8 @@ type sandbox struct {
 	clipboard string
 	x, y      int // the pointer
 	frame     int // input actions that changed the screen; drawn into screenshots
-	actions   []api.Action
+	events    []backend.InputEvent
+	held      map[string]bool // modifier keys that are down
 	typed     strings.Builder
 	execs     []backend.ExecRequest
 	log       []string

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/display"
 )
 
 const tplID = "tpl"
@@ -193,9 +194,11 @@ func TestStateMachine(t *testing.T) {
 		for name, err := range map[string]error{
 			"ready": b.Ready(ctx, "nope"),
 			"alive": b.Alive(ctx, "nope"),
-			"input": func() error { _, err := b.Input(ctx, "nope", api.Action{Action: "cursor_position"}); return err }(),
-			"exec":  func() error { _, err := b.Exec(ctx, "nope", backend.ExecRequest{Path: "true"}); return err }(),
-			"logs":  func() error { _, err := b.Logs(ctx, "nope"); return err }(),
+			"input": func() error {
+				return b.SendInput(ctx, "nope", []backend.InputEvent{{Kind: backend.EventMove, X: 1, Y: 1}})
+			}(),
+			"exec": func() error { _, err := b.Exec(ctx, "nope", backend.ExecRequest{Path: "true"}); return err }(),
+			"logs": func() error { _, err := b.Logs(ctx, "nope"); return err }(),
 		} {
 			if !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("%s of a missing sandbox: %v, want ErrNotFound", name, err)
@@ -637,17 +640,17 @@ func TestInput(t *testing.T) {
 		{api.Action{Action: "type", Text: ""}, "text"},
 		{api.Action{Action: "scroll", Coordinate: []int{1, 1}, ScrollDirection: "sideways"}, "scroll_direction"},
 		{api.Action{Action: "teleport"}, "action"},
-		{api.Action{Action: "zoom", Region: []int{0, 0, 10, 10}}, "action"},
 		{api.Action{Action: "exec", Command: []string{"true"}}, "action"},
 	}
+	acts := display.NewActions(display.OnBackend(b))
 	for _, tt := range bad {
-		_, err := b.Input(ctx, "a", tt.a)
+		_, err := acts.Do(ctx, "a", tt.a, display.Space{})
 		if !errors.Is(err, api.ErrInvalid) || api.FieldOf(err) != tt.field {
 			t.Errorf("input %+v: %v (field %q), want ErrInvalid naming %s", tt.a, err, api.FieldOf(err), tt.field)
 		}
 	}
-	if n := len(b.Actions("a")); n != 0 {
-		t.Fatalf("%d invalid actions recorded", n)
+	if n := len(b.Events("a")); n != 0 {
+		t.Fatalf("%d events of invalid actions recorded", n)
 	}
 
 	steps := []struct {
@@ -666,24 +669,25 @@ func TestInput(t *testing.T) {
 		{api.Action{Action: "left_mouse_down"}, 10, 20},
 	}
 	for _, s := range steps {
-		if _, err := b.Input(ctx, "a", s.a); err != nil {
+		if _, err := acts.Do(ctx, "a", s.a, display.Space{}); err != nil {
 			t.Fatalf("input %+v: %v", s.a, err)
 		}
-		pos, err := b.Input(ctx, "a", api.Action{Action: "cursor_position"})
-		if err != nil || pos.X != s.x || pos.Y != s.y {
+		pos, err := acts.Do(ctx, "a", api.Action{Action: "cursor_position"}, display.Space{})
+		if err != nil || len(pos.Coordinate) != 2 || pos.Coordinate[0] != s.x || pos.Coordinate[1] != s.y {
 			t.Fatalf("after %+v the pointer is at %+v (%v), want %d,%d", s.a, pos, err, s.x, s.y)
 		}
 	}
 	if got := b.Typed("a"); got != "hello world" {
 		t.Fatalf("typed %q", got)
 	}
-	acts := b.Actions("a")
-	if len(acts) != 2*len(steps) || acts[2].Action != "left_click" || acts[2].Coordinate[0] != 123 {
-		t.Fatalf("actions: %+v", acts)
+	evs := b.Events("a")
+	if len(evs) < 3 || evs[0] != (backend.InputEvent{Kind: backend.EventMove, X: 123, Y: 77}) ||
+		evs[1] != (backend.InputEvent{Kind: backend.EventButton, Button: backend.ButtonLeft, Down: true}) {
+		t.Fatalf("events: %+v", evs)
 	}
 
 	b.Pause(ctx, "a")
-	if _, err := b.Input(ctx, "a", api.Action{Action: "mouse_move", Coordinate: []int{1, 1}}); !errors.Is(err, api.ErrConflict) {
+	if _, err := acts.Do(ctx, "a", api.Action{Action: "mouse_move", Coordinate: []int{1, 1}}, display.Space{}); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("input to a paused sandbox: %v", err)
 	}
 }
@@ -722,7 +726,7 @@ func TestScreenshot(t *testing.T) {
 	if again, _ := shot(backend.ScreenshotOptions{}); !bytes.Equal(again, first) {
 		t.Fatal("the screen changed with no input")
 	}
-	if _, err := b.Input(ctx, "a", api.Action{Action: "left_click", Coordinate: []int{5, 5}}); err != nil {
+	if err := b.SendInput(ctx, "a", []backend.InputEvent{{Kind: backend.EventMove, X: 5, Y: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := shot(backend.ScreenshotOptions{}); bytes.Equal(after, first) {
@@ -819,8 +823,7 @@ func TestConcurrent(t *testing.T) {
 				ok := step("create", err) &&
 					step("resume", b.Resume(ctx, id)) &&
 					step("input", func() error {
-						_, err := b.Input(ctx, id, api.Action{Action: "type", Text: "x"})
-						return err
+						return b.SendInput(ctx, id, []backend.InputEvent{{Kind: backend.EventKey, Key: "x", Down: true}, {Kind: backend.EventKey, Key: "x"}})
 					}()) &&
 					step("exec", func() error {
 						_, err := b.Exec(ctx, id, backend.ExecRequest{Path: "tee", Args: []string{"/f"}, Stdin: []byte(id)})

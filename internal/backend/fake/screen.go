@@ -3,6 +3,7 @@ package fake
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image"
 	"image/color"
 	"slices"
@@ -12,72 +13,126 @@ import (
 	"github.com/hvkube/hvkube/internal/display"
 )
 
-// Input implements backend.Input. It checks the action as the qemu backend
-// does (api.ValidateAction against the sandbox's resolution, key names in
-// text; errors wrap api.ErrInvalid and name the field; screenshot, zoom and
-// wait are not input actions), then needs a Running sandbox (else
-// ErrConflict). It records the action (see Actions), moves the pointer to
-// the action's coordinate, appends the text of a type action to Typed, and
-// answers cursor_position with the pointer. Nothing waits: a hold_key
-// returns at once.
-func (b *Backend) Input(ctx context.Context, id string, a api.Action) (backend.InputResult, error) {
+// SendInput implements backend.Input. It checks the events as the qemu
+// backend does (points on the sandbox's screen, known buttons and QKeyCode
+// names; errors wrap api.ErrInvalid and name the field), then needs a
+// Running sandbox (else ErrConflict). It records the events (see Events),
+// moves the pointer, and adds the characters that key presses type to
+// Typed. Nothing is paced.
+func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputEvent) error {
 	if err := b.begin(ctx, OpInput, id); err != nil {
-		return backend.InputResult{}, err
+		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, err := b.getLocked(id)
 	if err != nil {
-		return backend.InputResult{}, err
+		return err
 	}
-	if err := api.ValidateAction("", a, s.w, s.h, false); err != nil {
-		return backend.InputResult{}, err
-	}
-	switch a.Action {
-	case "screenshot", "zoom", "wait":
-		return backend.InputResult{}, api.Invalid("action", "%q is not an input action", a.Action)
-	case "key", "hold_key", "left_click", "right_click", "middle_click", "double_click", "triple_click":
-		// Clicks take held modifier keys in text.
-		if a.Text != "" {
-			if _, err := display.ParseKeys(a.Text); err != nil {
-				return backend.InputResult{}, api.Invalid("text", "%v", err)
+	for i, e := range evs {
+		field := fmt.Sprintf("events[%d]", i)
+		switch e.Kind {
+		case backend.EventMove:
+			if err := display.CheckPoint(e.X, e.Y, s.w, s.h); err != nil {
+				return api.Invalid(field, "%v", err)
 			}
+		case backend.EventButton:
+			if !slices.Contains(buttons, e.Button) {
+				return api.Invalid(field+".button", "unknown button %q", e.Button)
+			}
+		case backend.EventKey:
+			if !display.IsQCode(e.Key) {
+				return api.Invalid(field+".key", "unknown key %q", e.Key)
+			}
+		default:
+			return api.Invalid(field+".kind", "unknown event kind %q", e.Kind)
 		}
 	}
 	if err := s.needRunning(OpInput); err != nil {
-		return backend.InputResult{}, err
+		return err
 	}
-	rec := a
-	rec.Coordinate, rec.StartCoordinate = slices.Clone(a.Coordinate), slices.Clone(a.StartCoordinate)
-	rec.Region, rec.Command = slices.Clone(a.Region), slices.Clone(a.Command)
-	s.actions = append(s.actions, rec)
-	if a.Action == "cursor_position" {
-		return backend.InputResult{X: s.x, Y: s.y}, nil
-	}
-	if len(a.Coordinate) == 2 {
-		s.x, s.y = a.Coordinate[0], a.Coordinate[1]
-	}
-	if a.Action == "type" {
-		s.typed.WriteString(a.Text)
+	for _, e := range evs {
+		s.events = append(s.events, e)
+		switch e.Kind {
+		case backend.EventMove:
+			s.x, s.y = e.X, e.Y
+		case backend.EventKey:
+			switch e.Key {
+			case "shift", "shift_r", "ctrl", "ctrl_r", "alt", "alt_r", "meta_l", "meta_r":
+				if s.held == nil {
+					s.held = map[string]bool{}
+				}
+				s.held[e.Key] = e.Down
+			default:
+				shift := s.held["shift"] || s.held["shift_r"]
+				other := s.held["ctrl"] || s.held["ctrl_r"] || s.held["alt"] || s.held["alt_r"] || s.held["meta_l"] || s.held["meta_r"]
+				if r, ok := display.CharOf(e.Key, shift); ok && e.Down && !other {
+					s.typed.WriteRune(r)
+				}
+			}
+		}
 	}
 	s.frame++
-	return backend.InputResult{}, nil
+	return nil
 }
 
-// Actions returns the input actions sandbox id accepted since it was
+var buttons = []string{
+	backend.ButtonLeft, backend.ButtonRight, backend.ButtonMiddle, backend.ButtonBack, backend.ButtonForward,
+	backend.ButtonWheelUp, backend.ButtonWheelDown, backend.ButtonWheelLeft, backend.ButtonWheelRight,
+}
+
+// TypeText implements backend.TextInput: the text is added to Typed as it
+// is.
+func (b *Backend) TypeText(ctx context.Context, id, text string) error {
+	if err := b.begin(ctx, OpInput, id); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.getLocked(id)
+	if err != nil {
+		return err
+	}
+	if err := s.needRunning(OpInput); err != nil {
+		return err
+	}
+	s.typed.WriteString(text)
+	s.frame++
+	return nil
+}
+
+// CursorPosition implements backend.Cursor.
+func (b *Backend) CursorPosition(ctx context.Context, id string) (int, int, error) {
+	if err := b.begin(ctx, OpInput, id); err != nil {
+		return 0, 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.getLocked(id)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := s.needRunning(OpInput); err != nil {
+		return 0, 0, err
+	}
+	return s.x, s.y, nil
+}
+
+// Events returns the input events sandbox id accepted since it was
 // created, in order (Reset keeps them); nil for a missing sandbox.
-func (b *Backend) Actions(id string) []api.Action {
+func (b *Backend) Events(id string) []backend.InputEvent {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.sandboxes[id]
 	if !ok {
 		return nil
 	}
-	return slices.Clone(s.actions)
+	return slices.Clone(s.events)
 }
 
-// Typed returns the text of every type action sandbox id accepted since it
-// was created, run together (Reset keeps it); "" for a missing sandbox.
+// Typed returns the text that sandbox id's key presses and TypeText typed
+// since it was created, run together (Reset keeps it); "" for a missing
+// sandbox.
 func (b *Backend) Typed(id string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -20,10 +20,12 @@ import (
 )
 
 var (
-	_ backend.Screen  = (*Backend)(nil)
-	_ backend.Input   = (*Backend)(nil)
-	_ backend.Guest   = (*Backend)(nil)
-	_ backend.Display = (*Backend)(nil)
+	_ backend.Screen    = (*Backend)(nil)
+	_ backend.Input     = (*Backend)(nil)
+	_ backend.TextInput = (*Backend)(nil)
+	_ backend.Cursor    = (*Backend)(nil)
+	_ backend.Guest     = (*Backend)(nil)
+	_ backend.Display   = (*Backend)(nil)
 )
 
 // Screenshot implements backend.Screen: QMP screendump to PPM in memory
@@ -108,88 +110,127 @@ func (b *Backend) ScreenSize(ctx context.Context, id string) (int, int, error) {
 	return w, h, err
 }
 
-// Input implements backend.Input. Each key or button change is its own
-// input-send-event: QEMU loses a press and release sent in one batch.
-func (b *Backend) Input(ctx context.Context, id string, a api.Action) (backend.InputResult, error) {
+// SendInput implements backend.Input. Each key or button change is its
+// own input-send-event (QEMU loses a press and release sent in one batch),
+// and key events are paced (see keyGap).
+func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputEvent) error {
 	v, err := b.rlockVM(id)
 	if err != nil {
-		return backend.InputResult{}, err
+		return err
 	}
 	w, h, err := api.ParseResolution(v.meta.Resolution)
 	if err == nil {
-		err = api.ValidateAction("", a, w, h, false)
+		err = checkEvents(evs, w, h)
 	}
 	if err == nil {
 		err = v.needProcess()
 	}
 	var mon *qmp.Monitor
-	var g *guest
 	if err == nil {
-		mon, g = v.p.mon, v.g
+		mon = v.p.mon
 	}
-	// Typing can take seconds: the lock is not held for it (see guestOf).
+	// Key events are paced: the lock is not held for them.
 	v.mu.RUnlock()
 	if err != nil {
-		return backend.InputResult{}, err
+		return err
 	}
-	in := inputter{mon: mon, w: w, h: h}
-	switch a.Action {
-	case "mouse_move":
-		return backend.InputResult{}, in.move(ctx, a.Coordinate)
-	case "left_click", "right_click", "middle_click", "double_click", "triple_click":
-		btn, clicks := qmp.ButtonLeft, 1
-		switch a.Action {
-		case "right_click":
-			btn = qmp.ButtonRight
-		case "middle_click":
-			btn = qmp.ButtonMiddle
-		case "double_click":
-			clicks = 2
-		case "triple_click":
-			clicks = 3
-		}
-		var held []display.KeyStroke
-		if a.Text != "" { // modifier keys held during the click
-			if held, err = parseKeysField("text", a.Text); err != nil {
-				return backend.InputResult{}, err
+	lastKey := false
+	for _, e := range evs {
+		var ev []qmp.InputEvent
+		switch e.Kind {
+		case backend.EventMove:
+			ax, ay := display.PixelToAbs(e.X, e.Y, w, h)
+			ev = qmp.AbsMove(ax, ay)
+		case backend.EventButton:
+			ev = []qmp.InputEvent{qmp.ButtonUp(qmp.Button(qemuButton(e.Button)))}
+			if e.Down {
+				ev = []qmp.InputEvent{qmp.ButtonDown(qmp.Button(qemuButton(e.Button)))}
+			}
+		case backend.EventKey:
+			if lastKey {
+				if err := sleepCtx(ctx, keyGap); err != nil {
+					return err
+				}
+			}
+			ev = []qmp.InputEvent{qmp.KeyUp(e.Key)}
+			if e.Down {
+				ev = []qmp.InputEvent{qmp.KeyDown(e.Key)}
 			}
 		}
-		return backend.InputResult{}, in.click(ctx, a.Coordinate, btn, clicks, held)
-	case "left_mouse_down", "left_mouse_up":
-		if a.Coordinate != nil {
-			if err := in.move(ctx, a.Coordinate); err != nil {
-				return backend.InputResult{}, err
-			}
+		lastKey = e.Kind == backend.EventKey
+		if err := mon.InputSendEvent(ctx, ev); err != nil {
+			return err
 		}
-		return backend.InputResult{}, in.button(ctx, qmp.ButtonLeft, a.Action == "left_mouse_down")
-	case "left_click_drag":
-		return backend.InputResult{}, in.drag(ctx, a.StartCoordinate, a.Coordinate)
-	case "scroll":
-		return backend.InputResult{}, in.scroll(ctx, a.Coordinate, a.ScrollDirection, a.ScrollAmount)
-	case "key":
-		strokes, err := parseKeysField("text", a.Text)
-		if err != nil {
-			return backend.InputResult{}, err
-		}
-		return backend.InputResult{}, in.strokes(ctx, strokes)
-	case "hold_key":
-		strokes, err := parseKeysField("text", a.Text)
-		if err != nil {
-			return backend.InputResult{}, err
-		}
-		return backend.InputResult{}, in.hold(ctx, strokes, time.Duration(a.Duration*float64(time.Second)))
-	case "type":
-		strokes, err := display.TypeText(a.Text)
-		if err == nil {
-			return backend.InputResult{}, in.strokes(ctx, strokes)
-		}
-		// Text the keyboard map cannot type goes through the guest.
-		return backend.InputResult{}, typeInGuest(ctx, g, a.Text)
-	case "cursor_position":
-		x, y, err := cursor(ctx, g)
-		return backend.InputResult{X: x, Y: y}, err
 	}
-	return backend.InputResult{}, api.Invalid("action", "%q is not an input action", a.Action)
+	return nil
+}
+
+// qemuButton is QEMU's InputButton name of a button: back and forward are
+// its side and extra buttons.
+func qemuButton(b string) string {
+	switch b {
+	case backend.ButtonBack:
+		return "side"
+	case backend.ButtonForward:
+		return "extra"
+	}
+	return b
+}
+
+// checkEvents checks raw events against a width x height screen.
+func checkEvents(evs []backend.InputEvent, w, h int) error {
+	for i, e := range evs {
+		switch e.Kind {
+		case backend.EventMove:
+			if err := display.CheckPoint(e.X, e.Y, w, h); err != nil {
+				return api.Invalid(fmt.Sprintf("events[%d]", i), "%v", err)
+			}
+		case backend.EventButton:
+			switch e.Button {
+			case backend.ButtonLeft, backend.ButtonRight, backend.ButtonMiddle, backend.ButtonBack, backend.ButtonForward,
+				backend.ButtonWheelUp, backend.ButtonWheelDown, backend.ButtonWheelLeft, backend.ButtonWheelRight:
+			default:
+				return api.Invalid(fmt.Sprintf("events[%d].button", i), "unknown button %q", e.Button)
+			}
+		case backend.EventKey:
+			if !display.IsQCode(e.Key) {
+				return api.Invalid(fmt.Sprintf("events[%d].key", i), "unknown key %q", e.Key)
+			}
+		default:
+			return api.Invalid(fmt.Sprintf("events[%d].kind", i), "unknown event kind %q", e.Kind)
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// TypeText implements backend.TextInput.
+func (b *Backend) TypeText(ctx context.Context, id, text string) error {
+	g, err := b.guestOf(id)
+	if err != nil {
+		return err
+	}
+	return typeInGuest(ctx, g, text)
+}
+
+// CursorPosition implements backend.Cursor: the guest's X server says where
+// the pointer is.
+func (b *Backend) CursorPosition(ctx context.Context, id string) (int, int, error) {
+	g, err := b.guestOf(id)
+	if err != nil {
+		return 0, 0, err
+	}
+	return cursor(ctx, g)
 }
 
 // typeInGuest types text that the host's keyboard map cannot (non-ASCII)
@@ -267,14 +308,6 @@ func keysymOf(r rune) uint64 {
 	return 0x01000000 | uint64(r)
 }
 
-func parseKeysField(field, s string) ([]display.KeyStroke, error) {
-	strokes, err := display.ParseKeys(s)
-	if err != nil {
-		return nil, api.Invalid(field, "%v", err)
-	}
-	return strokes, nil
-}
-
 // cursor asks the guest's X server where the pointer is.
 func cursor(ctx context.Context, g *guest) (int, int, error) {
 	res, err := g.exec(ctx, backend.ExecRequest{Path: "xdotool", Args: []string{"getmouselocation", "--shell"}})
@@ -304,150 +337,12 @@ func cursor(ctx context.Context, g *guest) (int, int, error) {
 	return x, y, nil
 }
 
-// inputter sends input events to one VM.
-type inputter struct {
-	mon  *qmp.Monitor
-	w, h int
-}
-
-func (in inputter) send(ctx context.Context, evs ...qmp.InputEvent) error {
-	return in.mon.InputSendEvent(ctx, evs)
-}
-
-func (in inputter) move(ctx context.Context, c []int) error {
-	if c == nil {
-		return nil
-	}
-	ax, ay := display.PixelToAbs(c[0], c[1], in.w, in.h)
-	return in.send(ctx, qmp.AbsMove(ax, ay)...)
-}
-
-func (in inputter) button(ctx context.Context, btn qmp.Button, down bool) error {
-	if down {
-		return in.send(ctx, qmp.ButtonDown(btn))
-	}
-	return in.send(ctx, qmp.ButtonUp(btn))
-}
-
 // keyGap paces key events. QEMU's PS/2 keyboard queue holds 16 bytes (a
 // few keystrokes) and drops what does not fit; a guest that is busy, or
 // starved of CPU on a loaded host, drains it slowly, and text sent back to
 // back loses characters. About 20 ms a character keeps a stall of 100 ms
 // inside the queue. (xdotool paces its typing for the same reason.)
 const keyGap = 10 * time.Millisecond
-
-func (in inputter) keys(ctx context.Context, evs []display.KeyEvent) error {
-	for i, e := range evs {
-		if i > 0 {
-			time.Sleep(keyGap)
-		}
-		ev := qmp.KeyUp(e.QCode)
-		if e.Down {
-			ev = qmp.KeyDown(e.QCode)
-		}
-		if err := in.send(ctx, ev); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (in inputter) click(ctx context.Context, c []int, btn qmp.Button, clicks int, held []display.KeyStroke) error {
-	if err := in.move(ctx, c); err != nil {
-		return err
-	}
-	for _, k := range held {
-		if err := in.keys(ctx, k.Press()); err != nil {
-			return err
-		}
-	}
-	for i := 0; i < clicks; i++ {
-		if err := in.button(ctx, btn, true); err != nil {
-			return err
-		}
-		if err := in.button(ctx, btn, false); err != nil {
-			return err
-		}
-	}
-	for i := len(held) - 1; i >= 0; i-- {
-		if err := in.keys(ctx, held[i].Release()); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (in inputter) drag(ctx context.Context, from, to []int) error {
-	if err := in.move(ctx, from); err != nil {
-		return err
-	}
-	if err := in.button(ctx, qmp.ButtonLeft, true); err != nil {
-		return err
-	}
-	// A few steps in between, so that applications see a drag.
-	const steps = 8
-	for i := 1; i <= steps; i++ {
-		x := from[0] + (to[0]-from[0])*i/steps
-		y := from[1] + (to[1]-from[1])*i/steps
-		if err := in.move(ctx, []int{x, y}); err != nil {
-			return err
-		}
-	}
-	return in.button(ctx, qmp.ButtonLeft, false)
-}
-
-func (in inputter) scroll(ctx context.Context, c []int, dir string, amount int) error {
-	if err := in.move(ctx, c); err != nil {
-		return err
-	}
-	d, err := display.ParseScrollDirection(dir)
-	if err != nil {
-		return api.Invalid("scroll_direction", "%v", err)
-	}
-	if amount == 0 {
-		amount = 3
-	}
-	btn := qmp.Button(d.WheelButton())
-	for i := 0; i < amount; i++ {
-		if err := in.button(ctx, btn, true); err != nil {
-			return err
-		}
-		if err := in.button(ctx, btn, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (in inputter) strokes(ctx context.Context, ks []display.KeyStroke) error {
-	for i, k := range ks {
-		if i > 0 {
-			time.Sleep(keyGap)
-		}
-		if err := in.keys(ctx, k.Events()); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (in inputter) hold(ctx context.Context, ks []display.KeyStroke, d time.Duration) error {
-	for _, k := range ks {
-		if err := in.keys(ctx, k.Press()); err != nil {
-			return err
-		}
-	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-	for i := len(ks) - 1; i >= 0; i-- {
-		if err := in.keys(context.WithoutCancel(ctx), ks[i].Release()); err != nil {
-			return err
-		}
-	}
-	return ctx.Err()
-}
 
 // Exec implements backend.Guest.
 func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) (backend.ExecResult, error) {

@@ -1,0 +1,319 @@
+package display
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+)
+
+// recorder is a Desktop that records what the action layer sends: the
+// translation from actions to events is checked here, delivery by the
+// backends' conformance suite.
+type recorder struct {
+	mu     sync.Mutex
+	w, h   int
+	events [][]backend.InputEvent
+	typed  []string
+	x, y   int
+	// frames are the screenshots served in turn (the last one repeats).
+	frames [][]byte
+	shots  int
+}
+
+func (r *recorder) Screenshot(ctx context.Context, _ string, opts backend.ScreenshotOptions) ([]byte, string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.frames) == 0 {
+		img := image.NewRGBA(image.Rect(0, 0, r.w, r.h))
+		for y := range r.h {
+			for x := range r.w {
+				img.Set(x, y, color.RGBA{uint8(x), uint8(y), 0, 255})
+			}
+		}
+		var b bytes.Buffer
+		png.Encode(&b, img)
+		return b.Bytes(), "image/png", nil
+	}
+	f := r.frames[min(r.shots, len(r.frames)-1)]
+	r.shots++
+	return f, "image/png", nil
+}
+
+func (r *recorder) ScreenSize(context.Context, string) (int, int, error) { return r.w, r.h, nil }
+
+func (r *recorder) SendInput(_ context.Context, _ string, evs []backend.InputEvent) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, evs)
+	for _, e := range evs {
+		if e.Kind == backend.EventMove {
+			r.x, r.y = e.X, e.Y
+		}
+	}
+	return nil
+}
+
+func (r *recorder) TypeText(_ context.Context, _ string, text string) error {
+	r.typed = append(r.typed, text)
+	return nil
+}
+
+func (r *recorder) CursorPosition(context.Context, string) (int, int, error) { return r.x, r.y, nil }
+
+// short writes events compactly: m100,200 b+left b-left k+shift k-a.
+func short(evs []backend.InputEvent) string {
+	var parts []string
+	for _, e := range evs {
+		sign := "-"
+		if e.Down {
+			sign = "+"
+		}
+		switch e.Kind {
+		case backend.EventMove:
+			parts = append(parts, fmt.Sprintf("m%d,%d", e.X, e.Y))
+		case backend.EventButton:
+			parts = append(parts, "b"+sign+e.Button)
+		case backend.EventKey:
+			parts = append(parts, "k"+sign+e.Key)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestActionEvents(t *testing.T) {
+	tests := []struct {
+		name string
+		a    api.Action
+		sp   Space
+		want string
+	}{
+		{"click", api.Action{Action: "left_click", Coordinate: []int{10, 20}}, Space{}, "m10,20 b+left b-left"},
+		{"click here", api.Action{Action: "left_click"}, Space{}, "b+left b-left"},
+		{"shift click", api.Action{Action: "left_click", Coordinate: []int{1, 2}, Text: "shift"}, Space{}, "m1,2 k+shift b+left b-left k-shift"},
+		{"right", api.Action{Action: "right_click", Coordinate: []int{1, 2}}, Space{}, "m1,2 b+right b-right"},
+		{"middle", api.Action{Action: "middle_click", Coordinate: []int{1, 2}}, Space{}, "m1,2 b+middle b-middle"},
+		{"double", api.Action{Action: "double_click", Coordinate: []int{1, 2}}, Space{}, "m1,2 b+left b-left b+left b-left"},
+		{"triple", api.Action{Action: "triple_click"}, Space{}, "b+left b-left b+left b-left b+left b-left"},
+		{"move", api.Action{Action: "mouse_move", Coordinate: []int{5, 6}}, Space{}, "m5,6"},
+		{"down", api.Action{Action: "left_mouse_down", Coordinate: []int{5, 6}}, Space{}, "m5,6 b+left"},
+		{"up", api.Action{Action: "left_mouse_up"}, Space{}, "b-left"},
+		{"drag", api.Action{Action: "left_click_drag", StartCoordinate: []int{0, 0}, Coordinate: []int{80, 8}}, Space{},
+			"m0,0 b+left m10,1 m20,2 m30,3 m40,4 m50,5 m60,6 m70,7 m80,8 b-left"},
+		{"scroll default", api.Action{Action: "scroll", Coordinate: []int{3, 4}, ScrollDirection: "down"}, Space{},
+			"m3,4 b+wheel-down b-wheel-down b+wheel-down b-wheel-down b+wheel-down b-wheel-down"},
+		{"scroll with ctrl", api.Action{Action: "scroll", ScrollDirection: "up", ScrollAmount: 1, Text: "ctrl"}, Space{},
+			"k+ctrl b+wheel-up b-wheel-up k-ctrl"},
+		{"key combo", api.Action{Action: "key", Text: "ctrl+shift+t"}, Space{}, "k+ctrl k+shift k+t k-t k-shift k-ctrl"},
+		{"keys", api.Action{Action: "key", Text: "Return a"}, Space{}, "k+ret k-ret k+a k-a"},
+		{"type", api.Action{Action: "type", Text: "aB"}, Space{}, "k+a k-a k+shift k+b k-b k-shift"},
+		// 1280x800 seen as 1024x640: points map to the pixel under their centre.
+		{"scaled click", api.Action{Action: "left_click", Coordinate: []int{512, 320}}, Space{Width: 1024}, "m640,400 b+left b-left"},
+		{"scaled corner", api.Action{Action: "mouse_move", Coordinate: []int{1023, 639}}, Space{Width: 1024}, "m1279,799"},
+		{"scaled origin", api.Action{Action: "mouse_move", Coordinate: []int{0, 0}}, Space{Width: 1024, Height: 640}, "m0,0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{w: 1280, h: 800}
+			if _, err := NewActions(r).Do(context.Background(), "sb", tt.a, tt.sp); err != nil {
+				t.Fatal(err)
+			}
+			var all []backend.InputEvent
+			for _, evs := range r.events {
+				all = append(all, evs...)
+			}
+			if got := short(all); got != tt.want {
+				t.Errorf("events\n got %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestActionErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		a     api.Action
+		sp    Space
+		field string
+	}{
+		{"off screen", api.Action{Action: "left_click", Coordinate: []int{1280, 1}}, Space{}, "coordinate"},
+		{"off the scaled screen", api.Action{Action: "left_click", Coordinate: []int{1024, 1}}, Space{Width: 1024}, "coordinate"},
+		{"unknown key", api.Action{Action: "key", Text: "ctrl+warp"}, Space{}, "text"},
+		{"bad modifier", api.Action{Action: "left_click", Text: "warp"}, Space{}, "text"},
+		{"unknown action", api.Action{Action: "teleport"}, Space{}, "action"},
+		{"workflow only", api.Action{Action: "exec", Command: []string{"true"}}, Space{}, "action"},
+		{"control character", api.Action{Action: "type", Text: "a\x07"}, Space{}, "text"},
+		{"width too big", api.Action{Action: "mouse_move", Coordinate: []int{1, 1}}, Space{Width: 1 << 20}, "width"},
+		{"zoom outside", api.Action{Action: "zoom", Region: []int{0, 0, 2000, 10}}, Space{}, "region"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{w: 1280, h: 800}
+			_, err := NewActions(r).Do(context.Background(), "sb", tt.a, tt.sp)
+			if !errors.Is(err, api.ErrInvalid) || api.FieldOf(err) != tt.field {
+				t.Fatalf("got %v (field %q), want ErrInvalid naming %s", err, api.FieldOf(err), tt.field)
+			}
+			if len(r.events) != 0 {
+				t.Fatalf("events sent for bad input: %v", r.events)
+			}
+		})
+	}
+}
+
+func TestActionQueries(t *testing.T) {
+	ctx := context.Background()
+	r := &recorder{w: 1280, h: 800, x: 1279, y: 400}
+	a := NewActions(r)
+	res, err := a.Do(ctx, "sb", api.Action{Action: "cursor_position"}, Space{Width: 1024})
+	if err != nil || fmt.Sprint(res.Coordinate) != "[1023 320]" {
+		t.Fatalf("cursor_position in a 1024-wide space: %v %v", res.Coordinate, err)
+	}
+	res, err = a.Do(ctx, "sb", api.Action{Action: "type", Text: "grüße"}, Space{})
+	if err != nil || len(r.typed) != 1 || r.typed[0] != "grüße" {
+		t.Fatalf("non-ASCII text goes through the guest: %v %v", r.typed, err)
+	}
+	// zoom returns the region at the desktop's resolution: a 1024-wide
+	// region [0,0,512,320] is 640x400 desktop pixels.
+	res, err = a.Do(ctx, "sb", api.Action{Action: "zoom", Region: []int{0, 0, 512, 320}}, Space{Width: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(res.Image))
+	if err != nil || img.Bounds().Size() != image.Pt(640, 400) || res.ContentType != "image/png" {
+		t.Fatalf("zoom: %v %v %s", img.Bounds(), err, res.ContentType)
+	}
+	if c := color.RGBAModel.Convert(img.At(10, 20)).(color.RGBA); c.R != 10 || c.G != 20 {
+		t.Fatalf("zoom pixel (10,20) = %v", c)
+	}
+	res, err = a.Do(ctx, "sb", api.Action{Action: "zoom", Region: []int{0, 0, 320, 200}}, Space{Width: 640})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img, err := png.Decode(bytes.NewReader(res.Image)); err != nil || img.Bounds().Size() != image.Pt(640, 400) {
+		t.Fatalf("zoom of a quarter of a 640-wide space: %v %v", img.Bounds(), err)
+	}
+}
+
+func TestHoldReleasesWhenCancelled(t *testing.T) {
+	r := &recorder{w: 100, h: 100}
+	a := NewActions(r)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := a.Do(ctx, "sb", api.Action{Action: "hold_key", Text: "shift", Duration: 30}, Space{})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("hold cut short: %v", err)
+	}
+	if len(r.events) != 2 || short(r.events[0]) != "k+shift" || short(r.events[1]) != "k-shift" {
+		t.Fatalf("events %v: the key must be released", r.events)
+	}
+}
+
+func TestSettledScreenshot(t *testing.T) {
+	ctx := context.Background()
+	frame := func(n byte) []byte { return []byte{n} }
+	// Three changes, then still: the last frame comes back.
+	r := &recorder{w: 10, h: 10, frames: [][]byte{frame(1), frame(2), frame(3), frame(4)}}
+	img, _, err := NewActions(r).Screenshot(ctx, "sb", ShotOptions{Settle: true, SettleTimeout: 5 * time.Second})
+	if err != nil || !bytes.Equal(img, frame(4)) {
+		t.Fatalf("settled on %v (%v), want the last frame", img, err)
+	}
+	if r.shots < 4+int(SettleQuiet/settlePoll)-1 {
+		t.Fatalf("returned after %d samples: too early to know the screen is still", r.shots)
+	}
+
+	// A screen that never stops changing returns at the timeout.
+	var frames [][]byte
+	for i := range 1000 {
+		frames = append(frames, frame(byte(i)))
+	}
+	r = &recorder{w: 10, h: 10, frames: frames}
+	start := time.Now()
+	if _, _, err := NewActions(r).Screenshot(ctx, "sb", ShotOptions{Settle: true, SettleTimeout: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("a changing screen held the call %v", el)
+	}
+	if _, _, err := NewActions(r).Screenshot(ctx, "sb", ShotOptions{Settle: true, SettleTimeout: time.Hour}); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("an hour's settle: %v", err)
+	}
+}
+
+func TestFromOpenAI(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // the actions, compactly
+	}{
+		{`{"type":"click","button":"left","x":10,"y":20}`, "left_click[10 20]"},
+		{`{"type":"click","button":"right","x":1,"y":2}`, "right_click[1 2]"},
+		{`{"type":"click","button":"wheel","x":1,"y":2}`, "middle_click[1 2]"},
+		{`{"type":"click","button":"back","x":1,"y":2}`, "mouse_move[1 2] key(alt+Left)"},
+		{`{"type":"double_click","x":3,"y":4}`, "double_click[3 4]"},
+		{`{"type":"move","x":3,"y":4}`, "mouse_move[3 4]"},
+		{`{"type":"drag","path":[{"x":1,"y":1},{"x":5,"y":5},{"x":9,"y":9}]}`, "left_mouse_down[1 1] mouse_move[5 5] left_mouse_up[9 9]"},
+		{`{"type":"scroll","x":5,"y":6,"scroll_x":0,"scroll_y":300}`, "scroll[5 6](down 3)"},
+		{`{"type":"scroll","x":5,"y":6,"scroll_x":-40,"scroll_y":0}`, "scroll[5 6](left 1)"},
+		{`{"type":"type","text":"hi"}`, "type(hi)"},
+		{`{"type":"keypress","keys":["CTRL","C"]}`, "key(ctrl+c)"},
+		{`{"type":"keypress","keys":["ENTER"]}`, "key(enter)"},
+		{`{"type":"keypress","keys":["ARROWLEFT"]}`, "key(Left)"},
+		{`{"type":"wait"}`, "wait(1)"},
+		{`{"type":"wait","ms":250}`, "wait(0.25)"},
+		{`{"type":"screenshot"}`, "screenshot"},
+	}
+	for _, tt := range tests {
+		acts, err := FromOpenAI([]byte(tt.in))
+		if err != nil {
+			t.Errorf("%s: %v", tt.in, err)
+			continue
+		}
+		var parts []string
+		for _, a := range acts {
+			s := a.Action
+			if a.Coordinate != nil {
+				s += fmt.Sprint(a.Coordinate)
+			}
+			switch a.Action {
+			case "scroll":
+				s += fmt.Sprintf("(%s %d)", a.ScrollDirection, a.ScrollAmount)
+			case "type", "key":
+				s += "(" + a.Text + ")"
+			case "wait":
+				s += fmt.Sprintf("(%g)", a.Duration)
+			}
+			parts = append(parts, s)
+		}
+		if got := strings.Join(parts, " "); got != tt.want {
+			t.Errorf("%s\n got %s\nwant %s", tt.in, got, tt.want)
+		}
+	}
+	bad := []struct{ in, field string }{
+		{`{"type":"teleport"}`, "type"},
+		{`{"type":"click","x":1}`, "x"},
+		{`{"type":"click","x":1,"y":1,"button":"thumb"}`, "button"},
+		{`{"type":"click","x":1,"y":1,"colour":"red"}`, "colour"},
+		{`{"type":"keypress","keys":["CTRL","WARP"]}`, "keys[1]"},
+		{`{"type":"keypress"}`, "keys"},
+		{`{"type":"drag","path":[{"x":1,"y":1}]}`, "path"},
+		{`{"type":"wait","ms":0}`, "ms"},
+		{`{"type":"click","type":"move","x":1,"y":1}`, "type"},
+	}
+	for _, b := range bad {
+		if _, err := FromOpenAI([]byte(b.in)); !errors.Is(err, api.ErrInvalid) || api.FieldOf(err) != b.field {
+			t.Errorf("%s: got %v (field %q), want ErrInvalid naming %s", b.in, err, api.FieldOf(err), b.field)
+		}
+	}
+	if !IsOpenAI([]byte(`{"type":"click","x":1,"y":1}`)) || IsOpenAI([]byte(`{"action":"left_click"}`)) {
+		t.Fatal("IsOpenAI tells the two apart")
+	}
+}
