@@ -170,6 +170,26 @@ func sandboxActions(t *testing.T, p *proc) {
 	if img := decodePNG(t, zf); img.Bounds().Dx() != 640 || img.Bounds().Dy() != 400 {
 		t.Errorf("zoom of a quarter of a 640-wide space: %v, want 640x400", img.Bounds())
 	}
+	// While a person holds the sandbox, input is refused naming them; the
+	// screen still answers; input works again once they hand it back.
+	took := mustHV(t, p, "control", "take", sb, "--holder", "ada")
+	_, id, _ := strings.Cut(strings.SplitN(took, "\n", 2)[0], "(take-over ")
+	id = strings.TrimSuffix(id, ")")
+	if _, err := hv(t, p, "input", sb, "--click", "400,300"); err == nil || !strings.Contains(err.Error(), "ada holds control") {
+		t.Errorf("input while a person holds control: %v", err)
+	}
+	mustHV(t, p, "screen", sb, "--save", filepath.Join(t.TempDir(), "held.png"))
+	req, _ := http.NewRequest("POST", p.url()+"/api/v1/sandboxes/"+sb+"/input", strings.NewReader(`{"action":"mouse_move","coordinate":[10,10]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(api.ControlHeader, id)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Errorf("input by the holder (take-over %q): %v %v", id, resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	mustHV(t, p, "control", "release", sb, "--id", id)
+	mustHV(t, p, "input", sb, "--click", "400,300")
+
 	// A settled screenshot comes back, scaled like the space.
 	sf := filepath.Join(t.TempDir(), "settled.png")
 	mustHV(t, p, "screen", sb, "--settle", "--width", "1024", "--save", sf)

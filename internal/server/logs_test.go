@@ -53,6 +53,16 @@ func (f *fileLogs) Screenshot(ctx context.Context, name string, opts backend.Scr
 	return []byte("image"), "image/" + opts.Format, nil
 }
 
+// The rest of display.Desktop, for the action layer around Screenshot.
+func (f *fileLogs) ScreenSize(context.Context, string) (int, int, error) { return 1280, 800, nil }
+func (f *fileLogs) SendInput(context.Context, string, []backend.InputEvent) error {
+	return nil
+}
+func (f *fileLogs) TypeText(context.Context, string, string) error { return nil }
+func (f *fileLogs) CursorPosition(context.Context, string) (int, int, error) {
+	return 0, 0, nil
+}
+
 func appendFile(t *testing.T, path, text string) {
 	t.Helper()
 	os.MkdirAll(filepath.Dir(path), 0o700)

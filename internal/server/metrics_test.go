@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -25,7 +26,7 @@ import (
 func TestMetrics(t *testing.T) {
 	fl := &fileLogs{dir: t.TempDir()}
 	var mx *metrics.Metrics
-	ts := startWith(t, Options{Token: "s3cret", Sandboxes: fl}, func(o *Options) {
+	ts := startWith(t, Options{Token: "s3cret", Sandboxes: fl, Actions: display.NewActions(fl)}, func(o *Options) {
 		mx = metrics.New(o.Store)
 		o.Metrics = mx
 	})

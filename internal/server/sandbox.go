@@ -42,10 +42,10 @@ func (s *Server) sandboxRoutes() {
 	for _, op := range []string{"pause", "resume", "save", "reset"} {
 		m.HandleFunc("POST /api/v1/sandboxes/{name}/"+op, s.withSandboxes(s.sandboxOp(op)))
 	}
-	m.HandleFunc("GET /api/v1/sandboxes/{name}/screen", s.withSandboxes(s.timed(s.screen, func(r *http.Request, d time.Duration) {
+	m.HandleFunc("GET /api/v1/sandboxes/{name}/screen", s.withSandboxes(s.withActions(s.timed(s.screen, func(r *http.Request, d time.Duration) {
 		s.opts.Metrics.ObserveScreenshot(r.URL.Query().Get("format"), d)
-	})))
-	m.HandleFunc("POST /api/v1/sandboxes/{name}/input", s.withSandboxes(s.timed(s.input, func(_ *http.Request, d time.Duration) { s.opts.Metrics.ObserveInput(d) })))
+	}))))
+	m.HandleFunc("POST /api/v1/sandboxes/{name}/input", s.withSandboxes(s.withActions(s.timed(s.input, func(_ *http.Request, d time.Duration) { s.opts.Metrics.ObserveInput(d) }))))
 	m.HandleFunc("GET /api/v1/sandboxes/{name}/clipboard", s.withSandboxes(s.clipboardGet))
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/clipboard", s.withSandboxes(s.clipboardSet))
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/exec", s.withSandboxes(s.exec))
@@ -61,7 +61,18 @@ func (s *Server) withSandboxes(h http.HandlerFunc) http.HandlerFunc {
 			s.fail(w, r, err)
 			return
 		}
-		if s.opts.Sandboxes == nil || s.opts.Actions == nil {
+		if s.opts.Sandboxes == nil {
+			writeError(w, http.StatusNotImplemented, fmt.Errorf("%s %s needs a VM backend, and this server runs without one (start it with --backend qemu)", r.Method, r.URL.Path))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// withActions answers 501 when the server has no action layer.
+func (s *Server) withActions(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.Actions == nil {
 			writeError(w, http.StatusNotImplemented, fmt.Errorf("%s %s needs a VM backend, and this server runs without one (start it with --backend qemu)", r.Method, r.URL.Path))
 			return
 		}
