@@ -22,7 +22,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Measure hvkube end to end and print p50/p95 latencies. With --write FILE the
 results replace their section of FILE (docs/benchmarks.md in the repository).`,
 	}
-	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchMCPCmd())
+	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd())
 	return cmd
 }
 
@@ -203,6 +203,33 @@ zero. Everything it creates is deleted on the way out.`,
 		},
 	}
 	cmd.Flags().IntVar(&runs, "runs", 20, "runs per measurement (bursts of 10 and pool fills included)")
+	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
+	cmd.Flags().StringVar(&image, "image", "linux-desktop", "the image to use")
+	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
+	return cmd
+}
+
+func newBenchDisplayCmd() *cobra.Command {
+	var updates int
+	var imageDir, image, write string
+	cmd := &cobra.Command{
+		Use:   "display",
+		Short: "Live display: full VNC framebuffer updates through the WebSocket gateway against a direct VNC connection",
+		Long: `Start a sandbox from the image built by make image and time full,
+non-incremental framebuffer updates (raw encoding, 32 bits per pixel) read
+straight from its VNC socket and through the gateway (a WebSocket to a real
+server's display endpoint), the same number each, taking turns;
+print p50/p95 per update and the throughput of both.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := bench.Display(cmd.Context(), bench.DisplayOptions{ImageDir: imageDir, Image: image, Updates: updates, Log: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			return report(cmd, rep, "display", write)
+		},
+	}
+	cmd.Flags().IntVar(&updates, "updates", 200, "full updates to time on each path")
 	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
 	cmd.Flags().StringVar(&image, "image", "linux-desktop", "the image to use")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,6 +21,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/gateway"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
@@ -253,12 +255,22 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 	}
 	defer mgr.Stop()
-	controller.RegisterAll(mgr, st, log, nil)
+	controller.RegisterAll(mgr, st, log, nil, controller.DisplayConfig{ServerURL: gateway.LoopbackURL(ln.Addr()), HostAddress: gateway.HostAddress(cfg.addr), TokenSet: token != ""})
+	opts.Ready = mgr.Ready
+	srv := server.New(opts)
+	// DisplayServices with ports get listeners of their own, reached by
+	// any name of this host.
+	displayHosts, err := server.NewHostPolicy("0.0.0.0:0", cfg.allowedHosts)
+	if err != nil {
+		return err
+	}
+	lst := gateway.NewListeners(gateway.ListenerOptions{Store: st, TokenSet: token != "", Logger: log,
+		Handler: func(ds string) http.Handler { return srv.DisplayHandler(ds, displayHosts) }})
+	lst.Register(mgr)
+	defer lst.Close()
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}
-	opts.Ready = mgr.Ready
-	srv := server.New(opts)
 	log.Info("hvkube server listening", "addr", ln.Addr().String(), "dataDir", cfg.dataDir, "auth", token != "", "hostPaths", roots.String(), "version", version)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return err

@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/hvkube/hvkube/internal/api"
 )
 
 func newVMCmd(e *env) *cobra.Command {
@@ -95,38 +93,20 @@ func newVMScreenshotCmd(e *env) *cobra.Command {
 }
 
 func newVMConsoleCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "console NAME",
-		Short: "Show where a sandbox's screen is served",
-		Long: `Show where a sandbox's screen is served: the VNC endpoint on the server's
-host (status.display, a unix socket or a loopback TCP address). This command
-opens nothing. A browser live view comes with the display gateway, which the
-server does not serve yet; until then take screenshots with 'hvkube vm
-screenshot', or point a VNC viewer on the server's host at the endpoint.`,
+	var open bool
+	cmd := &cobra.Command{
+		Use:   "console NAME [--open]",
+		Short: "Show a sandbox's display and the link to its live view",
+		Long: `Show where a sandbox's screen is served (status.display, on the server's
+host) and print the link to its live view in the dashboard, which carries a
+view-only display token valid for 5 minutes; with --open, open the link with
+xdg-open. Same as 'hvkube console NAME', with details.`,
 		Example: "  hvkube vm console browser-pool-x7k2p",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			o, err := c.Get(cmd.Context(), api.KindSandbox, args[0])
-			if err != nil {
-				return err
-			}
-			sb := o.(*api.Sandbox)
-			phase := orDefault(phaseOf(sb, sb.Status.Phase), api.SandboxPending)
-			if sb.Status.Display == "" {
-				return fmt.Errorf("sandbox/%s has no display yet: it is %s", args[0], phase)
-			}
-			fmt.Fprintf(e.out, "sandbox/%s is %s\n", args[0], phase)
-			fmt.Fprintf(e.out, "display:    %s (%s, on the server's host)\n", sb.Status.Display, orDefault(sb.Spec.Display.Protocol, api.DefaultProtocol))
-			if res := orDefault(sb.Status.Resolution, sb.Spec.Display.Resolution); res != "" {
-				fmt.Fprintf(e.out, "resolution: %s\n", res)
-			}
-			fmt.Fprintf(e.out, "live view:  not served yet; it comes with the display gateway\n")
-			fmt.Fprintf(e.out, "screenshot: hvkube vm screenshot %s -o screen.png\n", args[0])
-			return nil
+			return e.console(cmd.Context(), args[0], open, true)
 		},
 	}
+	cmd.Flags().BoolVar(&open, "open", false, "open the link in a browser (xdg-open)")
+	return cmd
 }

@@ -61,8 +61,8 @@ func NewRoot(opts Options) *cobra.Command {
 		Use:   "hvkube",
 		Short: "hvkube orchestrates warm desktop VMs for computer-use agents",
 		Long: `hvkube keeps pools of isolated desktop VMs warm, schedules agent tasks onto
-them, runs them to a result, and serves their screens: screenshots, input and
-clipboard (a live view in the browser is not served yet).
+them, runs them to a result, and serves their screens: screenshots, input,
+clipboard and a live view (VNC over WebSocket).
 
 Start a server with 'hvkube serve', then use the other commands against it.
 The server address comes from --server or HVKUBE_SERVER (default ` + client.DefaultServer + `);
@@ -93,6 +93,8 @@ a token, when the server needs one, from HVKUBE_TOKEN.`,
 		newSandboxOpCmd(e, "save", "Save sandboxes to disk and end their VMs"),
 		newSandboxOpCmd(e, "reset", "Return sandboxes to their clean snapshot"),
 		newLogsCmd(e),
+		newDisplayCmd(e),
+		newConsoleCmd(e),
 		newHITLCmd(e),
 		newControlCmd(e),
 		newWaitCmd(e),

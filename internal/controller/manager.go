@@ -302,12 +302,19 @@ func (m *Manager) EnqueueAll(ctx context.Context, kind string, q *Queue) {
 }
 
 // RegisterAll registers the controllers that only read and write objects:
-// the scheduler, agents and pools. now is the clock (time.Now when nil).
-func RegisterAll(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time) {
+// the scheduler, agents, pools and display services. now is the clock
+// (time.Now when nil); display, at most one, describes the server for the
+// display services' endpoints.
+func RegisterAll(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time, display ...DisplayConfig) {
 	if log == nil {
 		log = slog.Default()
 	}
 	NewScheduler(m, st, log, now)
 	NewAgents(m, st, log, now)
 	NewPools(m, st, log, now)
+	var dc DisplayConfig
+	if len(display) > 0 {
+		dc = display[0]
+	}
+	NewDisplayServices(m, st, log, now, dc)
 }

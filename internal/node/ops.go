@@ -271,3 +271,20 @@ func (n *Node) Logs(ctx context.Context, name string) (io.ReadCloser, error) {
 	}
 	return l.Logs(ctx, name)
 }
+
+// DialDisplay connects to the VNC server of a sandbox that has a process
+// (running or paused); the caller closes the connection.
+func (n *Node) DialDisplay(ctx context.Context, name string) (io.ReadWriteCloser, error) {
+	d, ok := n.be.(backend.Display)
+	if !ok {
+		return nil, fmt.Errorf("the live display: %w: %w", errNoAbility, api.ErrUnsupported)
+	}
+	sb, err := n.sandboxFor(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := needPhase(sb, "show the display of", api.SandboxRunning, api.SandboxPaused); err != nil {
+		return nil, err
+	}
+	return d.DialDisplay(ctx, name)
+}

@@ -144,9 +144,9 @@ type guardError struct {
 	msg  string
 }
 
-// check applies the rules above to r.
-func (s *Server) check(r *http.Request) *guardError {
-	if !s.hosts.Allows(r.Host) {
+// check applies the rules above to r, with hosts the server's names.
+func (s *Server) check(hosts HostPolicy, r *http.Request) *guardError {
+	if !hosts.Allows(r.Host) {
 		return &guardError{http.StatusMisdirectedRequest, fmt.Sprintf("Host %q is not a name of this server: use 127.0.0.1 or localhost, or start the server with --allowed-hosts", r.Host)}
 	}
 	site := strings.ToLower(r.Header.Get("Sec-Fetch-Site"))
@@ -187,8 +187,13 @@ func sameOrigin(origin, host string) bool {
 // guard refuses what check refuses, before authentication and before a
 // body is read.
 func (s *Server) guard(next http.Handler) http.Handler {
+	return s.guardHosts(s.hosts, next)
+}
+
+// guardHosts is guard with hosts as the server's names.
+func (s *Server) guardHosts(hosts HostPolicy, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e := s.check(r); e != nil {
+		if e := s.check(hosts, r); e != nil {
 			level := slog.LevelDebug
 			if e.code != http.StatusUnsupportedMediaType {
 				level = slog.LevelWarn // a web page, or a name that is not ours

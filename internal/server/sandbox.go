@@ -35,6 +35,9 @@ type Sandboxes interface {
 	ClipboardGet(ctx context.Context, name string) (string, error)
 	ClipboardSet(ctx context.Context, name, text string) error
 	Logs(ctx context.Context, name string) (io.ReadCloser, error)
+	// DialDisplay connects to the VNC server of a sandbox that has a
+	// process; the caller closes the connection.
+	DialDisplay(ctx context.Context, name string) (io.ReadWriteCloser, error)
 }
 
 func (s *Server) sandboxRoutes() {
@@ -50,7 +53,7 @@ func (s *Server) sandboxRoutes() {
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/clipboard", s.withSandboxes(s.clipboardSet))
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/exec", s.withSandboxes(s.exec))
 	m.HandleFunc("GET /api/v1/sandboxes/{name}/logs", s.withSandboxes(s.sandboxLogs))
-	m.HandleFunc("GET /api/v1/sandboxes/{name}/display", s.withSandboxes(s.notYet("the live display (VNC over WebSocket)")))
+	s.displayRoutes()
 }
 
 // withSandboxes answers 404 for unknown sandboxes and 501 when the server

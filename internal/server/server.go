@@ -118,6 +118,9 @@ func New(opts Options) *Server {
 			*d.v = d.def
 		}
 	}
+	if opts.ControlToken == nil && opts.ScopedKey != nil {
+		opts.ControlToken = controlToken(opts.ScopedKey)
+	}
 	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux(), hosts: opts.Hosts}
 	if s.hosts.names == nil {
 		s.hosts, _ = NewHostPolicy("", nil)
@@ -169,6 +172,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/healthz", "/readyz":
+			next.ServeHTTP(w, r)
+			return
+		}
+		if isDisplayPath(r) { // authorizes itself (display.go)
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -1,0 +1,121 @@
+package authtoken
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+)
+
+// Display tokens let a browser open one sandbox's live view: browsers
+// cannot set headers on a WebSocket, so the token travels in the URL and
+// must be short-lived and narrow. They are JSON Web Tokens (RFC 7519)
+// signed with HS256 under a key derived from the server's key, so that
+// other tools can read them; only the server can make or check one.
+
+// DisplayAudience is the aud claim of every display token.
+const DisplayAudience = "display"
+
+// Bounds on a display token's lifetime.
+const (
+	DefaultDisplayTTL = 5 * time.Minute
+	MaxDisplayTTL     = time.Hour
+)
+
+// maxDisplayToken bounds the token text that Verify looks at.
+const maxDisplayToken = 4096
+
+// DisplayClaims are what a display token says.
+type DisplayClaims struct {
+	// Sandbox is the sandbox whose display the token opens (sub).
+	Sandbox string `json:"sub"`
+	// Audience is always DisplayAudience.
+	Audience  string `json:"aud"`
+	IssuedAt  int64  `json:"iat"`
+	ExpiresAt int64  `json:"exp"`
+	// Control, when set, is the take-over ID whose holder may send input
+	// through the display (ctl); input passes only while it is the
+	// sandbox's current status.control.id.
+	Control string `json:"ctl,omitempty"`
+}
+
+// Errors of VerifyDisplay. A malformed or forged token is ErrInvalid.
+var (
+	ErrExpired = errors.New("the display token has expired")
+)
+
+// jwtHeader is the fixed JOSE header of display tokens, encoded.
+var jwtHeader = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
+
+// displayKey is the key that signs display tokens: the server's key run
+// through HMAC with a label, so that a display token's signature can never
+// stand for a scoped token's or the other way round.
+func (k Key) displayKey() []byte {
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte("hvkube display token v1"))
+	return m.Sum(nil)
+}
+
+// IsDisplay reports whether tok is shaped like a display token (a JWT).
+func IsDisplay(tok string) bool {
+	return strings.HasPrefix(tok, "eyJ") && strings.Count(tok, ".") == 2
+}
+
+// MintDisplay returns a display token for sandbox, valid for ttl from now
+// (DefaultDisplayTTL when 0; the caller bounds it by MaxDisplayTTL), and
+// its expiry. control is the take-over ID it carries, or "".
+func (k Key) MintDisplay(sandbox, control string, now time.Time, ttl time.Duration) (string, time.Time) {
+	if ttl <= 0 {
+		ttl = DefaultDisplayTTL
+	}
+	exp := now.Add(ttl).Truncate(time.Second)
+	c := DisplayClaims{Sandbox: sandbox, Audience: DisplayAudience, IssuedAt: now.Unix(), ExpiresAt: exp.Unix(), Control: control}
+	body, _ := json.Marshal(c)
+	signing := jwtHeader + "." + base64.RawURLEncoding.EncodeToString(body)
+	return signing + "." + base64.RawURLEncoding.EncodeToString(k.signDisplay(signing)), exp
+}
+
+func (k Key) signDisplay(signing string) []byte {
+	m := hmac.New(sha256.New, k.displayKey())
+	m.Write([]byte(signing))
+	return m.Sum(nil)
+}
+
+// VerifyDisplay checks tok's signature, header, audience and expiry and
+// returns its claims: ErrInvalid for a token that is malformed, not HS256,
+// not for the display or signed with another key; ErrExpired for one whose
+// time is up. It does not check which sandbox the token is for.
+func (k Key) VerifyDisplay(tok string, now time.Time) (DisplayClaims, error) {
+	if len(tok) > maxDisplayToken {
+		return DisplayClaims{}, ErrInvalid
+	}
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return DisplayClaims{}, ErrInvalid
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || !hmac.Equal(sig, k.signDisplay(parts[0]+"."+parts[1])) {
+		return DisplayClaims{}, ErrInvalid
+	}
+	// The signature holds, so the header is one this server wrote; check
+	// it anyway, so that a token is never read under another algorithm.
+	hb, err := base64.RawURLEncoding.DecodeString(parts[0])
+	var h struct {
+		Alg string `json:"alg"`
+	}
+	if err != nil || json.Unmarshal(hb, &h) != nil || h.Alg != "HS256" {
+		return DisplayClaims{}, ErrInvalid
+	}
+	body, err := base64.RawURLEncoding.DecodeString(parts[1])
+	var c DisplayClaims
+	if err != nil || json.Unmarshal(body, &c) != nil || c.Audience != DisplayAudience || c.Sandbox == "" || c.ExpiresAt == 0 {
+		return DisplayClaims{}, ErrInvalid
+	}
+	if now.Unix() >= c.ExpiresAt {
+		return c, ErrExpired
+	}
+	return c, nil
+}
