@@ -22,7 +22,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Measure hvkube end to end and print p50/p95 latencies. With --write FILE the
 results replace their section of FILE (docs/benchmarks.md in the repository).`,
 	}
-	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchDisplayCmd())
+	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd())
 	return cmd
 }
 
@@ -101,6 +101,35 @@ a real server's API. Under TCG this takes several minutes.`,
 	cmd.Flags().IntVar(&runs, "runs", 20, "runs per operation (screenshots and input run 5x this)")
 	cmd.Flags().IntVar(&coldBoots, "cold-boots", 20, "cold boots to time")
 	cmd.Flags().IntVar(&batches, "batches", 20, "times to clone 10 sandboxes at once")
+	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
+	cmd.Flags().StringVar(&image, "image", "linux-desktop", "the image to use")
+	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
+	return cmd
+}
+
+func newBenchMCPCmd() *cobra.Command {
+	var runs int
+	var imageDir, image, write string
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "MCP tool calls (screenshot, mouse_move) through /mcp of a real server, on one QEMU desktop",
+		Long: `Measure MCP tool calls with the MCP SDK's client against /mcp of a real server
+on loopback, in both protocol revisions (2026-07-28 stateless, 2025-11-25
+with a session), on one desktop cloned from the image built by make image.
+Building the template takes a cold boot first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runs < 1 {
+				return fmt.Errorf("--runs must be at least 1")
+			}
+			rep, err := bench.MCP(cmd.Context(), bench.MCPOptions{ImageDir: imageDir, Image: image, Runs: runs, Log: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			return report(cmd, rep, "mcp", write)
+		},
+	}
+	cmd.Flags().IntVar(&runs, "runs", 100, "runs per operation")
 	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
 	cmd.Flags().StringVar(&image, "image", "linux-desktop", "the image to use")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")

@@ -27,14 +27,16 @@ func newAgentCmd(e *env) *cobra.Command {
 		Use:   "agent",
 		Short: "Submit agent tasks, list them and read their results",
 		Long: `Submit workflow tasks to run on a pool's sandboxes (or on one named sandbox),
-list agents and read their results. These are shortcuts over the same API as
-apply and get: 'hvkube agent list' is 'hvkube get agents'.`,
+list agents and read their results, and print an mcp-agent's MCP address and
+token. These are shortcuts over the same API as apply and get: 'hvkube agent
+list' is 'hvkube get agents'.`,
 		Example: `  hvkube agent submit --pool browser-pool --workflow book-flight.yaml --input '{"dest":"NYC"}'
   hvkube agent list
-  hvkube agent result task-x7k2pq`,
+  hvkube agent result task-x7k2pq
+  env $(hvkube agent token my-mcp-task) my-agent-loop`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newAgentSubmitCmd(e), newAgentListCmd(e), newAgentResultCmd(e))
+	cmd.AddCommand(newAgentSubmitCmd(e), newAgentListCmd(e), newAgentResultCmd(e), newAgentTokenCmd(e))
 	return cmd
 }
 

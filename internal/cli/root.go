@@ -102,6 +102,7 @@ a token, when the server needs one, from HVKUBE_TOKEN.`,
 		newAgentCmd(e),
 		newVMCmd(e),
 		newVersionCmd(e),
+		newMCPCmd(e),
 	)
 	root.AddCommand(opts.Extra...)
 	return root

@@ -53,19 +53,28 @@ func (s *Server) completeAgent(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if len(req.Output) > 0 && !json.Valid(req.Output) {
-		s.fail(w, r, api.Invalid("output", "not valid JSON"))
+	out, err := s.completeAttempt(r.Context(), r.PathValue("name"), req, "the API")
+	if err != nil {
+		s.fail(w, r, err)
 		return
+	}
+	writeJSON(w, http.StatusOK, ResultOf(out))
+}
+
+// completeAttempt ends the running attempt of agent name as req says: the
+// API's complete endpoint and the MCP complete_task tool (via names which,
+// in the event).
+func (s *Server) completeAttempt(ctx context.Context, name string, req CompleteRequest, via string) (*api.Agent, error) {
+	if len(req.Output) > 0 && !json.Valid(req.Output) {
+		return nil, api.Invalid("output", "not valid JSON")
 	}
 	if len(req.Message) > 4096 {
-		s.fail(w, r, api.Invalid("message", "%d bytes: at most 4096", len(req.Message)))
-		return
+		return nil, api.Invalid("message", "%d bytes: at most 4096", len(req.Message))
 	}
-	name := r.PathValue("name")
 	success := req.Success == nil || *req.Success
 	now := time.Now().UTC()
 	applied := false
-	out, err := controller.UpdateStatus(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) bool {
+	out, err := controller.UpdateStatus(ctx, s.opts.Store, api.KindAgent, name, func(a *api.Agent) bool {
 		applied = a.Status.Phase == api.AgentRunning
 		if !applied {
 			return false
@@ -87,19 +96,17 @@ func (s *Server) completeAgent(w http.ResponseWriter, r *http.Request) {
 		return true
 	})
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return nil, err
 	}
 	if !applied {
-		s.fail(w, r, fmt.Errorf("agent %s is %s, not Running: only a running attempt can be completed: %w", name, orPending(out.Status.Phase), api.ErrConflict))
-		return
+		return nil, fmt.Errorf("agent %s is %s, not Running: only a running attempt can be completed: %w", name, orPending(out.Status.Phase), api.ErrConflict)
 	}
 	reason, typ := "Completed", api.EventNormal
 	if !success {
 		reason, typ = "AgentFailed", api.EventWarning
 	}
-	controller.Event(r.Context(), s.opts.Store, s.log, out, typ, reason, "completed through the API")
-	writeJSON(w, http.StatusOK, ResultOf(out))
+	controller.Event(ctx, s.opts.Store, s.log, out, typ, reason, "completed through "+via)
+	return out, nil
 }
 
 func orPending(phase string) string {

@@ -195,6 +195,16 @@ func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, k api.KindInf
 	if got := o.GetTypeMeta().Kind; got != k.Kind {
 		return nil, api.Invalid("kind", "%s does not belong at /api/v1/%s (want %s)", got, k.Plural, k.Kind)
 	}
+	if err := s.admit(o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// admit readies a new or applied object for the store: status cleared,
+// defaults set, an agent's run finalizer added, validated, host paths
+// checked.
+func (s *Server) admit(o api.Object) error {
 	clearStatus(o)
 	api.Default(o)
 	if a, ok := o.(*api.Agent); ok && !slices.Contains(a.Metadata.Finalizers, api.FinalizerRun) {
@@ -203,14 +213,14 @@ func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, k api.KindInf
 		a.Metadata.Finalizers = append(a.Metadata.Finalizers, api.FinalizerRun)
 	}
 	if err := api.Validate(o); err != nil {
-		return nil, err
+		return err
 	}
 	for _, hp := range api.HostPaths(o) {
 		if err := s.opts.AllowedRoots.Check(hp.Field, hp.Path); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return o, nil
+	return nil
 }
 
 func clearStatus(o api.Object) {

@@ -1,6 +1,7 @@
 // Package server serves hvkube's REST API: objects of every kind under
 // /api/v1, watches as newline-delimited JSON (or server-sent events), the
-// audit log, the sandbox display and control endpoints, and health checks.
+// audit log, the sandbox display and control endpoints, MCP at /mcp, and
+// health checks.
 package server
 
 import (
@@ -151,6 +152,7 @@ func (s *Server) routes() {
 	s.sandboxRoutes()
 	s.agentRoutes()
 	s.hitlRoutes()
+	s.mcpRoutes()
 	if s.opts.Metrics != nil {
 		m.Handle("GET /metrics", s.opts.Metrics.Handler())
 	}
@@ -199,9 +201,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 }
 
 // inScope reports whether a scoped token may reach path: its sandbox and
-// everything under it, its agent and everything under it; but not the
-// sandbox's control, which is a person's to take and hand back.
+// everything under it, its agent and everything under it, and MCP (whose
+// tools check the scope themselves); but not the sandbox's control, which
+// is a person's to take and hand back.
 func inScope(sc authtoken.Scope, path string) bool {
+	if path == "/mcp" {
+		return true
+	}
 	for _, p := range []struct{ prefix, name string }{{"/api/v1/sandboxes/", sc.Sandbox}, {"/api/v1/agents/", sc.Agent}} {
 		if p.name == "" {
 			continue

@@ -1,0 +1,188 @@
+// Package mcptools serves hvkube's desktops as MCP tools: one tool per
+// computer-use action (screenshot, left_click, type, key, …, named as the
+// action), the sandbox tools (list_sandboxes, acquire_sandbox,
+// release_sandbox), complete_task and ask_human. The tools work on a
+// Desktops, which the server implements in process and `hvkube mcp`
+// over the REST API.
+//
+// Every tool takes the sandbox as an argument, as the stateless MCP
+// revision (2026-07-28) has it; a caller whose token is scoped to one
+// agent gets its sandbox by default and is refused any other. Bad input,
+// a refusal or a failed action is a tool error (IsError) carrying the
+// API's message, never a protocol error.
+package mcptools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+// Result is what an action returns.
+type Result struct {
+	// Coordinate answers cursor_position, in the caller's space.
+	Coordinate []int
+	// Image and ContentType answer screenshot and zoom.
+	Image       []byte
+	ContentType string
+}
+
+// Completion ends an mcp-agent's attempt (POST /agents/NAME/complete).
+type Completion struct {
+	Success bool
+	Output  json.RawMessage
+	Message string
+}
+
+// Objects reads and writes hvkube objects with the API's rules (defaults,
+// validation, finalizers). Errors wrap the api error categories.
+type Objects interface {
+	Get(ctx context.Context, kind, name string) (api.Object, error)
+	List(ctx context.Context, kind string) ([]api.Object, error)
+	Create(ctx context.Context, o api.Object) (api.Object, error)
+	Delete(ctx context.Context, kind, name string) error
+}
+
+// Desktops is what the tools act on.
+type Desktops interface {
+	Objects
+	// Do runs one computer-use action on a sandbox. width, when not 0, is
+	// the caller's screen space: screenshots are scaled to it and
+	// coordinates are read in it.
+	Do(ctx context.Context, sandbox string, a api.Action, width int) (Result, error)
+	// Complete ends the running attempt of an mcp-agent.
+	Complete(ctx context.Context, agent string, c Completion) error
+	// AskHuman puts a question to a person for agent and waits up to wait
+	// for the answer. It returns ErrNoAnswer (with the question still
+	// pending) when none came in time.
+	AskHuman(ctx context.Context, agent, question string, wait time.Duration) (string, error)
+}
+
+// ErrNoAnswer: nobody answered a question in time; it stays pending.
+var ErrNoAnswer = errors.New("no answer yet")
+
+// Scope is what a caller may reach.
+type Scope struct {
+	// Sandbox and Agent are the caller's own, if it has them: the
+	// defaults of the sandbox and agent arguments.
+	Sandbox, Agent string
+	// Restricted callers reach their Sandbox and Agent and nothing else.
+	Restricted bool
+}
+
+// Options configure NewServer.
+type Options struct {
+	Version string
+	Logger  *slog.Logger
+	// Scope tells what the caller of a tool may reach; nil is everything.
+	Scope func(ctx context.Context, req *mcp.CallToolRequest) Scope
+}
+
+// Bounds on the tools that wait.
+const (
+	DefaultAcquireWait = 60 * time.Second
+	MaxAcquireWait     = 300 * time.Second
+	DefaultAskWait     = 120 * time.Second
+	MaxAskWait         = 300 * time.Second
+	MaxQuestion        = 4096
+	MaxCompleteMessage = 4096
+)
+
+// NewServer returns an MCP server with hvkube's tools over d.
+func NewServer(d Desktops, opts Options) *mcp.Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "hvkube", Title: "hvkube desktops", Version: opts.Version}, &mcp.ServerOptions{
+		Logger: opts.Logger,
+		Instructions: "Computer-use tools for hvkube's desktop sandboxes. Each tool acts on the sandbox named by its " +
+			"`sandbox` argument (left out when the token is scoped to one). Take a screenshot to see the screen; " +
+			"coordinates are pixels of the screenshot, in the space its `width` sets. Finish an mcp-agent's task with complete_task.",
+	})
+	t := &tools{d: d, opts: opts}
+	t.register(s)
+	return s
+}
+
+type tools struct {
+	d    Desktops
+	opts Options
+}
+
+func (t *tools) scope(ctx context.Context, req *mcp.CallToolRequest) Scope {
+	if t.opts.Scope == nil {
+		return Scope{}
+	}
+	return t.opts.Scope(ctx, req)
+}
+
+// ErrForbidden: the caller's token does not reach what it named.
+var ErrForbidden = errors.New("forbidden")
+
+// sandbox resolves the sandbox a call acts on.
+func (t *tools) sandbox(ctx context.Context, req *mcp.CallToolRequest, given string) (string, error) {
+	sc := t.scope(ctx, req)
+	if given == "" {
+		given = sc.Sandbox
+	}
+	if given == "" {
+		return "", api.Invalid("sandbox", "required: the sandbox to act on (list_sandboxes lists them; acquire_sandbox takes one from a pool)")
+	}
+	if err := api.ValidateName("sandbox", given); err != nil {
+		return "", err
+	}
+	if sc.Restricted && given != sc.Sandbox {
+		return "", fmt.Errorf("%w: this token reaches only sandbox %q, not %q", ErrForbidden, sc.Sandbox, given)
+	}
+	if sc.Restricted && sc.Agent != "" {
+		// An agent's token outlives its hold on the sandbox (it expires
+		// at the attempt's deadline); the sandbox may be another's now.
+		o, err := t.d.Get(ctx, api.KindSandbox, given)
+		if err != nil {
+			return "", err
+		}
+		if cur := o.(*api.Sandbox).Status.CurrentAgent; cur != sc.Agent {
+			return "", fmt.Errorf("%w: agent %s no longer holds sandbox %s", ErrForbidden, sc.Agent, given)
+		}
+	}
+	return given, nil
+}
+
+// agent resolves the agent a call speaks for: the caller's own, or the
+// one that holds the sandbox.
+func (t *tools) agent(ctx context.Context, req *mcp.CallToolRequest, sandbox string) (string, error) {
+	sc := t.scope(ctx, req)
+	sb, err := t.sandbox(ctx, req, sandbox)
+	if sc.Agent != "" && (sandbox == "" || sb == sc.Sandbox) {
+		return sc.Agent, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	o, err := t.d.Get(ctx, api.KindSandbox, sb)
+	if err != nil {
+		return "", err
+	}
+	a := o.(*api.Sandbox).Status.CurrentAgent
+	if a == "" {
+		return "", fmt.Errorf("sandbox %s has no agent: there is no task to complete or to ask about: %w", sb, api.ErrConflict)
+	}
+	return a, nil
+}
+
+// errorText is how an error reads in a tool result: the API's message,
+// marked as bad input when it is.
+func errorText(err error) error {
+	var fe *api.FieldError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("invalid %w", err)
+	}
+	return err
+}

@@ -1,0 +1,90 @@
+package mcptools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/client"
+)
+
+// Remote is Desktops over the REST API of an hvkube server: what `hvkube
+// mcp` serves on stdio. The server checks the token on every call, so a
+// scoped token reaches its own sandbox and agent only.
+type Remote struct {
+	c *client.Client
+}
+
+// NewRemote returns Desktops over c.
+func NewRemote(c *client.Client) *Remote {
+	return &Remote{c: c}
+}
+
+// Get implements Objects.
+func (r *Remote) Get(ctx context.Context, kind, name string) (api.Object, error) {
+	return r.c.Get(ctx, kind, name)
+}
+
+// List implements Objects.
+func (r *Remote) List(ctx context.Context, kind string) ([]api.Object, error) {
+	return r.c.List(ctx, kind, "")
+}
+
+// Create implements Objects.
+func (r *Remote) Create(ctx context.Context, o api.Object) (api.Object, error) {
+	return r.c.Create(ctx, o)
+}
+
+// Delete implements Objects.
+func (r *Remote) Delete(ctx context.Context, kind, name string) error {
+	_, err := r.c.Delete(ctx, kind, name)
+	return err
+}
+
+// Do implements Desktops through POST /sandboxes/NAME/input?width=W,
+// which runs every action (screenshot and zoom answer with the image).
+func (r *Remote) Do(ctx context.Context, sandbox string, a api.Action, width int) (Result, error) {
+	body, err := json.Marshal(a)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := r.c.Act(ctx, sandbox, body, width)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Coordinate: res.Coordinate, Image: res.Image, ContentType: res.ContentType}, nil
+}
+
+// Complete implements Desktops.
+func (r *Remote) Complete(ctx context.Context, agent string, c Completion) error {
+	return r.c.Complete(ctx, agent, client.CompleteRequest{Success: &c.Success, Output: c.Output, Message: c.Message})
+}
+
+// AskHuman implements Desktops.
+func (r *Remote) AskHuman(ctx context.Context, agent, question string, wait time.Duration) (string, error) {
+	return AskOver(ctx, remoteHuman{r.c}, agent, question, wait)
+}
+
+type remoteHuman struct{ c *client.Client }
+
+func (h remoteHuman) Ask(ctx context.Context, agent, question string) (*api.HumanRequest, error) {
+	hr, err := h.c.AskHuman(ctx, agent, question)
+	return hr, notServed(err)
+}
+
+func (h remoteHuman) Latest(ctx context.Context, agent string, wait time.Duration) (*api.HumanRequest, error) {
+	hr, err := h.c.HumanRequest(ctx, agent, wait)
+	return hr, notServed(err)
+}
+
+// notServed names a server without the human-in-the-loop API.
+func notServed(err error) error {
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Code == 404 && ce.Field == "" && len(ce.Message) > 12 && ce.Message[:12] == "no API route" {
+		return fmt.Errorf("this server does not serve questions to people (POST /api/v1/agents/NAME/hitl): %w", api.ErrUnsupported)
+	}
+	return err
+}

@@ -1,0 +1,307 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/mcptools"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// MCP at /mcp speaks Streamable HTTP in both revisions clients use:
+//
+//   - 2026-07-28, stateless: every request says its revision in the
+//     Mcp-Protocol-Version header and stands alone; the sandbox travels
+//     as a tool argument.
+//   - 2025-11-25 (and older): initialize opens a session (Mcp-Session-Id),
+//     kept until the client deletes it or it idles for MCPSessionIdle.
+//
+// Requests pass the guard (a foreign Origin is refused) and the bearer
+// token check like any other; a scoped token reaches /mcp, and its tools
+// reach only its own sandbox and agent. The SDK's DNS-rebinding check
+// stays on as well.
+
+// Bounds on MCP sessions.
+const (
+	MCPSessionIdle  = 30 * time.Minute
+	MaxMCPSessions  = 1000
+	statelessMCPRev = "2026-07-28"
+)
+
+func (s *Server) mcpRoutes() {
+	// The SDK logs every connection at Info; keep its warnings.
+	log := slog.New(minLevel{s.log.Handler(), slog.LevelWarn})
+	srv := mcptools.NewServer(&serverDesktops{s: s}, mcptools.Options{Version: s.opts.Version, Logger: log, Scope: mcpScope})
+	get := func(*http.Request) *mcp.Server { return srv }
+	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, Logger: log, MaxRequestBodyBytes: s.opts.MaxBody})
+	sessions := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{SessionTimeout: MCPSessionIdle, Logger: log, MaxRequestBodyBytes: s.opts.MaxBody})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			// Read the body here, within the body deadline, and lift the
+			// deadline: a tool call may take minutes (ask_human).
+			body, err := s.readBody(w, r)
+			if err != nil {
+				s.failBody(w, r, err)
+				return
+			}
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
+		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessMCPRev {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && countSessions(srv) >= MaxMCPSessions {
+			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("%d MCP sessions are open: close some (DELETE /mcp) or use the stateless revision %s", MaxMCPSessions, statelessMCPRev))
+			return
+		}
+		sessions.ServeHTTP(w, r)
+	})
+	s.mux.Handle("/mcp", s.mcpAuth(h))
+	s.mux.HandleFunc("POST /api/v1/agents/{name}/token", s.agentToken)
+}
+
+// minLevel drops records below its level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+func (h minLevel) WithGroup(g string) slog.Handler { return minLevel{h.Handler.WithGroup(g), h.min} }
+
+func countSessions(srv *mcp.Server) int {
+	n := 0
+	for range srv.Sessions() {
+		n++
+	}
+	return n
+}
+
+// mcpAuth puts the caller's token into the request for the tools (and
+// for the SDK, which ties a session to the token that opened it).
+// authenticate has already refused wrong tokens when the server has one.
+func (s *Server) mcpAuth(next http.Handler) http.Handler {
+	withToken := auth.RequireBearerToken(s.verifyMCPToken, nil)(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if s.opts.Token == "" && (!ok || !authtoken.Is(tok)) {
+			next.ServeHTTP(w, r) // an open server: no token needed
+			return
+		}
+		withToken.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) verifyMCPToken(_ context.Context, tok string, _ *http.Request) (*auth.TokenInfo, error) {
+	now := time.Now()
+	if s.opts.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1 {
+		return &auth.TokenInfo{UserID: "hvkube", Expiration: now.Add(time.Hour)}, nil
+	}
+	if authtoken.Is(tok) && s.opts.ScopedKey != nil {
+		if sc, err := s.opts.ScopedKey.Verify(tok, now); err == nil {
+			return &auth.TokenInfo{UserID: "agent/" + sc.Agent + "/" + sc.Sandbox, Expiration: time.Unix(sc.Expires, 0),
+				Extra: map[string]any{"scope": sc}}, nil
+		}
+	}
+	if s.opts.Token == "" {
+		return &auth.TokenInfo{Expiration: now.Add(time.Hour)}, nil
+	}
+	return nil, fmt.Errorf("%w: missing or wrong bearer token", auth.ErrInvalidToken)
+}
+
+// mcpScope is what the token of a tool call reaches.
+func mcpScope(_ context.Context, req *mcp.CallToolRequest) mcptools.Scope {
+	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
+		return mcptools.Scope{}
+	}
+	sc, ok := req.Extra.TokenInfo.Extra["scope"].(authtoken.Scope)
+	if !ok {
+		return mcptools.Scope{}
+	}
+	return mcptools.Scope{Sandbox: sc.Sandbox, Agent: sc.Agent, Restricted: true}
+}
+
+// AgentTokenResponse answers POST /agents/{name}/token: a token that
+// reaches the agent and its sandbox until the attempt's deadline, and the
+// addresses to use it at.
+type AgentTokenResponse struct {
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	Server    string    `json:"server"`
+	MCP       string    `json:"mcp"`
+	Agent     string    `json:"agent"`
+	Sandbox   string    `json:"sandbox"`
+}
+
+// agentToken mints a scoped token for an agent bound to a sandbox: how an
+// external agent loop (an mcp-agent) gets its MCP endpoint and credentials.
+func (s *Server) agentToken(w http.ResponseWriter, r *http.Request) {
+	if s.opts.ScopedKey == nil {
+		writeError(w, http.StatusNotImplemented, errors.New("this server mints no scoped tokens"))
+		return
+	}
+	o, err := s.opts.Store.Get(r.Context(), api.KindAgent, r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	a := o.(*api.Agent)
+	if a.Status.Sandbox == "" || controller.Finished(a) || a.Metadata.DeletionTimestamp != nil {
+		s.fail(w, r, fmt.Errorf("agent %s is %s: a token is minted for an agent bound to a sandbox (Scheduled or Running): %w", a.Metadata.Name, orPending(a.Status.Phase), api.ErrConflict))
+		return
+	}
+	now := time.Now()
+	deadline := now.Add(controller.Timeout(a))
+	if a.Status.StartedAt != nil {
+		deadline = a.Status.StartedAt.Add(controller.Timeout(a))
+	}
+	if !deadline.After(now) {
+		s.fail(w, r, fmt.Errorf("agent %s is past its deadline: %w", a.Metadata.Name, api.ErrConflict))
+		return
+	}
+	tok := s.opts.ScopedKey.Mint(authtoken.Scope{Sandbox: a.Status.Sandbox, Agent: a.Metadata.Name}, now, deadline.Sub(now))
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	base := scheme + "://" + r.Host
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, AgentTokenResponse{Token: tok, ExpiresAt: time.Unix(deadline.Unix(), 0).UTC(), Server: base, MCP: base + "/mcp",
+		Agent: a.Metadata.Name, Sandbox: a.Status.Sandbox})
+}
+
+// serverDesktops is mcptools.Desktops in the server's process.
+type serverDesktops struct{ s *Server }
+
+func (d *serverDesktops) Get(ctx context.Context, kind, name string) (api.Object, error) {
+	return d.s.opts.Store.Get(ctx, kind, name)
+}
+
+func (d *serverDesktops) List(ctx context.Context, kind string) ([]api.Object, error) {
+	objs, _, err := d.s.opts.Store.List(ctx, kind, api.Selector{})
+	return objs, err
+}
+
+func (d *serverDesktops) Create(ctx context.Context, o api.Object) (api.Object, error) {
+	if err := d.s.admit(o); err != nil {
+		return nil, err
+	}
+	return d.s.opts.Store.Create(ctx, o)
+}
+
+func (d *serverDesktops) Delete(ctx context.Context, kind, name string) error {
+	_, _, err := d.s.opts.Store.Delete(ctx, kind, name, store.DeleteOptions{})
+	return err
+}
+
+func (d *serverDesktops) Do(ctx context.Context, sandbox string, a api.Action, width int) (mcptools.Result, error) {
+	if _, err := d.s.opts.Store.Get(ctx, api.KindSandbox, sandbox); err != nil {
+		return mcptools.Result{}, err
+	}
+	if d.s.opts.Actions == nil {
+		return mcptools.Result{}, fmt.Errorf("this server runs without a VM backend (start it with --backend qemu): %w", api.ErrUnsupported)
+	}
+	res, err := d.s.opts.Actions.Do(ctx, sandbox, a, display.Space{Width: width})
+	return mcptools.Result{Coordinate: res.Coordinate, Image: res.Image, ContentType: res.ContentType}, err
+}
+
+func (d *serverDesktops) Complete(ctx context.Context, agent string, c mcptools.Completion) error {
+	_, err := d.s.completeAttempt(ctx, agent, CompleteRequest{Success: &c.Success, Output: c.Output, Message: c.Message}, "MCP (complete_task)")
+	return err
+}
+
+func (d *serverDesktops) AskHuman(ctx context.Context, agent, question string, wait time.Duration) (string, error) {
+	return mcptools.AskOver(ctx, serverHuman{d.s}, agent, question, wait)
+}
+
+// serverHuman is the human-in-the-loop API, called through the server's
+// own routes so that a question asked over MCP is the same as one asked
+// over REST (validation, condition, events).
+type serverHuman struct{ s *Server }
+
+func (h serverHuman) Ask(ctx context.Context, agent, question string) (*api.HumanRequest, error) {
+	body, _ := json.Marshal(map[string]string{"question": question})
+	return h.call(ctx, http.MethodPost, "/api/v1/agents/"+agent+"/hitl", body)
+}
+
+func (h serverHuman) Latest(ctx context.Context, agent string, wait time.Duration) (*api.HumanRequest, error) {
+	p := "/api/v1/agents/" + agent + "/hitl"
+	if sec := int(wait / time.Second); sec > 0 {
+		p += fmt.Sprintf("?wait=%d", sec)
+	}
+	return h.call(ctx, http.MethodGet, p, nil)
+}
+
+func (h serverHuman) call(ctx context.Context, method, path string, body []byte) (*api.HumanRequest, error) {
+	req, err := http.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := &recorder{h: http.Header{}}
+	h.s.mux.ServeHTTP(rec, req)
+	if rec.code >= 300 {
+		var e errorBody
+		json.Unmarshal(rec.buf.Bytes(), &e)
+		switch {
+		case rec.code == http.StatusNotFound && strings.HasPrefix(e.Error, "no API route"):
+			return nil, fmt.Errorf("this server does not serve questions to people: %w", api.ErrUnsupported)
+		case rec.code == http.StatusBadRequest:
+			return nil, &api.FieldError{Field: e.Field, Detail: strings.TrimPrefix(e.Error, e.Field+": ")}
+		case rec.code == http.StatusNotFound:
+			return nil, fmt.Errorf("%s: %w", e.Error, api.ErrNotFound)
+		case rec.code == http.StatusConflict:
+			return nil, fmt.Errorf("%s: %w", e.Error, api.ErrConflict)
+		}
+		return nil, fmt.Errorf("%s %s: %d: %s", method, path, rec.code, e.Error)
+	}
+	var hr api.HumanRequest
+	if err := json.Unmarshal(rec.buf.Bytes(), &hr); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return &hr, nil
+}
+
+// recorder keeps the answer of an in-process call to a route.
+type recorder struct {
+	h    http.Header
+	code int
+	buf  bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.buf.Write(b)
+}
