@@ -35,6 +35,13 @@ func displayServer(t *testing.T, token string) *testServer {
 	}
 	if _, err := controller.UpdateStatus(context.Background(), ts.st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
 		sb.Status.Control = &api.SandboxControl{ID: "take-1", Holder: "ana", Since: time.Now()}
+		sb.Status.CurrentAgent = "a" // the agent of the scoped tokens below
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controller.UpdateStatus(context.Background(), ts.st, api.KindSandbox, "other", func(sb *api.Sandbox) bool {
+		sb.Status.CurrentAgent = "b"
 		return true
 	}); err != nil {
 		t.Fatal(err)

@@ -369,6 +369,33 @@ func TestScopedTokenAndHITL(t *testing.T) {
 	}
 }
 
+// TestScopedTokenOnlyWhileHeld: an agent's token reaches its sandbox only
+// while the agent holds it; afterwards the sandbox may serve another agent.
+func TestScopedTokenOnlyWhileHeld(t *testing.T) {
+	key := authtoken.Key("0123456789abcdef0123456789abcdef")
+	ts := start(t, Options{Token: "s3cret", ScopedKey: key})
+	if code, _, body := ts.doAuth(t, "s3cret", "POST", "/api/v1/sandboxes", `{"apiVersion":"hvkube/v1","kind":"Sandbox","metadata":{"name":"desk"},"spec":{}}`); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	holder := func(agent string) {
+		o, _ := ts.st.Get(context.Background(), api.KindSandbox, "desk")
+		o.(*api.Sandbox).Status.CurrentAgent = agent
+		if _, err := ts.st.UpdateStatus(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok := key.Mint(authtoken.Scope{Sandbox: "desk", Agent: "booker"}, time.Now(), time.Hour)
+	holder("booker")
+	if code, _, body := ts.doAuth(t, tok, "GET", "/api/v1/sandboxes/desk", ``); code != 200 {
+		t.Fatalf("while the agent holds its sandbox: %d %s", code, body)
+	}
+	holder("someone-else")
+	code, _, body := ts.doAuth(t, tok, "GET", "/api/v1/sandboxes/desk", ``)
+	if code != http.StatusForbidden || !strings.Contains(string(body), "does not hold it") {
+		t.Fatalf("after the agent let it go: %d %s", code, body)
+	}
+}
+
 func (ts *testServer) doAuth(t *testing.T, token, method, path, body string) (int, http.Header, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))

@@ -188,6 +188,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			sc, err := s.opts.ScopedKey.Verify(tok, time.Now())
 			if err == nil {
 				if inScope(sc, r.URL.Path) {
+					if err := s.holds(r, sc); err != nil {
+						refuse(w, http.StatusForbidden, err)
+						return
+					}
 					next.ServeHTTP(w, r)
 					return
 				}
@@ -198,6 +202,22 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube"`)
 		refuse(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token: set HVKUBE_TOKEN"))
 	})
+}
+
+// holds checks that an agent's token reaches its sandbox only while the
+// agent holds it: once the agent is done, the sandbox may serve another.
+func (s *Server) holds(r *http.Request, sc authtoken.Scope) error {
+	if sc.Agent == "" || sc.Sandbox == "" || !strings.HasPrefix(r.URL.Path, "/api/v1/sandboxes/"+sc.Sandbox) {
+		return nil
+	}
+	o, err := s.opts.Store.Get(r.Context(), api.KindSandbox, sc.Sandbox)
+	if err != nil {
+		return nil // the handler answers 404
+	}
+	if cur := o.(*api.Sandbox).Status.CurrentAgent; cur != sc.Agent {
+		return fmt.Errorf("agent %s's token no longer reaches sandbox %s: the agent does not hold it", sc.Agent, sc.Sandbox)
+	}
+	return nil
 }
 
 // inScope reports whether a scoped token may reach path: its sandbox and
