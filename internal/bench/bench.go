@@ -18,7 +18,6 @@ type Result struct {
 	Samples []time.Duration
 	// Target, when set, is the goal as text (e.g. "p50 ≤ 50 ms").
 	Target string
-	Note   string
 }
 
 // Percentile returns the p-th percentile (0..100), nearest-rank.

@@ -358,7 +358,7 @@ func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID str
 // effect: a right click on the desktop's background opens the window
 // manager's menu; the screenshot comes either settled (returned once the
 // screen has stopped changing) or after the fixed sleep agent loops use.
-// Each result notes how often the screenshot showed the menu.
+// A fact records how often the screenshot showed the menu.
 func settleBench(ctx context.Context, rep *Report, c *client.Client, o QEMUOptions) error {
 	const bg = 1100 // x of the background, right of the terminal
 	run := func(name string, shot func() ([]byte, error)) error {
@@ -388,8 +388,8 @@ func settleBench(ctx context.Context, rep *Report, c *client.Client, o QEMUOptio
 				return err
 			}
 		}
-		r.Note = fmt.Sprintf("menu on %d of %d screenshots", shown, o.Runs)
 		rep.Results = append(rep.Results, r)
+		rep.Facts = append(rep.Facts, fmt.Sprintf("%s: the screenshot showed the menu %d times of %d", name, shown, o.Runs))
 		return nil
 	}
 	if err := run("right click opens a menu → settled screenshot (?settle=true)", func() ([]byte, error) {
