@@ -135,6 +135,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/agents/{name}/result", s.agentResult)
 	s.sandboxRoutes()
 	s.agentRoutes()
+	s.webRoutes()
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API route for %s %s", r.Method, r.URL.Path))
 	})
@@ -149,6 +150,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	want := []byte("Bearer " + s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if dashboardPath(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		switch r.URL.Path {
 		case "/healthz", "/readyz":
 			next.ServeHTTP(w, r)
