@@ -20,7 +20,8 @@ import (
 // `hvkube serve` with a real desktop, with a token set: the sandbox page
 // takes a screenshot, pauses, resumes and resets the sandbox; the live view
 // shows the desktop (a canvas that is not blank), view-only until the page
-// takes control; and an agent's question is answered from the page.
+// takes control, and a live-view link shows it without the server's token;
+// and an agent's question is answered from the page.
 func TestDashboardOnQEMU(t *testing.T) {
 	requireImage(t)
 	browser := webtest.Require(t)
@@ -50,6 +51,17 @@ func TestDashboardOnQEMU(t *testing.T) {
 			t.Skip("needs POST /api/v1/sandboxes/{name}/control (taking control), which this server does not serve yet")
 		}
 		webtest.MustRun(t, "live", cfg, 15*time.Minute)
+
+		// The link hvkube console prints: a display token, no API token.
+		var tok struct {
+			Token string `json:"token"`
+		}
+		if err := json.Unmarshal(apiCall(t, p, token, "POST", "/api/v1/sandboxes/browser-agent-1/display/token", ""), &tok); err != nil {
+			t.Fatal(err)
+		}
+		link := cfg
+		link.Token, link.DisplayToken = "", tok.Token
+		webtest.MustRun(t, "link", link, 15*time.Minute)
 	})
 
 	t.Run("answer a human request", func(t *testing.T) {

@@ -77,3 +77,14 @@ export function sync(el, children) {
     if (el.children[i] !== c) el.insertBefore(c, el.children[i] || null);
   });
 }
+
+let flashTimer = null;
+
+// flash shows a short confirmation above the page for a few seconds.
+export function flash(text) {
+  const el = document.getElementById('flash');
+  el.textContent = text;
+  el.hidden = false;
+  clearTimeout(flashTimer);
+  flashTimer = setTimeout(() => (el.hidden = true), 6000);
+}

@@ -3,7 +3,8 @@
 //
 //   node test/dashboard.mjs SCENARIO < config.json
 //
-// with config {url, token, chromium, pool, sandbox, agent, answer, artifacts}.
+// with config {url, token, displayToken, chromium, pool, sandbox, agent,
+// question, answer, control, longTimeoutMs, artifacts}.
 // The last line of output is JSON: {"ok": true, ...} or {"ok": false,
 // "error": "..."}; the exit status is 0 only when ok.
 import { chromium } from 'playwright-core';
@@ -12,7 +13,8 @@ import path from 'node:path';
 
 const scenario = process.argv[2];
 const cfg = JSON.parse(readFileSync(0, 'utf8'));
-const T = { short: 15_000, long: Number(cfg.longTimeoutMs || 180_000) };
+// Generous: the machines that run these are often busy.
+const T = { short: 30_000, long: Number(cfg.longTimeoutMs || 180_000) };
 
 const problems = []; // page errors and CSP violations
 const notes = {};
@@ -22,7 +24,7 @@ function fail(msg) {
 }
 
 async function expectText(locator, re, timeout = T.short) {
-  await locator.waitFor({ timeout });
+  await locator.waitFor({ state: 'attached', timeout });
   const deadline = Date.now() + timeout;
   let text = '';
   while (Date.now() < deadline) {
@@ -146,12 +148,39 @@ const scenarios = {
     await card.locator('input.name').dispatchEvent('change');
     await card.locator('textarea').fill(cfg.answer);
     await card.locator('button[type=submit]').click();
-    // "Sending…" until the server answers.
-    const status = await expectText(card.locator('.form-status'), /^(?!Sending)\S/);
+    // "Sending…" until the server answers; once the answer is in, the
+    // card leaves the queue (possibly before its status is read).
+    const deadline = Date.now() + T.short;
+    let status = '';
+    for (;;) {
+      if ((await card.count()) === 0) {
+        status = 'Answered';
+        break;
+      }
+      status = (await card.locator('.form-status').textContent().catch(() => '')) || '';
+      if (status && !status.startsWith('Sending')) break;
+      if (Date.now() > deadline) {
+        notes.card = await card.evaluate((f) => ({ valid: f.checkValidity(), answer: f.querySelector('textarea').value, html: f.outerHTML.slice(0, 2000) })).catch((e) => e.message);
+        fail(`no answer from the server: ${JSON.stringify(status)}`);
+      }
+      await page.waitForTimeout(100);
+    }
     notes.status = status;
     if (status !== 'Answered') fail(`answering: ${status}`);
-    // The answered request leaves the queue.
     await card.waitFor({ state: 'detached', timeout: T.short });
+    await expectText(page.locator('#flash'), /Answer sent/);
+  },
+
+  // A link with a display token (hvkube console) shows that sandbox's
+  // live view without the server's token, and asks for it for the rest.
+  async link(page) {
+    await page.goto(`${cfg.url}/#/sandboxes/${encodeURIComponent(cfg.sandbox)}?token=${encodeURIComponent(cfg.displayToken)}`);
+    await page.locator('#token-form').waitFor({ timeout: T.short });
+    await page.locator('#live[data-state="connected"]').waitFor({ timeout: T.long });
+    notes.canvas = await waitNonBlank(page, T.long);
+    notes.url = page.url();
+    if (notes.url.includes('token')) fail(`the token stayed in the address: ${notes.url}`);
+    if (await page.evaluate(() => sessionStorage.getItem('hvkube.token'))) fail('the display token was kept as the server token');
   },
 
   // The sandbox page's buttons: a screenshot, pause and resume, reset.
@@ -224,6 +253,7 @@ try {
     const shot = path.join(cfg.artifacts, `${scenario}.png`);
     await page.screenshot({ path: shot, fullPage: true }).catch(() => {});
     notes.screenshot_file = shot;
+    notes.url = page.url();
   }
 } finally {
   await browser.close();

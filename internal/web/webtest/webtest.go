@@ -24,10 +24,12 @@ import (
 
 // Config is what a scenario gets on its standard input.
 type Config struct {
-	URL      string `json:"url"`
-	Token    string `json:"token,omitempty"`
-	Chromium string `json:"chromium"`
-	Pool     string `json:"pool,omitempty"`
+	URL   string `json:"url"`
+	Token string `json:"token,omitempty"`
+	// DisplayToken is what a live-view link carries (the link scenario).
+	DisplayToken string `json:"displayToken,omitempty"`
+	Chromium     string `json:"chromium"`
+	Pool         string `json:"pool,omitempty"`
 	// PoolText is text the pool's card must show, such as "1/2".
 	PoolText string `json:"poolText,omitempty"`
 	Sandbox  string `json:"sandbox,omitempty"`
@@ -87,6 +89,11 @@ func Require(t testing.TB) string {
 // browser and everything it started are killed when it returns.
 func Run(t testing.TB, scenario string, cfg Config, timeout time.Duration) Result {
 	t.Helper()
+	if cfg.Artifacts == "" {
+		// HVKUBE_WEBTEST_ARTIFACTS keeps the screenshots of failed
+		// scenarios after the test.
+		cfg.Artifacts = os.Getenv("HVKUBE_WEBTEST_ARTIFACTS")
+	}
 	if cfg.Artifacts == "" {
 		cfg.Artifacts = t.TempDir()
 	}

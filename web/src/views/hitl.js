@@ -1,6 +1,6 @@
 // Human-in-the-loop: an agent's question, and the form that answers it.
 import { enc, postJSON } from '../api.js';
-import { agentHref, h, sandboxHref, when } from '../dom.js';
+import { agentHref, flash, h, sandboxHref, when } from '../dom.js';
 
 const NAME_KEY = 'hvkube.name';
 
@@ -73,6 +73,7 @@ function requestCard(item, showSandbox) {
       await postJSON(`/api/v1/hitl/${enc(item.agent)}/respond`, { id: item.request.id, answer: answer.value, by: person() || 'dashboard' });
       status.textContent = 'Answered';
       form.classList.add('answered');
+      flash(`Answer sent to ${item.agent}.`);
     } catch (err) {
       status.className = 'form-status error';
       status.textContent = err.status === 404 ? `Answering needs POST /api/v1/hitl/{agent}/respond, which this server does not serve (${err.message})` : err.message;

@@ -100,7 +100,9 @@ export function sandboxView(main, name) {
         if (sb?.status?.currentAgent) body.agent = sb.status.currentAgent;
         const res = await postJSON(`${path}/control`, body);
         mine = res.control;
-        live.useControl(res.token);
+        // A display token carrying the take-over lets input through.
+        const tok = res.token || (await postJSON(`${path}/display/token`, { control: mine.id })).token;
+        live.useControl(tok);
         say('You control the input: the agent waits until you hand it back.');
       } else if (act === 'release') {
         const id = mine?.id || state.sandboxes.get(name)?.status?.control?.id;
