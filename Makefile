@@ -5,15 +5,32 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps build image run demo test test-short bench vet tidy fmt clean windows
+.PHONY: all deps web build image run demo test test-short bench vet tidy fmt clean windows
 
 all: build
 
 deps:
 	scripts/deps.sh
 
-build:
+build: web
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hvkube
+
+# The dashboard (web/): npm ci when node_modules is missing or older than
+# the lock file, then an esbuild bundle into web/dist, copied to
+# internal/web/dist/app for the binary to embed. Both are ignored by git;
+# without them the binary serves a page saying how to build the dashboard.
+WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/build.mjs
+WEB_OUT := internal/web/dist/app/index.html
+
+web: $(WEB_OUT)
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	@command -v npm >/dev/null || { echo "web: npm is missing: run make deps (Node.js 18 or newer)"; exit 1; }
+	cd web && npm ci --no-audit --no-fund
+	@touch $@
+
+$(WEB_OUT): web/node_modules/.package-lock.json $(WEB_SRC)
+	cd web && npm run --silent build
 
 # Cross-build the server for Windows (the Hyper-V side).
 windows:
@@ -47,7 +64,7 @@ fmt:
 # failure instead of a skip.
 test: export HVKUBE_REQUIRE_QEMU = 1
 test: export HVKUBE_REQUIRE_BROWSER = 1
-test: deps vet tidy image
+test: deps web vet tidy image
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) test -count=1 -timeout 60m ./...
 	$(GO) test -count=1 -race -timeout 20m ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/node/... ./internal/display/... ./internal/backend/qemu/...
@@ -59,4 +76,4 @@ bench: build image
 	$(BIN) bench agents --write docs/benchmarks.md
 
 clean:
-	rm -rf bin
+	rm -rf bin web/dist internal/web/dist/app

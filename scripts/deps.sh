@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing hvkube needs on Debian
 # bookworm, skipping what is already there: QEMU, the image build tools,
-# Chromium for the browser tests and the Go modules. Uses sudo when not root.
+# Chromium for the browser tests, Node.js and npm for the dashboard (make web
+# installs its npm packages) and the Go modules. Uses sudo when not root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,11 @@ packages=(
   ffmpeg            # output.screenRecording: agents' screens to video
   curl unzip ca-certificates
 )
+# The dashboard's build (npm, esbuild) and browser tests (playwright-core)
+# need Node.js 18 or newer: bookworm's, unless one is installed already.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -48,16 +48,18 @@ func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the hvkube server",
-		Long: `Run the hvkube server: the REST API, the store and the controllers.
+		Long: `Run the hvkube server: the REST API, the dashboard (open the server's
+address in a browser), the store and the controllers.
 
 The server listens on 127.0.0.1:8080 by default. Listening on any other
 address needs a token (--token-file or HVKUBE_TOKEN); with a token set, every
 API call must carry "Authorization: Bearer TOKEN". A token file must not be
 readable by group or others (chmod 600).
 
-Web pages cannot use the server: requests must name it in their Host header
-(127.0.0.1, localhost, the --addr host, or an --allowed-hosts name), and
-requests that change state from a page of another origin are refused.
+Pages of other sites cannot use the server: requests must name it in their
+Host header (127.0.0.1, localhost, the --addr host, or an --allowed-hosts
+name), and requests that change state from a page of another origin are
+refused. The dashboard's page asks for the token when one is set.
 
 Objects may name host files (template image files, volume host folders) only
 under --image-dir and the --allow-host-path directories.

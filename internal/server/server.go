@@ -156,6 +156,7 @@ func (s *Server) routes() {
 	if s.opts.Metrics != nil {
 		m.Handle("GET /metrics", s.opts.Metrics.Handler())
 	}
+	s.webRoutes()
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API route for %s %s", r.Method, r.URL.Path))
 	})
@@ -170,6 +171,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	want := []byte("Bearer " + s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if dashboardPath(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		switch r.URL.Path {
 		case "/healthz", "/readyz":
 			next.ServeHTTP(w, r)
