@@ -322,7 +322,7 @@ spec:
 		// Its token reaches the sandbox no more once the sandbox is released.
 		for i := 0; ; i++ {
 			res := call(t, cs, "screenshot", nil)
-			if res.IsError && strings.Contains(text(res), "no longer holds") {
+			if res.IsError && (strings.Contains(text(res), "no longer holds") || strings.Contains(text(res), "does not hold it")) {
 				break
 			}
 			if i > 300 {

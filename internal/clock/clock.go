@@ -1,9 +1,10 @@
 // Package clock holds the fake clock that tests inject where code takes a
 // `now func() time.Time`, so that time-based rules (delays, timeouts, ages)
-// are tested without waiting.
+// are tested without waiting, and a sleep that a context cuts short.
 package clock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -37,4 +38,16 @@ func (c *Fake) Set(t time.Time) {
 	c.mu.Lock()
 	c.now = t
 	c.mu.Unlock()
+}
+
+// Sleep waits d, or until ctx ends (then it returns ctx's error).
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/clock"
 )
 
 // Desktop is what the action layer drives: the screens and raw input of a
@@ -100,18 +101,7 @@ type Actions struct {
 
 // NewActions returns the action layer over d.
 func NewActions(d Desktop) *Actions {
-	return &Actions{d: d, sleep: sleepCtx}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return &Actions{d: d, sleep: clock.Sleep}
 }
 
 // scaler maps between a caller's space and the desktop.

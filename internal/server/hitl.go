@@ -70,26 +70,18 @@ func (s *Server) askHuman(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	now := time.Now().UTC()
 	hr := &api.HumanRequest{ID: newID(), Question: *req.Question, AskedAt: now}
-	var refused error
-	out, err := controller.UpdateStatus(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) bool {
-		refused = nil
+	out, err := updateUnless(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) (bool, error) {
 		switch {
 		case a.Status.Phase != api.AgentRunning && a.Status.Phase != api.AgentScheduled:
-			refused = fmt.Errorf("agent %s is %s: only a scheduled or running agent can ask: %w", name, orPending(a.Status.Phase), api.ErrConflict)
+			return false, fmt.Errorf("agent %s is %s: only a scheduled or running agent can ask: %w", name, orPending(a.Status.Phase), api.ErrConflict)
 		case a.Status.HumanRequest.Pending():
-			refused = fmt.Errorf("agent %s already waits for an answer to request %s: %w", name, a.Status.HumanRequest.ID, api.ErrConflict)
-		}
-		if refused != nil {
-			return false
+			return false, fmt.Errorf("agent %s already waits for an answer to request %s: %w", name, a.Status.HumanRequest.ID, api.ErrConflict)
 		}
 		a.Status.HumanRequest = hr
 		api.SetCondition(&a.Status.Conditions, api.Condition{Type: api.ConditionWaitingForHuman, Status: api.ConditionTrue, Reason: "Asked",
 			Message: oneLine(hr.Question, 200), ObservedGeneration: a.Metadata.Generation}, now)
-		return true
+		return true, nil
 	})
-	if err == nil {
-		err = refused
-	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -244,29 +236,21 @@ func (s *Server) answerHuman(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("agent")
 	now := time.Now().UTC()
-	var refused error
-	out, err := controller.UpdateStatus(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) bool {
+	out, err := updateUnless(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) (bool, error) {
 		hr := a.Status.HumanRequest
-		refused = nil
 		switch {
 		case hr == nil:
-			refused = fmt.Errorf("agent %s has asked nothing: %w", name, api.ErrNotFound)
+			return false, fmt.Errorf("agent %s has asked nothing: %w", name, api.ErrNotFound)
 		case hr.ID != req.ID:
-			refused = fmt.Errorf("request %s is not agent %s's current request (%s): %w", req.ID, name, hr.ID, api.ErrConflict)
+			return false, fmt.Errorf("request %s is not agent %s's current request (%s): %w", req.ID, name, hr.ID, api.ErrConflict)
 		case !hr.Pending():
-			refused = fmt.Errorf("request %s was answered by %s already: %w", hr.ID, hr.AnsweredBy, api.ErrConflict)
-		}
-		if refused != nil {
-			return false
+			return false, fmt.Errorf("request %s was answered by %s already: %w", hr.ID, hr.AnsweredBy, api.ErrConflict)
 		}
 		hr.Answer, hr.AnsweredBy, hr.AnsweredAt = *req.Answer, by, &now
 		api.SetCondition(&a.Status.Conditions, api.Condition{Type: api.ConditionWaitingForHuman, Status: api.ConditionFalse, Reason: "Answered",
 			Message: "answered by " + by, ObservedGeneration: a.Metadata.Generation}, now)
-		return true
+		return true, nil
 	})
-	if err == nil {
-		err = refused
-	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -374,26 +358,19 @@ func (s *Server) takeControl(w http.ResponseWriter, r *http.Request, req Control
 	name := r.PathValue("name")
 	now := time.Now().UTC()
 	c := &api.SandboxControl{ID: newID(), Holder: req.Holder, Since: now, Agent: req.Agent}
-	var refused error
 	var taken *api.SandboxControl
-	out, err := controller.UpdateStatus(r.Context(), s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) bool {
-		refused, taken = nil, sb.Status.Control
+	out, err := updateUnless(r.Context(), s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) (bool, error) {
+		taken = sb.Status.Control
 		switch {
 		case sb.Metadata.DeletionTimestamp != nil:
-			refused = fmt.Errorf("sandbox %s is being deleted: %w", name, api.ErrConflict)
+			return false, fmt.Errorf("sandbox %s is being deleted: %w", name, api.ErrConflict)
 		case sb.Status.Control != nil && !req.Force:
-			refused = fmt.Errorf("%s holds sandbox %s's input since %s (take-over %s); pass force to take it: %w",
+			return false, fmt.Errorf("%s holds sandbox %s's input since %s (take-over %s); pass force to take it: %w",
 				sb.Status.Control.Holder, name, sb.Status.Control.Since.Format(time.RFC3339), sb.Status.Control.ID, api.ErrConflict)
 		}
-		if refused != nil {
-			return false
-		}
 		sb.Status.Control = c
-		return true
+		return true, nil
 	})
-	if err == nil {
-		err = refused
-	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -419,24 +396,19 @@ func (s *Server) takeControl(w http.ResponseWriter, r *http.Request, req Control
 
 func (s *Server) releaseControl(w http.ResponseWriter, r *http.Request, req ControlRequest) {
 	name := r.PathValue("name")
-	var refused error
 	var released *api.SandboxControl
-	out, err := controller.UpdateStatus(r.Context(), s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) bool {
-		refused, released = nil, nil
+	out, err := updateUnless(r.Context(), s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) (bool, error) {
+		released = nil
 		c := sb.Status.Control
 		switch {
 		case c == nil:
-			return false // nothing held: releasing is done
+			return false, nil // nothing held: releasing is done
 		case req.ID != "" && c.ID != req.ID && !req.Force:
-			refused = fmt.Errorf("take-over %s is not sandbox %s's (%s holds it as %s): %w", req.ID, name, c.Holder, c.ID, api.ErrConflict)
-			return false
+			return false, fmt.Errorf("take-over %s is not sandbox %s's (%s holds it as %s): %w", req.ID, name, c.Holder, c.ID, api.ErrConflict)
 		}
 		released, sb.Status.Control = c, nil
-		return true
+		return true, nil
 	})
-	if err == nil {
-		err = refused
-	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -473,4 +445,20 @@ func oneLine(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n]) + "…"
+}
+
+// updateUnless changes an object's status as controller.UpdateStatus does,
+// with an edit that may refuse: its error is returned and nothing is
+// written.
+func updateUnless[T api.Object](ctx context.Context, st store.Interface, kind, name string, edit func(T) (bool, error)) (T, error) {
+	var refused error
+	out, err := controller.UpdateStatus(ctx, st, kind, name, func(o T) bool {
+		var changed bool
+		changed, refused = edit(o)
+		return changed && refused == nil
+	})
+	if err == nil {
+		err = refused
+	}
+	return out, err
 }

@@ -84,38 +84,23 @@ var buttons = []string{
 // TypeText implements backend.TextInput: the text is added to Typed as it
 // is.
 func (b *Backend) TypeText(ctx context.Context, id, text string) error {
-	if err := b.begin(ctx, OpInput, id); err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s, err := b.getLocked(id)
-	if err != nil {
-		return err
-	}
-	if err := s.needRunning(OpInput); err != nil {
-		return err
-	}
-	s.typed.WriteString(text)
-	s.frame++
-	return nil
+	return b.lifecycle(ctx, OpInput, id, func(s *sandbox) error {
+		if err := s.needRunning(OpInput); err != nil {
+			return err
+		}
+		s.typed.WriteString(text)
+		s.frame++
+		return nil
+	})
 }
 
 // CursorPosition implements backend.Cursor.
-func (b *Backend) CursorPosition(ctx context.Context, id string) (int, int, error) {
-	if err := b.begin(ctx, OpInput, id); err != nil {
-		return 0, 0, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s, err := b.getLocked(id)
-	if err != nil {
-		return 0, 0, err
-	}
-	if err := s.needRunning(OpInput); err != nil {
-		return 0, 0, err
-	}
-	return s.x, s.y, nil
+func (b *Backend) CursorPosition(ctx context.Context, id string) (x, y int, err error) {
+	err = b.lifecycle(ctx, OpInput, id, func(s *sandbox) error {
+		x, y = s.x, s.y
+		return s.needRunning(OpInput)
+	})
+	return x, y, err
 }
 
 // Events returns the input events sandbox id accepted since it was

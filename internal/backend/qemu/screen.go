@@ -16,6 +16,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/display"
 )
 
@@ -148,7 +149,7 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 			}
 		case backend.EventKey:
 			if lastKey {
-				if err := sleepCtx(ctx, keyGap); err != nil {
+				if err := clock.Sleep(ctx, keyGap); err != nil {
 					return err
 				}
 			}
@@ -201,17 +202,6 @@ func checkEvents(evs []backend.InputEvent, w, h int) error {
 		}
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // TypeText implements backend.TextInput.
