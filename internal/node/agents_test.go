@@ -438,9 +438,12 @@ spec:
 	if got, want := fmt.Sprint(evs), "[Cancelled]"; got != want {
 		t.Errorf("events %s, want %s", got, want)
 	}
-	if _, err := os.Stat(filepath.Join(c.dir, "agents", "job")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the agent's files are kept after it is gone: %v", err)
-	}
+	// The node removes them when it sees the agent gone, which may be
+	// just after the store says so.
+	eventually(t, "the agent's files are removed once it is gone", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(c.dir, "agents", "job"))
+		return errors.Is(err, os.ErrNotExist), fmt.Sprint(err)
+	})
 }
 
 func TestAcquireFallbacks(t *testing.T) {

@@ -157,10 +157,10 @@ const scenarios = {
         status = 'Answered';
         break;
       }
-      status = (await card.locator('.form-status').textContent().catch(() => '')) || '';
+      status = (await card.locator('.form-status').textContent({ timeout: 500 }).catch(() => '')) || '';
       if (status && !status.startsWith('Sending')) break;
       if (Date.now() > deadline) {
-        notes.card = await card.evaluate((f) => ({ valid: f.checkValidity(), answer: f.querySelector('textarea').value, html: f.outerHTML.slice(0, 2000) })).catch((e) => e.message);
+        notes.card = await card.evaluate((f) => ({ valid: f.checkValidity(), answer: f.querySelector('textarea').value, html: f.outerHTML.slice(0, 2000) }), null, { timeout: 2000 }).catch((e) => e.message);
         fail(`no answer from the server: ${JSON.stringify(status)}`);
       }
       await page.waitForTimeout(100);
