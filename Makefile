@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps web build image run demo test test-short bench vet tidy fmt clean windows
+.PHONY: all deps web build image image-browser run demo test test-short bench vet tidy fmt clean windows
 
 all: build
 
@@ -39,10 +39,16 @@ windows:
 # Builds the Linux desktop guest image from Debian packages (cached outside
 # the repository, keyed by a hash of its inputs). Building needs root
 # (debootstrap); a user is asked for sudo, and the image still lands in the
-# user's cache.
+# user's cache. image-browser builds the browser-desktop flavor (Firefox
+# ESR, a file manager and an editor) the same way.
+BUILD_IMAGE = if [ "$$(id -u)" -eq 0 ]; then images/linux-desktop/build.sh $(1); \
+	else sudo env HVKUBE_CACHE_DIR="$${HVKUBE_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/hvkube}" images/linux-desktop/build.sh $(1); fi
+
 image:
-	@if [ "$$(id -u)" -eq 0 ]; then images/linux-desktop/build.sh; \
-	else sudo env HVKUBE_CACHE_DIR="$${HVKUBE_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/hvkube}" images/linux-desktop/build.sh; fi
+	@$(call BUILD_IMAGE,linux-desktop)
+
+image-browser:
+	@$(call BUILD_IMAGE,browser-desktop)
 
 # Installs what is missing, builds, starts the server on the embedded
 # defaults and runs the demo; the server stays up until Ctrl-C.
@@ -59,12 +65,13 @@ tidy:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-# The QEMU tests need the image and the browser tests Chromium;
-# HVKUBE_REQUIRE_QEMU and HVKUBE_REQUIRE_BROWSER turn a missing one into a
-# failure instead of a skip.
+# The QEMU tests need the images and the browser tests Chromium;
+# HVKUBE_REQUIRE_QEMU, HVKUBE_REQUIRE_BROWSER_IMAGE and HVKUBE_REQUIRE_BROWSER
+# turn a missing one into a failure instead of a skip.
 test: export HVKUBE_REQUIRE_QEMU = 1
+test: export HVKUBE_REQUIRE_BROWSER_IMAGE = 1
 test: export HVKUBE_REQUIRE_BROWSER = 1
-test: deps web vet tidy image
+test: deps web vet tidy image image-browser
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) test -count=1 -timeout 60m ./...
 	$(GO) test -count=1 -race -timeout 20m ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/node/... ./internal/display/... ./internal/backend/qemu/...

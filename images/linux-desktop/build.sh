@@ -4,21 +4,53 @@
 # qemu-guest-agent, from Debian packages only. JWM is the window manager:
 # openbox would add about 140 MB of dependencies (image loaders, python3).
 #
-# Usage: build.sh            (as root; see README.md for the variables)
+# Usage: build.sh [FLAVOR]   (as root; see README.md for the variables)
+#
+# FLAVOR is linux-desktop (the default) or the name of a directory beside
+# this one holding a flavor.sh: the same system plus that flavor's packages
+# and files (images/browser-desktop: Firefox ESR, a file manager and a text
+# editor, the browser open when the desktop is ready).
 #
 # The result is cached outside the source tree, keyed by a hash of this
 # script, the files it installs and the configuration:
-#   $HVKUBE_CACHE_DIR/images/linux-desktop/<hash>/
+#   $HVKUBE_CACHE_DIR/images/FLAVOR/<hash>/
 #       disk.qcow2 vmlinux vmlinuz initrd.img image.json
-#   $HVKUBE_CACHE_DIR/images/linux-desktop/current -> <hash>
+#   $HVKUBE_CACHE_DIR/images/FLAVOR/current -> <hash>
 # When that directory exists already, it is printed at once. The last line on
 # stdout is always the image directory.
 set -euo pipefail
 
 self=$(readlink -f "${BASH_SOURCE[0]}")
 here=$(dirname "$self")
-name=linux-desktop
 steps=9
+
+die() {
+	printf 'build.sh: %s\n' "$*" >&2
+	exit 1
+}
+
+# --- flavor ---------------------------------------------------------------------
+# A flavor's flavor.sh (sourced here) may set:
+#   flavor_packages=(...)   packages installed on top of the base ones
+#   flavor_memory_mb=N      the recommended guest memory (default 512)
+#   flavor_json='  "key": ...,'  image.json members describing the window
+#                           the desktop starts with (instead of "terminal")
+# and define flavor_install, run in step 6 after the base configuration with
+# $root (the guest root), $flavor_dir and the in_root helper at hand.
+name=${1:-linux-desktop}
+[[ $# -le 1 ]] || die "usage: build.sh [FLAVOR]"
+[[ $name =~ ^[a-z][a-z0-9-]{0,40}$ ]] || die "bad flavor '$name'"
+flavor_dir=
+flavor_packages=()
+flavor_memory_mb=512
+flavor_json=
+if [[ $name != linux-desktop ]]; then
+	flavor_dir=$(readlink -f "$here/../$name")
+	[[ -f $flavor_dir/flavor.sh ]] || die "unknown flavor '$name' (no $flavor_dir/flavor.sh)"
+	# shellcheck source=/dev/null
+	. "$flavor_dir/flavor.sh"
+	declare -F flavor_install >/dev/null || die "$flavor_dir/flavor.sh defines no flavor_install"
+fi
 
 # --- configuration ------------------------------------------------------------
 suite=${HVKUBE_DEBIAN_SUITE:-bookworm}
@@ -26,10 +58,12 @@ mirror=${HVKUBE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${HVKUBE_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 resolution=${HVKUBE_RESOLUTION:-1280x800}
 disk_size=${HVKUBE_DISK_SIZE:-4G}
-memory_mb=${HVKUBE_MEMORY_MB:-512}
+memory_mb=${HVKUBE_MEMORY_MB:-$flavor_memory_mb}
 cpus=${HVKUBE_CPUS:-1}
 cache_root=${HVKUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hvkube}
 images_dir=$cache_root/images/$name
+# Shared by every flavor: the package cache and the build lock.
+base_dir=$cache_root/images/linux-desktop
 verbose=${HVKUBE_BUILD_VERBOSE:-0}
 
 # Fixed properties of the image (documented in README.md and image.json).
@@ -37,7 +71,7 @@ guest_user=agent
 guest_uid=1000
 x_display=:0
 x_authority=/home/$guest_user/.Xauthority
-guest_hostname=linux-desktop
+guest_hostname=$name
 terminal_font="DejaVu Sans Mono"
 terminal_font_size=11
 terminal_geometry=100x30+40+40
@@ -45,6 +79,14 @@ terminal_geometry=100x30+40+40
 # guest for this font and geometry): its client area, and a point inside.
 terminal_client_area='{"x": 43, "y": 64, "width": 904, "height": 544}'
 terminal_click_point='[495, 336]'
+# image.json's description of that first window (a flavor that starts with
+# another window replaces it with its flavor_json).
+terminal_json='  "terminal": {
+    "geometry": "'$terminal_geometry'",
+    "font": "'"$terminal_font $terminal_font_size"'",
+    "clientArea": '$terminal_client_area',
+    "clickPoint": '$terminal_click_point'
+  },'
 kernel_cmdline="console=ttyS0 root=/dev/vda rootfstype=ext4 rw init=/sbin/hvkube-init quiet loglevel=3 i8042.noaux 8250.nr_uarts=1"
 
 # Kernel modules: the initrd loads what mounting the root disk needs, the
@@ -66,10 +108,6 @@ packages=(
 	xdotool xclip x11-xserver-utils x11-utils xcvt
 )
 
-die() {
-	printf 'build.sh: %s\n' "$*" >&2
-	exit 1
-}
 step() {
 	printf 'step %d/%d: %s\n' "$1" "$steps" "$2"
 }
@@ -93,8 +131,15 @@ input_hash() {
 		for f in build.sh initrd-init guest/*; do
 			printf '%s %s\n' "$f" "$(sha256sum <"$f" | cut -d' ' -f1)"
 		done
-		printf 'suite=%s\nresolution=%s\ndisk=%s\nmemory=%s\ncpus=%s\narch=amd64\n' \
-			"$suite" "$resolution" "$disk_size" "$memory_mb" "$cpus"
+		if [[ -n $flavor_dir ]]; then
+			cd "$flavor_dir"
+			find . -type f ! -name README.md -print0 | LC_ALL=C sort -z |
+				while IFS= read -r -d '' f; do
+					printf 'flavor %s %s\n' "$f" "$(sha256sum <"$f" | cut -d' ' -f1)"
+				done
+		fi
+		printf 'flavor=%s\nsuite=%s\nresolution=%s\ndisk=%s\nmemory=%s\ncpus=%s\narch=amd64\n' \
+			"$name" "$suite" "$resolution" "$disk_size" "$memory_mb" "$cpus"
 	) | sha256sum | cut -c1-16
 }
 hash=$(input_hash)
@@ -144,8 +189,8 @@ if [[ ${HVKUBE_BUILD_IN_NS:-} != 1 ]]; then
 fi
 
 # --- build -------------------------------------------------------------------------
-mkdir -p "$images_dir"
-exec 9>"$images_dir/.build.lock"
+mkdir -p "$images_dir" "$base_dir"
+exec 9>"$base_dir/.build.lock"
 flock 9 # one build at a time; the builder before us may have built our hash
 if [[ -f $out_dir/image.json ]]; then
 	point_current
@@ -165,7 +210,7 @@ work=$(mktemp -d "$images_dir/.build-$hash.XXXXXX")
 root=$work/rootfs
 out=$work/out
 log=$work/build.log
-deb_cache=$images_dir/.cache/debs
+deb_cache=$base_dir/.cache/debs
 mkdir -p "$root" "$out" "$deb_cache/partial"
 
 cleanup() {
@@ -243,7 +288,7 @@ mount -t sysfs -o ro sysfs "$root/sys"
 mount --bind "$deb_cache" "$root/var/cache/apt/archives"
 in_root apt-get -q update
 in_root apt-get -q -y dist-upgrade
-in_root apt-get -q -y install "${packages[@]}"
+in_root apt-get -q -y install "${packages[@]}" "${flavor_packages[@]}"
 
 step 4 "kernel and modules"
 kernel_pkg=$(chroot "$root" apt-cache depends linux-image-amd64 |
@@ -349,6 +394,9 @@ cat >"$root/etc/hosts" <<EOF
 ::1		localhost ip6-localhost ip6-loopback
 EOF
 printf '/dev/vda\t/\text4\trw,noatime\t0\t1\n' >"$root/etc/fstab"
+if [[ -n $flavor_dir ]]; then
+	flavor_install
+fi
 # Empty: hvkube-init writes one on first boot, hvkube-identity in each clone.
 : >"$root/etc/machine-id"
 
@@ -424,12 +472,7 @@ cat >"$out/image.json" <<EOF
     "DISPLAY": "$x_display",
     "XAUTHORITY": "$x_authority"
   },
-  "terminal": {
-    "geometry": "$terminal_geometry",
-    "font": "$terminal_font $terminal_font_size",
-    "clientArea": $terminal_client_area,
-    "clickPoint": $terminal_click_point
-  },
+${flavor_json:-$terminal_json}
   "helpers": {
     "ready": "/usr/local/bin/hvkube-ready",
     "resolution": "/usr/local/bin/hvkube-resolution",

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -30,7 +31,20 @@ type QEMUOptions struct {
 	ColdBoots int
 	// Batches is how many times to clone 10 sandboxes at once.
 	Batches int
-	Log     io.Writer
+	// ClonesOnly stops after the cold boots, the clones to paused and their
+	// memory (for images whose other numbers are the same as
+	// linux-desktop's, such as browser-desktop).
+	ClonesOnly bool
+	Log        io.Writer
+}
+
+// Key is the benchmarks.md section of a run: "qemu" for linux-desktop,
+// "qemu-IMAGE" for another image.
+func (o QEMUOptions) Key() string {
+	if o.Image == "" || o.Image == "linux-desktop" {
+		return "qemu"
+	}
+	return "qemu-" + o.Image
 }
 
 // QEMU measures the desktop fast path on the QEMU backend: cold boot,
@@ -49,8 +63,11 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 	defer be.Close()
 	defer deleteSandboxes(ctx, be) // VMs outlive a backend: end them, even on failure
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
-	rep := &Report{Title: fmt.Sprintf("QEMU desktops (%s, 512 MB guest, 1280x800)", be.Accel())}
+	rep := &Report{}
 	img := api.QEMUImage{Image: o.Image}
+	if size, err := imageSize(o.ImageDir, o.Image); err == nil {
+		rep.Facts = append(rep.Facts, size)
+	}
 
 	// Cold boots: each builds a template from scratch, boot to ready.
 	var tplID string
@@ -80,9 +97,16 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 
 	logf("clone to paused ×%d", o.Runs)
 	// The template's first clone; from it on, a spare is kept.
-	if err := create(newID()); err != nil {
+	first, err := be.Create(ctx, backend.SandboxSpec{ID: newID(), TemplateID: tplID})
+	if err != nil {
 		return nil, err
 	}
+	guestMB := first.MemoryMB
+	name := "QEMU desktops"
+	if o.Key() != "qemu" {
+		name += ": " + o.Image
+	}
+	rep.Title = fmt.Sprintf("%s (%s, %d MB guest, %s)", name, be.Accel(), guestMB, first.Resolution)
 	// A clone's latency: each finds the spare the previous one left made.
 	ready := Result{Name: "clone from template snapshot to paused (spare ready)", Target: "p50 ≤ 0.5 s"}
 	for i := 0; i < o.Runs; i++ {
@@ -103,8 +127,8 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 	}
 	if len(priv) > 0 {
 		p50, p95 := float64(percentile(priv, 50))/(1<<20), float64(percentile(priv, 95))/(1<<20)
-		rep.Facts = append(rep.Facts, fmt.Sprintf("private memory of a paused clone: p50 %.0f MiB, p95 %.0f MiB of 512 MiB guest RAM (%.0f%% / %.0f%%; target ≤ 25%%), Private_Clean+Private_Dirty from /proc/PID/smaps_rollup over %d clones",
-			p50, p95, p50/512*100, p95/512*100, len(priv)))
+		rep.Facts = append(rep.Facts, fmt.Sprintf("private memory of a paused clone: p50 %.0f MiB, p95 %.0f MiB of %d MiB guest RAM (%.0f%% / %.0f%%; target ≤ 25%%), Private_Clean+Private_Dirty from /proc/PID/smaps_rollup over %d clones",
+			p50, p95, guestMB, p50/float64(guestMB)*100, p95/float64(guestMB)*100, len(priv)))
 	}
 	// Every clone counts its guest RAM against the host memory limit.
 	deleteAll := func() {
@@ -113,6 +137,10 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 		}
 	}
 	deleteAll()
+	if o.ClonesOnly {
+		rep.Command = fmt.Sprintf("hvkube bench qemu --image %s --clones-only --runs %d --cold-boots %d", o.Image, o.Runs, o.ColdBoots)
+		return rep, nil
+	}
 	// Clones asked for back to back: each waits for the spare being made.
 	if err := rep.Add("clone to paused, back to back", o.Runs, "", func(int) error {
 		return create(newID())
@@ -216,7 +244,32 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 		return nil, err
 	}
 	rep.Command = fmt.Sprintf("hvkube bench qemu --runs %d --cold-boots %d --batches %d", o.Runs, o.ColdBoots, o.Batches)
+	if o.Key() != "qemu" {
+		rep.Command = fmt.Sprintf("hvkube bench qemu --image %s --runs %d --cold-boots %d --batches %d", o.Image, o.Runs, o.ColdBoots, o.Batches)
+	}
 	return rep, nil
+}
+
+// imageSize describes the image's size on disk from the image.json its
+// builder wrote.
+func imageSize(imageDir, name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(imageDir, name, "current", "image.json"))
+	if err != nil {
+		return "", err
+	}
+	var info struct {
+		Sizes struct {
+			DiskBytes        int64 `json:"diskBytes"`
+			DiskVirtualBytes int64 `json:"diskVirtualBytes"`
+			RootfsBytes      int64 `json:"rootfsBytes"`
+		} `json:"sizes"`
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return "", fmt.Errorf("%s: image.json: %w", name, err)
+	}
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	return fmt.Sprintf("image %s: %.0f MiB qcow2 disk (%.0f MiB of files in the root filesystem, %.0f MiB virtual)",
+		name, mib(info.Sizes.DiskBytes), mib(info.Sizes.RootfsBytes), mib(info.Sizes.DiskVirtualBytes)), nil
 }
 
 // cloneOnDemand measures clones that start their QEMU when asked, as
