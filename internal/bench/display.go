@@ -13,11 +13,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/gateway"
-	"github.com/hvkube/hvkube/internal/node"
-	"github.com/hvkube/hvkube/internal/server"
-	"github.com/hvkube/hvkube/internal/store"
 )
 
 // DisplayOptions size the display benchmark.
@@ -50,44 +46,12 @@ func Display(ctx context.Context, o DisplayOptions) (*Report, error) {
 	}
 	defer be.Close()
 	defer deleteSandboxes(ctx, be)
-	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{})
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	mgr := controller.NewManager(st, nil, 0)
-	defer mgr.Stop()
-	nd := node.New(node.Options{Store: st, Backend: be})
-	nd.Register(mgr)
-	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
-	tpl.Metadata.Name = "bench"
-	tpl.Spec.QEMU = &api.QEMUImage{Image: o.Image}
-	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
-	sb.Metadata.Name = "bench-display"
-	sb.Spec.TemplateRef = "bench"
-	for _, obj := range []api.Object{tpl, sb} {
-		api.Default(obj)
-		if _, err := st.Create(ctx, obj); err != nil {
-			return nil, err
-		}
-	}
-	if err := mgr.Start(mctx); err != nil {
-		return nil, err
-	}
-	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd, Actions: nd.Actions()})
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
 	logf("building the template and starting a sandbox")
-	if err := waitPhase(ctx, c, api.KindTemplate, "bench", api.TemplateReady, 10*time.Minute); err != nil {
+	c, closeDesk, err := openDesk(ctx, be, dir, o.Image, "bench-display")
+	if err != nil {
 		return nil, err
 	}
-	if err := waitPhase(ctx, c, api.KindSandbox, "bench-display", api.SandboxRunning, 5*time.Minute); err != nil {
-		return nil, err
-	}
+	defer closeDesk()
 
 	// Direct: the VNC socket, as a viewer on the host would use it.
 	dconn, err := be.DialDisplay(ctx, "bench-display")

@@ -12,12 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
-	"github.com/hvkube/hvkube/internal/controller"
-	"github.com/hvkube/hvkube/internal/node"
-	"github.com/hvkube/hvkube/internal/server"
-	"github.com/hvkube/hvkube/internal/store"
 )
 
 // MCPOptions size the MCP benchmark.
@@ -42,46 +37,12 @@ func MCP(ctx context.Context, o MCPOptions) (*Report, error) {
 	}
 	defer be.Close()
 	defer deleteSandboxes(ctx, be)
-	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{})
+	fmt.Fprintf(o.Log, "building the template and starting a sandbox…\n")
+	c, closeDesk, err := openDesk(ctx, be, dir, o.Image, "bench-mcp")
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	mgr := controller.NewManager(st, nil, 0)
-	defer mgr.Stop()
-	nd := node.New(node.Options{Store: st, Backend: be})
-	nd.Register(mgr)
-	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
-	tpl.Metadata.Name = "bench"
-	tpl.Spec.QEMU = &api.QEMUImage{Image: o.Image}
-	api.Default(tpl)
-	if _, err := st.Create(ctx, tpl); err != nil {
-		return nil, err
-	}
-	if err := mgr.Start(mctx); err != nil {
-		return nil, err
-	}
-	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd, Actions: nd.Actions()})
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	fmt.Fprintf(o.Log, "building the template…\n")
-	if err := waitPhase(ctx, c, api.KindTemplate, "bench", api.TemplateReady, 10*time.Minute); err != nil {
-		return nil, err
-	}
-	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
-	sb.Metadata.Name = "bench-mcp"
-	sb.Spec.TemplateRef = "bench"
-	if _, err := c.Create(ctx, sb); err != nil {
-		return nil, err
-	}
-	defer c.Delete(context.WithoutCancel(ctx), api.KindSandbox, "bench-mcp")
-	if err := waitPhase(ctx, c, api.KindSandbox, "bench-mcp", api.SandboxRunning, 5*time.Minute); err != nil {
-		return nil, err
-	}
+	defer closeDesk()
 
 	rep := &Report{Title: fmt.Sprintf("MCP tool calls (%s, 1280x800 PNG, MCP SDK client over HTTP on loopback)", be.Accel()),
 		Command: fmt.Sprintf("hvkube bench mcp --runs %d", o.Runs)}

@@ -15,10 +15,6 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/client"
-	"github.com/hvkube/hvkube/internal/controller"
-	"github.com/hvkube/hvkube/internal/node"
-	"github.com/hvkube/hvkube/internal/server"
-	"github.com/hvkube/hvkube/internal/store"
 )
 
 // QEMUOptions size the desktop benchmark.
@@ -240,7 +236,7 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 			fmtDur(batch.Percentile(50)), fmtDur(10*cold.Percentile(50)), float64(10*cold.Percentile(50))/float64(batch.Percentile(50))))
 	}
 
-	if err := apiBench(ctx, rep, be, dir, tplID, o); err != nil {
+	if err := apiBench(ctx, rep, be, dir, o); err != nil {
 		return nil, err
 	}
 	rep.Command = fmt.Sprintf("hvkube bench qemu --runs %d --cold-boots %d --batches %d", o.Runs, o.ColdBoots, o.Batches)
@@ -303,46 +299,12 @@ func deleteSandboxes(ctx context.Context, be *qemu.Backend) {
 }
 
 // apiBench measures screenshots and input through a real server's HTTP API.
-func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID string, o QEMUOptions) error {
-	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{})
+func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir string, o QEMUOptions) error {
+	c, closeDesk, err := openDesk(ctx, be, dir, o.Image, "bench-api")
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	mgr := controller.NewManager(st, nil, 0)
-	defer mgr.Stop()
-	nd := node.New(node.Options{Store: st, Backend: be})
-	nd.Register(mgr)
-	// The template object points at the snapshot already built.
-	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
-	tpl.Metadata.Name = "bench"
-	tpl.Spec.QEMU = &api.QEMUImage{Image: o.Image}
-	api.Default(tpl)
-	if _, err := st.Create(ctx, tpl); err != nil {
-		return err
-	}
-	if err := mgr.Start(mctx); err != nil {
-		return err
-	}
-	c, stop, err := serve(server.Options{Store: st, Sandboxes: nd, Actions: nd.Actions()})
-	if err != nil {
-		return err
-	}
-	defer stop()
-	if err := waitPhase(ctx, c, api.KindTemplate, "bench", api.TemplateReady, 10*time.Minute); err != nil {
-		return err
-	}
-	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
-	sb.Metadata.Name = "bench-api"
-	sb.Spec.TemplateRef = "bench"
-	if _, err := c.Create(ctx, sb); err != nil {
-		return err
-	}
-	if err := waitPhase(ctx, c, api.KindSandbox, "bench-api", api.SandboxRunning, 5*time.Minute); err != nil {
-		return err
-	}
+	defer closeDesk()
 	if err := rep.Add("screenshot via API (1280x800 PNG, unchanged screen)", o.Runs*5, "p50 ≤ 30 ms", func(int) error {
 		_, _, err := c.Screenshot(ctx, "bench-api", nil)
 		return err
@@ -395,14 +357,6 @@ func apiBench(ctx context.Context, rep *Report, be *qemu.Backend, dir, tplID str
 		return err
 	}); err != nil {
 		return err
-	}
-	c.Delete(ctx, api.KindSandbox, "bench-api")
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if _, err := c.Get(ctx, api.KindSandbox, "bench-api"); err != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	return nil
 }
