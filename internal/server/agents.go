@@ -42,16 +42,8 @@ type CompleteRequest struct {
 
 func (s *Server) completeAgent(w http.ResponseWriter, r *http.Request) {
 	var req CompleteRequest
-	body, err := s.readBody(w, r)
-	if err != nil {
-		s.failBody(w, r, err)
+	if !s.decodeOptional(w, r, &req) {
 		return
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := s.decodeJSON(body, &req); err != nil {
-			s.fail(w, r, err)
-			return
-		}
 	}
 	out, err := s.completeAttempt(r.Context(), r.PathValue("name"), req, "the API")
 	if err != nil {

@@ -205,16 +205,8 @@ type DisplayTokenResponse struct {
 func (s *Server) displayToken(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var req DisplayTokenRequest
-	body, err := s.readBody(w, r)
-	if err != nil {
-		s.failBody(w, r, err)
+	if !s.decodeOptional(w, r, &req) {
 		return
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := s.decodeJSON(body, &req); err != nil {
-			s.fail(w, r, err)
-			return
-		}
 	}
 	if req.TTLSeconds < 0 || time.Duration(req.TTLSeconds)*time.Second > authtoken.MaxDisplayTTL {
 		s.fail(w, r, api.Invalid("ttlSeconds", "%d is out of range 1..%d", req.TTLSeconds, int(authtoken.MaxDisplayTTL/time.Second)))

@@ -215,6 +215,24 @@ func (s *Server) decodeStrict(w http.ResponseWriter, r *http.Request, v any) err
 	return s.decodeJSON(body, v)
 }
 
+// decodeOptional decodes a JSON body, if there is one, strictly into v;
+// an empty body leaves v as it is. It answers the error itself and reports
+// whether the handler may go on.
+func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.failBody(w, r, err)
+		return false
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := s.decodeJSON(body, v); err != nil {
+			s.fail(w, r, err)
+			return false
+		}
+	}
+	return true
+}
+
 // decodeJSON decodes body strictly into v: no duplicate or unknown keys,
 // nothing after the object.
 func (s *Server) decodeJSON(body []byte, v any) error {
