@@ -674,3 +674,38 @@ spec:
 		t.Errorf("agent %s (%s: %s), want Completed", a.Status.Phase, a.Status.Reason, a.Status.Message)
 	}
 }
+
+// TestAssertWithDuration: an assert with a duration checks again until it
+// passes (a file the guest writes a little later), and fails once the
+// duration is over.
+func TestAssertWithDuration(t *testing.T) {
+	c := newClusterWith(t, clusterOptions{fake: fake.Options{Exec: guestShell}})
+	c.create(t, yamlObj(t, sandboxYAML("box", "")))
+	eventually(t, "sandbox box runs", func() (bool, string) {
+		sb := c.sandbox(t, "box")
+		return sb.Status.Phase == api.SandboxRunning, sb.Status.Phase
+	})
+	go func() {
+		time.Sleep(600 * time.Millisecond)
+		c.be.WriteFile("box", "/tmp/late.txt", []byte("arrived\n"))
+	}()
+	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
+kind: Agent
+metadata: {name: patient}
+spec:
+  sandboxName: box
+  task:
+    steps:
+    - {action: assert, fileContains: {path: /tmp/late.txt, text: arrived}, duration: 10}
+    - {action: assert, fileContains: {path: /tmp/never.txt, text: x}, duration: 0.5}
+  completion: {maxRetries: 0}
+`))
+	a := c.waitAgent(t, "patient", api.AgentFailed)
+	steps := a.Status.Result.Steps
+	if len(steps) != 2 || !steps[0].OK || steps[1].OK {
+		t.Fatalf("steps %+v: want the late file found and the missing one failed", steps)
+	}
+	if d := steps[1].DurationSeconds; d < 0.5 {
+		t.Fatalf("the failing assert gave up after %.2fs, before its 0.5 s", d)
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/display"
 )
@@ -121,7 +122,28 @@ func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string
 
 // assert checks one of: a guest file contains text, a command exits with
 // the expected code, the screen is not blank.
+//
+// With a duration it checks again every assertPoll until the check passes
+// or the duration is over, so that a workflow need not guess how long the
+// guest takes (a command typed into a terminal, a page loading).
 func (n *Node) assert(ctx context.Context, a *api.Agent, st api.Action) (string, error) {
+	deadline := time.Now().Add(time.Duration(st.Duration * float64(time.Second)))
+	for {
+		out, err := n.check(ctx, a, st)
+		if err == nil || !time.Now().Before(deadline) {
+			return out, err
+		}
+		if serr := clock.Sleep(ctx, assertPoll); serr != nil {
+			return out, err
+		}
+	}
+}
+
+// assertPoll is how often an assert with a duration checks again.
+const assertPoll = 200 * time.Millisecond
+
+// check runs an assert's check once.
+func (n *Node) check(ctx context.Context, a *api.Agent, st api.Action) (string, error) {
 	sandbox := a.Status.Sandbox
 	switch {
 	case st.FileContains != nil:
