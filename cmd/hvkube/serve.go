@@ -49,7 +49,8 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the hvkube server",
 		Long: `Run the hvkube server: the REST API, the dashboard (open the server's
-address in a browser), the store and the controllers.
+address in a browser), the live view (VNC over WebSocket), MCP at /mcp,
+Prometheus metrics at /metrics, the store and the controllers.
 
 The server listens on 127.0.0.1:8080 by default. Listening on any other
 address needs a token (--token-file or HVKUBE_TOKEN); with a token set, every
