@@ -11,7 +11,7 @@
 # instance when it is started again (the tray's Browser button).
 
 flavor_packages=(firefox-esr pcmanfm l3afpad dbus-daemon dbus-bin)
-# Firefox with its start page uses about 500 MB of a 1536 MB guest (see
+# The guest with Firefox on its start page uses about 400 MB of 1536 MB (see
 # README.md); 512 MB is too little for real pages.
 flavor_memory_mb=1536
 
