@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -82,4 +83,25 @@ func deleteSandbox(ctx context.Context, c *client.Client, name string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// newBackend starts a QEMU backend in a new temporary directory (named
+// after prefix) with cfg's other settings. close ends its VMs (they
+// outlive a backend), closes it and removes the directory.
+func newBackend(ctx context.Context, prefix string, cfg qemu.Config) (be *qemu.Backend, dir string, close func(), err error) {
+	dir, err = os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cfg.Dir = filepath.Join(dir, "qemu")
+	be, err = qemu.New(ctx, cfg)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	return be, dir, func() {
+		deleteSandboxes(ctx, be)
+		be.Close()
+		os.RemoveAll(dir)
+	}, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,17 +33,11 @@ func Display(ctx context.Context, o DisplayOptions) (*Report, error) {
 		return nil, fmt.Errorf("updates: at least 1")
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
-	dir, err := os.MkdirTemp("", "hvkube-bench-display-")
+	be, dir, closeBackend, err := newBackend(ctx, "hvkube-bench-display-", qemu.Config{ImageDir: o.ImageDir, NoSpares: true})
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: o.ImageDir, NoSpares: true})
-	if err != nil {
-		return nil, err
-	}
-	defer be.Close()
-	defer deleteSandboxes(ctx, be)
+	defer closeBackend() // VMs outlive a backend: end them, even on failure
 	logf("building the template and starting a sandbox")
 	c, closeDesk, err := openDesk(ctx, be, dir, o.Image, "bench-display")
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,17 +25,11 @@ type MCPOptions struct {
 // client, on one QEMU desktop: screenshot (the target), a click, and the
 // REST screenshot beside them for comparison.
 func MCP(ctx context.Context, o MCPOptions) (*Report, error) {
-	dir, err := os.MkdirTemp("", "hvkube-bench-mcp-")
+	be, dir, closeBackend, err := newBackend(ctx, "hvkube-bench-mcp-", qemu.Config{ImageDir: o.ImageDir})
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: o.ImageDir})
-	if err != nil {
-		return nil, err
-	}
-	defer be.Close()
-	defer deleteSandboxes(ctx, be)
+	defer closeBackend() // VMs outlive a backend: end them, even on failure
 	fmt.Fprintf(o.Log, "building the template and starting a sandbox…\n")
 	c, closeDesk, err := openDesk(ctx, be, dir, o.Image, "bench-mcp")
 	if err != nil {

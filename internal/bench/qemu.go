@@ -47,17 +47,11 @@ func (o QEMUOptions) Key() string {
 // clone, resume, restore, memory, and screenshots and input through the
 // API of a real server.
 func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
-	dir, err := os.MkdirTemp("", "hvkube-bench-qemu-")
+	be, dir, closeBackend, err := newBackend(ctx, "hvkube-bench-qemu-", qemu.Config{ImageDir: o.ImageDir})
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: o.ImageDir})
-	if err != nil {
-		return nil, err
-	}
-	defer be.Close()
-	defer deleteSandboxes(ctx, be) // VMs outlive a backend: end them, even on failure
+	defer closeBackend() // VMs outlive a backend: end them, even on failure
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
 	rep := &Report{}
 	img := api.QEMUImage{Image: o.Image}

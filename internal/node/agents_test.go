@@ -405,7 +405,11 @@ spec:
 	c.waitReleased(t, member, api.SandboxPaused)
 }
 
-func TestDeleteRunningAgent(t *testing.T) {
+// waitingAgent starts agent "job" on the one sandbox of pool "web": it
+// types "a", waits seconds, then types "b". It returns once the agent is in
+// its wait.
+func waitingAgent(t *testing.T, seconds string) (*cluster, string) {
+	t.Helper()
 	c := newCluster(t)
 	c.create(t, yamlObj(t, poolYAML("web", 1, "")))
 	member := c.waitPool(t, "web", 1, api.SandboxPaused)[0]
@@ -417,12 +421,17 @@ spec:
   task:
     steps:
     - {action: type, text: "a"}
-    - {action: wait, duration: 60}
+    - {action: wait, duration: `+seconds+`}
     - {action: type, text: "b"}
 `))
 	eventually(t, "the agent is in its wait step", func() (bool, string) {
 		return c.be.Typed(member) == "a", c.be.Typed(member)
 	})
+	return c, member
+}
+
+func TestDeleteRunningAgent(t *testing.T) {
+	c, member := waitingAgent(t, "60")
 	if _, _, err := c.st.Delete(context.Background(), api.KindAgent, "job", store.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -600,23 +609,7 @@ spec:
 // backend: the attempt is interrupted, not failed, runs again from the
 // start on a clean sandbox, and completes exactly once.
 func TestNodeRestartMidRun(t *testing.T) {
-	c := newCluster(t)
-	c.create(t, yamlObj(t, poolYAML("web", 1, "")))
-	member := c.waitPool(t, "web", 1, api.SandboxPaused)[0]
-	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
-kind: Agent
-metadata: {name: job}
-spec:
-  sandboxSelector: {pool: web}
-  task:
-    steps:
-    - {action: type, text: "a"}
-    - {action: wait, duration: 1.5}
-    - {action: type, text: "b"}
-`))
-	eventually(t, "the agent is in its wait step", func() (bool, string) {
-		return c.be.Typed(member) == "a", c.be.Typed(member)
-	})
+	c, member := waitingAgent(t, "1.5")
 	c.restart(t)
 	a := c.waitAgent(t, "job", api.AgentCompleted)
 	if got, want := [2]int{a.Status.Attempts, a.Status.Failures}, [2]int{2, 0}; got != want {
