@@ -1,0 +1,7 @@
+//go:build !windows
+
+package powershell
+
+import "os/exec"
+
+func hideWindow(*exec.Cmd) {}
