@@ -41,9 +41,11 @@ const (
 type TemplateSpec struct {
 	// ID names the template snapshot; a new spec (a new generation) gets a
 	// new ID, so old snapshots stay valid for the sandboxes cloned from them.
-	ID         string
-	Image      api.QEMUImage
-	HyperV     *api.HyperVImage
+	ID     string
+	Image  api.QEMUImage
+	HyperV *api.HyperVImage
+	// GuestOS is the template's spec.guest.os: "linux" or "windows".
+	GuestOS    string
 	CPU        int
 	MemoryMB   int
 	Resolution string
