@@ -51,6 +51,9 @@ func defaultTemplate(s *TemplateSpec) {
 	if s.Resources.MemoryMB == 0 {
 		s.Resources.MemoryMB = DefaultTemplateMemory
 	}
+	if s.HyperV == nil && s.VHDXPath != "" {
+		s.HyperV = &HyperVImage{VHDXPath: s.VHDXPath}
+	}
 	if s.Guest.OS == "" {
 		if s.HyperV != nil || s.VHDXPath != "" {
 			s.Guest.OS = "windows"

@@ -45,9 +45,12 @@ type TemplateSpec struct {
 	Image  api.QEMUImage
 	HyperV *api.HyperVImage
 	// GuestOS is the template's spec.guest.os: "linux" or "windows".
-	GuestOS    string
-	CPU        int
-	MemoryMB   int
+	GuestOS  string
+	CPU      int
+	MemoryMB int
+	// GPU asks for a GPU partition (hyperv); backends without GPUs refuse
+	// it with api.ErrUnsupported.
+	GPU        bool
 	Resolution string
 }
 

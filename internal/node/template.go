@@ -61,7 +61,7 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 	if t.Spec.QEMU == nil && n.be.Name() == "qemu" {
 		return controller.Result{}, n.templateStatus(ctx, t, api.TemplateFailed, "NoImage", "this host runs the qemu backend and the template has no spec.qemu image", nil)
 	}
-	spec := backend.TemplateSpec{ID: id, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: t.Spec.Resources.MemoryMB, Resolution: t.Spec.Display.Resolution}
+	spec := backend.TemplateSpec{ID: id, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: t.Spec.Resources.MemoryMB, GPU: t.Spec.Resources.GPU, Resolution: t.Spec.Display.Resolution}
 	if t.Spec.QEMU != nil {
 		spec.Image = *t.Spec.QEMU
 	}
@@ -192,7 +192,7 @@ func (n *Node) buildShapes(ctx context.Context, t *api.Template) (controller.Res
 		if sh.Node != n.name || sh.Phase != shapePending {
 			continue
 		}
-		spec := backend.TemplateSpec{ID: sh.ID, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: sh.MemoryMB, Resolution: sh.Resolution}
+		spec := backend.TemplateSpec{ID: sh.ID, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: sh.MemoryMB, GPU: t.Spec.Resources.GPU, Resolution: sh.Resolution}
 		if t.Spec.QEMU != nil {
 			spec.Image = *t.Spec.QEMU
 		}
