@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"time"
 
@@ -94,7 +96,9 @@ func newConsoleCmd(e *env) *cobra.Command {
 		Short: "Print (or open) the link to a sandbox's live view",
 		Long: `Print the link to the dashboard page of a sandbox with its live display (a
 view-only display token valid for 5 minutes rides in the link). With
---open the link is opened in a browser with xdg-open.`,
+--open the link is opened in a browser with xdg-open. A Hyper-V sandbox
+has no live view: its vmconnect.exe command line is printed instead, and
+--open runs it (on Windows).`,
 		Example: `  hvkube console browser-agent-1
   hvkube console browser-agent-1 --open`,
 		Args: cobra.ExactArgs(1),
@@ -109,6 +113,13 @@ view-only display token valid for 5 minutes rides in the link). With
 // console prints the live-view link of sandbox, with details when verbose,
 // and opens it when open is set.
 func (e *env) console(ctx context.Context, sandbox string, open, verbose bool) error {
+	if host, vm, ok, err := e.vmconnectOf(ctx, sandbox); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		// vm console opens the VM's console where vmconnect exists.
+		return vmconnect(ctx, e.out, host, vm, open || verbose && runtime.GOOS == "windows")
+	}
 	page, _, sb, err := e.displayLinks(ctx, sandbox, "", 5*time.Minute)
 	if err != nil {
 		return err
@@ -149,4 +160,54 @@ func openBrowser(ctx context.Context, link string) error {
 		return fmt.Errorf("xdg-open: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// vmconnectOf reports whether sandbox's display is a Hyper-V console
+// (status.display "vmconnect:HOST/VM", which the hyperv backend gives),
+// and where.
+func (e *env) vmconnectOf(ctx context.Context, sandbox string) (host, vm string, ok bool, err error) {
+	c, err := e.client()
+	if err != nil {
+		return "", "", false, err
+	}
+	o, err := c.Get(ctx, api.KindSandbox, sandbox)
+	if err != nil {
+		return "", "", false, err
+	}
+	rest, found := strings.CutPrefix(o.(*api.Sandbox).Status.Display, "vmconnect:")
+	if !found {
+		return "", "", false, nil
+	}
+	host, vm, found = strings.Cut(rest, "/")
+	if !found || host == "" || vm == "" || strings.HasPrefix(vm, "-") || strings.HasPrefix(host, "-") {
+		return "", "", false, fmt.Errorf("sandbox/%s: unexpected display %q", sandbox, o.(*api.Sandbox).Status.Display)
+	}
+	return host, vm, true, nil
+}
+
+// vmconnect prints how to open a Hyper-V VM's console and, on Windows when
+// asked, opens it with vmconnect.exe (arguments as a list). The server's
+// live view does not serve Hyper-V sandboxes: they have no VNC server.
+func vmconnect(_ context.Context, out io.Writer, host, vm string, open bool) error {
+	fmt.Fprintf(out, "vmconnect.exe %s %s\n", host, vm)
+	if !open {
+		return nil
+	}
+	if runtime.GOOS != "windows" {
+		return fmt.Errorf("the sandbox's display is the Hyper-V console of VM %s on %s: run the command above on Windows", vm, host)
+	}
+	path, err := exec.LookPath("vmconnect.exe")
+	if err != nil {
+		return fmt.Errorf("vmconnect.exe is not installed: add the Hyper-V management tools (%w)", err)
+	}
+	cmd := exec.Command(path, host, vm)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HVKUBE_TOKEN=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("vmconnect.exe: %w", err)
+	}
+	return cmd.Process.Release()
 }

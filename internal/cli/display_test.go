@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 )
 
 // displayServer serves sandbox "desk", which has a display and is held by
-// take-over "take-1", and "cold", which has none.
+// take-over "take-1", "cold", which has none, and "win", a Hyper-V VM.
 func displayServer(t *testing.T, key authtoken.Key) string {
 	t.Helper()
 	ctx := context.Background()
@@ -26,7 +27,7 @@ func displayServer(t *testing.T, key authtoken.Key) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"desk", "cold"} {
+	for _, name := range []string{"desk", "cold", "win"} {
 		sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
 		sb.Metadata.Name = name
 		api.Default(sb)
@@ -37,6 +38,12 @@ func displayServer(t *testing.T, key authtoken.Key) string {
 	if _, err := controller.UpdateStatus(ctx, st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
 		sb.Status.Phase, sb.Status.Display, sb.Status.Resolution = api.SandboxRunning, "unix:/run/hvkube/x/vnc.sock", "1280x800"
 		sb.Status.Control = &api.SandboxControl{ID: "take-1", Holder: "ana"}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controller.UpdateStatus(ctx, st, api.KindSandbox, "win", func(sb *api.Sandbox) bool {
+		sb.Status.Phase, sb.Status.Display = api.SandboxRunning, "vmconnect:localhost/hvkube-win"
 		return true
 	}); err != nil {
 		t.Fatal(err)
@@ -104,6 +111,17 @@ func TestDisplayURL(t *testing.T) {
 	for _, want := range []string{"sandbox/desk is Running", "display:    unix:/run/hvkube/x/vnc.sock", "live view:  " + srv + "/#/sandboxes/desk?token="} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("vm console printed %q, want %q in it", out, want)
+		}
+	}
+
+	// A Hyper-V sandbox's display is its VM's console.
+	if out := mustRun(t, srv, "vm", "console", "win"); out != "vmconnect.exe localhost hvkube-win\n" {
+		t.Fatalf("vm console of a Hyper-V sandbox printed %q", out)
+	}
+	if runtime.GOOS != "windows" {
+		out, errOut, code := run(t, srv, "console", "win", "--open")
+		if code != 1 || out != "vmconnect.exe localhost hvkube-win\n" || !strings.Contains(errOut, "run the command above on Windows") {
+			t.Fatalf("console --open of a Hyper-V sandbox off Windows: exit %d, %q, %q", code, out, errOut)
 		}
 	}
 

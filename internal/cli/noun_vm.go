@@ -96,11 +96,15 @@ func newVMConsoleCmd(e *env) *cobra.Command {
 	var open bool
 	cmd := &cobra.Command{
 		Use:   "console NAME [--open]",
-		Short: "Show a sandbox's display and the link to its live view",
+		Short: "Show a sandbox's display and the link to its live view (vmconnect for Hyper-V)",
 		Long: `Show where a sandbox's screen is served (status.display, on the server's
 host) and print the link to its live view in the dashboard, which carries a
 view-only display token valid for 5 minutes; with --open, open the link with
-xdg-open. Same as 'hvkube console NAME', with details.`,
+xdg-open. Same as 'hvkube console NAME', with details.
+
+A sandbox of the hyperv backend has no live view in the dashboard: its
+display is the VM's Hyper-V console: the command prints the vmconnect.exe
+command line and, on Windows, opens vmconnect.`,
 		Example: "  hvkube vm console browser-pool-x7k2p",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

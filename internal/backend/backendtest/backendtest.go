@@ -14,7 +14,6 @@ import (
 	"errors"
 	"image"
 	"image/png"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/guest"
 )
 
 // Options describe the backend under test.
@@ -42,6 +42,9 @@ type Options struct {
 	Extra func(t *testing.T, b backend.Backend, templateID string)
 	// Timeout bounds the whole suite (default 20 minutes).
 	Timeout time.Duration
+	// OS is the template's guest, whose probes the suite looks inside
+	// with (default Linux).
+	OS guest.OS
 }
 
 // Run runs the suite.
@@ -49,6 +52,10 @@ func Run(t *testing.T, o Options) {
 	if o.Timeout == 0 {
 		o.Timeout = 20 * time.Minute
 	}
+	if o.OS == nil {
+		o.OS = guest.NewLinux(nil)
+	}
+	probe := o.OS.Probes()
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
 	dir := t.TempDir()
@@ -87,12 +94,12 @@ func Run(t *testing.T, o Options) {
 			t.Fatalf("resume %s: %v", id, err)
 		}
 	}
-	exec := func(t *testing.T, id, path string, args ...string) backend.ExecResult {
+	exec := func(t *testing.T, id string, req backend.ExecRequest) backend.ExecResult {
 		t.Helper()
 		g := b.(backend.Guest)
-		res, err := g.Exec(ctx, id, backend.ExecRequest{Path: path, Args: args})
+		res, err := g.Exec(ctx, id, req)
 		if err != nil {
-			t.Fatalf("exec %s %v: %v", path, args, err)
+			t.Fatalf("exec %s %v: %v", req.Path, req.Args, err)
 		}
 		return res
 	}
@@ -137,27 +144,27 @@ func Run(t *testing.T, o Options) {
 		// A clone takes its own identity shortly after its first resume.
 		var host string
 		for i := 0; i < 100; i++ {
-			if host = strings.TrimSpace(string(exec(t, "conf-life", "hostname").Stdout)); host == "conf-life" {
+			if host = strings.TrimSpace(string(exec(t, "conf-life", probe.Hostname()).Stdout)); strings.EqualFold(host, "conf-life") {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		if host != "conf-life" {
+		if !strings.EqualFold(host, "conf-life") {
 			t.Fatalf("the clone's hostname is %q, want conf-life", host)
 		}
-		// Each clone has its own machine and boot identity.
-		ids := func(id string) string {
-			return strings.TrimSpace(string(exec(t, id, "cat", "/etc/machine-id", "/proc/sys/kernel/random/boot_id").Stdout))
+		// Each clone has its own machine (and boot) identity.
+		ids := func(id string) []string {
+			return strings.Fields(string(exec(t, id, probe.IDs()).Stdout))
 		}
 		create(t, "conf-twin")
 		resume(t, "conf-twin")
 		a, b2 := ids("conf-life"), ids("conf-twin")
-		if len(strings.Fields(a)) != 2 || len(strings.Fields(b2)) != 2 {
-			t.Fatalf("machine-id and boot_id: %q and %q", a, b2)
+		if len(a) == 0 || len(a) != len(b2) {
+			t.Fatalf("identities: %q and %q", a, b2)
 		}
-		for i, f := range strings.Fields(a) {
-			if f == strings.Fields(b2)[i] {
-				t.Fatalf("two clones share %s (%s)", []string{"a machine id", "a boot id"}[i], f)
+		for i, f := range a {
+			if f == b2[i] {
+				t.Fatalf("two clones share identity %d (%s)", i, f)
 			}
 		}
 		if err := b.Delete(ctx, "conf-twin"); err != nil {
@@ -233,28 +240,30 @@ func Run(t *testing.T, o Options) {
 		create(t, "conf-type")
 		resume(t, "conf-type")
 		input(t, "conf-type", api.Action{Action: "left_click", Coordinate: []int{w / 3, h / 3}})
-		input(t, "conf-type", api.Action{Action: "type", Text: "echo hvkube > /tmp/t"})
+		input(t, "conf-type", api.Action{Action: "type", Text: probe.TypedWrite("hvkube", probe.TempPath("t"))})
 		input(t, "conf-type", api.Action{Action: "key", Text: "Return"})
 		var got string
 		for i := 0; i < 50; i++ {
-			res := exec(t, "conf-type", "cat", "/tmp/t")
+			res := exec(t, "conf-type", probe.ReadFile(probe.TempPath("t")))
 			if got = string(res.Stdout); res.ExitCode == 0 && got != "" {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 		if got != "hvkube\n" {
-			t.Fatalf("/tmp/t = %q, want %q", got, "hvkube\n")
+			t.Fatalf("%s = %q, want %q", probe.TempPath("t"), got, "hvkube\n")
 		}
 		// Shifted characters, and text beyond the keyboard map (typed
 		// through the guest).
-		for _, line := range []string{`echo 'A_B "C" ~!@#$%^&*()' > /tmp/u`, "echo 'héllo ✓' > /tmp/v"} {
-			input(t, "conf-type", api.Action{Action: "type", Text: line})
+		texts := map[string]string{"u": `A_B "C" ~!@#$%^&*()`, "v": "héllo ✓"}
+		for _, name := range []string{"u", "v"} {
+			input(t, "conf-type", api.Action{Action: "type", Text: probe.TypedWrite(texts[name], probe.TempPath(name))})
 			input(t, "conf-type", api.Action{Action: "key", Text: "Return"})
 		}
-		for file, want := range map[string]string{"/tmp/u": "A_B \"C\" ~!@#$%^&*()\n", "/tmp/v": "héllo ✓\n"} {
+		for name, text := range texts {
+			file, want := probe.TempPath(name), text+"\n"
 			for i := 0; i < 50; i++ {
-				res := exec(t, "conf-type", "cat", file)
+				res := exec(t, "conf-type", probe.ReadFile(file))
 				if got = string(res.Stdout); got == want {
 					break
 				}
@@ -271,10 +280,8 @@ func Run(t *testing.T, o Options) {
 		resume(t, "conf-click")
 		for _, p := range [][2]int{{123, 77}, {w - 1, h - 1}, {0, 0}, {w / 2, h / 2}} {
 			input(t, "conf-click", api.Action{Action: "left_click", Coordinate: []int{p[0], p[1]}})
-			res := exec(t, "conf-click", "xdotool", "getmouselocation", "--shell")
-			out := string(res.Stdout)
-			if !strings.Contains(out, "X="+strconv.Itoa(p[0])+"\n") || !strings.Contains(out, "Y="+strconv.Itoa(p[1])+"\n") {
-				t.Fatalf("after a click at %v the guest says %q", p, out)
+			if x, y, err := b.(backend.Cursor).CursorPosition(ctx, "conf-click"); err != nil || x != p[0] || y != p[1] {
+				t.Fatalf("after a click at %v the guest says the pointer is at %d,%d (%v)", p, x, y, err)
 			}
 			pos := input(t, "conf-click", api.Action{Action: "cursor_position"})
 			if len(pos.Coordinate) != 2 || pos.Coordinate[0] != p[0] || pos.Coordinate[1] != p[1] {
@@ -301,10 +308,11 @@ func Run(t *testing.T, o Options) {
 		create(t, "conf-save")
 		resume(t, "conf-save")
 		g := b.(backend.Guest)
-		if err := g.CopyIn(ctx, "conf-save", "/tmp/before-save", strings.NewReader("kept")); err != nil {
+		kept := probe.TempPath("before-save")
+		if err := g.CopyIn(ctx, "conf-save", kept, strings.NewReader("kept")); err != nil {
 			t.Fatal(err)
 		}
-		exec(t, "conf-save", "sync")
+		exec(t, "conf-save", probe.Sync())
 		if err := b.Save(ctx, "conf-save"); err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +330,7 @@ func Run(t *testing.T, o Options) {
 		}
 		resume(t, "conf-save")
 		var out bytes.Buffer
-		if err := g.CopyOut(ctx, "conf-save", "/tmp/before-save", &out); err != nil || out.String() != "kept" {
+		if err := g.CopyOut(ctx, "conf-save", kept, &out); err != nil || out.String() != "kept" {
 			t.Fatalf("file after restore: %q %v", out.String(), err)
 		}
 	})
@@ -330,7 +338,8 @@ func Run(t *testing.T, o Options) {
 	t.Run("ResetToClean", func(t *testing.T) {
 		create(t, "conf-reset")
 		resume(t, "conf-reset")
-		exec(t, "conf-reset", "touch", "/home/agent/after-checkpoint")
+		after := probe.HomePath("after-checkpoint")
+		exec(t, "conf-reset", probe.Touch(after))
 		if err := b.Reset(ctx, "conf-reset"); err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +347,7 @@ func Run(t *testing.T, o Options) {
 			t.Fatalf("after reset: %s", got.State)
 		}
 		resume(t, "conf-reset")
-		if res := exec(t, "conf-reset", "test", "-e", "/home/agent/after-checkpoint"); res.ExitCode == 0 {
+		if res := exec(t, "conf-reset", probe.Exists(after)); res.ExitCode == 0 {
 			t.Fatal("a file written after the clean checkpoint survived reset")
 		}
 	})

@@ -2,35 +2,40 @@ package qemu
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
+	guestos "github.com/hvkube/hvkube/internal/guest"
 )
 
-// guest talks to the guest agent of one VM, with the facts of its image.
+// guest talks to the guest agent of one VM. It is the guest OS's Runner
+// (and FileWriter): what the backend does in the guest, the OS knows how
+// to do (internal/guest), and the guest agent carries it.
 type guest struct {
 	ga  *qga.Client
 	img image
+	os  guestos.OS
+}
+
+func newGuest(ga *qga.Client, img image) *guest {
+	return &guest{ga: ga, img: img, os: guestos.NewLinux(img.Helpers)}
 }
 
 // basePath is the PATH of programs run through the guest agent.
 const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-func (g guest) env(extra []string) []string {
+func (g *guest) env(extra []string) []string {
 	env := append([]string{basePath, "HOME=/root", "LANG=C.UTF-8"}, g.img.Env...)
 	return append(env, extra...)
 }
 
-// exec runs a program in the guest and waits for it. Arguments are passed as
-// a list: nothing is parsed by a shell.
-func (g guest) exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+// Exec implements guest.Runner: it runs a program in the guest and waits
+// for it. Arguments are passed as a list: nothing is parsed by a shell.
+func (g *guest) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
 	if req.Detach {
 		_, err := g.ga.ExecStart(ctx, qga.ExecRequest{Path: req.Path, Args: req.Args, Env: g.env(req.Env), Input: req.Stdin})
 		if err != nil {
@@ -53,28 +58,13 @@ func (g guest) exec(ctx context.Context, req backend.ExecRequest) (backend.ExecR
 	return backend.ExecResult{ExitCode: code, Stdout: res.Stdout, Stderr: res.Stderr}, nil
 }
 
-// helper runs one of the image's helper commands and fails unless it exits 0.
-func (g guest) helper(ctx context.Context, name string, stdin []byte, args ...string) (backend.ExecResult, error) {
-	path := g.img.Helpers[name]
-	if path == "" {
-		return backend.ExecResult{}, fmt.Errorf("the image has no %s helper: %w", name, api.ErrUnsupported)
-	}
-	res, err := g.exec(ctx, backend.ExecRequest{Path: path, Args: args, Stdin: stdin})
-	if err != nil {
-		return res, err
-	}
-	if res.ExitCode != 0 {
-		msg := strings.TrimSpace(string(res.Stderr))
-		if msg == "" {
-			msg = strings.TrimSpace(string(res.Stdout))
-		}
-		return res, fmt.Errorf("%s exited %d: %s", path, res.ExitCode, msg)
-	}
-	return res, nil
+// WriteFile implements guest.FileWriter with the agent's file calls.
+func (g *guest) WriteFile(ctx context.Context, path string, data []byte) error {
+	return g.ga.FileWrite(ctx, path, data)
 }
 
 // waitAgent waits until the guest agent answers, or p dies.
-func (g guest) waitAgent(ctx context.Context, p *proc) error {
+func (g *guest) waitAgent(ctx context.Context, p *proc) error {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := g.ga.Ping(pctx)
@@ -95,11 +85,11 @@ func (g guest) waitAgent(ctx context.Context, p *proc) error {
 	}
 }
 
-// waitReady waits until the guest's ready helper says the desktop is up.
-func (g guest) waitReady(ctx context.Context, p *proc) error {
+// waitReady waits until the guest OS says the desktop is up.
+func (g *guest) waitReady(ctx context.Context, p *proc) error {
 	var last error
 	for {
-		_, err := g.helper(ctx, helperReady, nil)
+		err := g.os.Ready(ctx, g)
 		if err == nil {
 			return nil
 		}
@@ -116,88 +106,12 @@ func (g guest) waitReady(ctx context.Context, p *proc) error {
 }
 
 // ready checks once that the agent answers and the desktop is up.
-func (g guest) ready(ctx context.Context) error {
+func (g *guest) ready(ctx context.Context) error {
 	if err := g.ga.Ping(ctx); err != nil {
 		return fmt.Errorf("guest agent: %w", err)
 	}
-	if _, err := g.helper(ctx, helperReady, nil); err != nil {
+	if err := g.os.Ready(ctx, g); err != nil {
 		return fmt.Errorf("desktop: %w", err)
 	}
 	return nil
-}
-
-func (g guest) setResolution(ctx context.Context, res string) error {
-	if _, _, err := api.ParseResolution(res); err != nil {
-		return api.Invalid("resolution", "%v", err)
-	}
-	if _, err := g.helper(ctx, helperResolution, nil, res); err != nil {
-		return fmt.Errorf("resolution %s: %v: %w", res, err, api.ErrUnsupported)
-	}
-	return nil
-}
-
-// identity gives a fresh clone its own hostname (the kernel's, and in
-// /etc/hosts so that it resolves; /etc/hostname only matters at boot, and a
-// clone never boots), machine id and boot id (the image's init binds
-// /run/hvkube/boot_id over the kernel's, which is made once per boot). It writes files through the guest
-// agent rather than running a program, which under emulation costs a
-// second. It runs while the clone is being made:
-// keystrokes sent while it runs can be lost. The kernel reseeds its random
-// number generator by itself: every clone's vmgenid device reports a new
-// generation ("crng reseeded due to virtual machine fork").
-func (g guest) identity(ctx context.Context, hostname string) error {
-	id := make([]byte, 16)
-	if _, err := rand.Read(id); err != nil {
-		return err
-	}
-	boot := make([]byte, 16)
-	if _, err := rand.Read(boot); err != nil {
-		return err
-	}
-	boot[6] = boot[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
-	boot[8] = boot[8]&0x3f | 0x80
-	bootID := fmt.Sprintf("%x-%x-%x-%x-%x\n", boot[0:4], boot[4:6], boot[6:8], boot[8:10], boot[10:16])
-	hosts := "127.0.0.1\tlocalhost\n127.0.1.1\t" + hostname + "\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
-	for _, f := range []struct {
-		path string
-		data []byte
-	}{
-		{"/etc/machine-id", []byte(hex.EncodeToString(id) + "\n")},
-		{"/etc/hosts", []byte(hosts)},
-		{"/proc/sys/kernel/hostname", []byte(hostname)},
-		{"/run/hvkube/boot_id", []byte(bootID)},
-	} {
-		if err := g.ga.FileWrite(ctx, f.path, f.data); err != nil {
-			return fmt.Errorf("guest identity: %s: %w", f.path, err)
-		}
-	}
-	return nil
-}
-
-// setClock sets the guest's system clock. date is used rather than the
-// agent's guest-set-time, which also runs hwclock: that waits for the RTC's
-// next second and holds the agent for about a second under emulation.
-func (g guest) setClock(ctx context.Context, t time.Time) error {
-	arg := fmt.Sprintf("@%d.%09d", t.Unix(), t.Nanosecond())
-	res, err := g.exec(ctx, backend.ExecRequest{Path: "date", Args: []string{"-u", "-s", arg}})
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("date -s exited %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
-	}
-	return nil
-}
-
-func (g guest) clipboardGet(ctx context.Context) (string, error) {
-	res, err := g.helper(ctx, helperClipboardGet, nil)
-	if err != nil {
-		return "", err
-	}
-	return string(res.Stdout), nil
-}
-
-func (g guest) clipboardSet(ctx context.Context, text string) error {
-	_, err := g.helper(ctx, helperClipboardSet, []byte(text))
-	return err
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/hvkube/hvkube/internal/api"
+	guestos "github.com/hvkube/hvkube/internal/guest"
 	"github.com/hvkube/hvkube/internal/hostpath"
 )
 
@@ -44,21 +45,6 @@ type image struct {
 	Helpers map[string]string
 }
 
-// Guest helper commands the backend runs (see images/linux-desktop).
-const (
-	helperReady        = "ready"
-	helperResolution   = "resolution"
-	helperClipboardGet = "clipboardGet"
-	helperClipboardSet = "clipboardSet"
-)
-
-var defaultHelpers = map[string]string{
-	helperReady:        "/usr/local/bin/hvkube-ready",
-	helperResolution:   "/usr/local/bin/hvkube-resolution",
-	helperClipboardGet: "/usr/local/bin/hvkube-clipboard-get",
-	helperClipboardSet: "/usr/local/bin/hvkube-clipboard-set",
-}
-
 // resolveImage finds a template's image: by name under imageDir (NAME/current,
 // as `make image` leaves it) or by explicit paths.
 // Explicit paths must lie under roots.
@@ -94,7 +80,7 @@ func resolveImage(imageDir string, roots hostpath.Roots, q api.QEMUImage) (image
 		for k, v := range info.Display {
 			img.Env = append(img.Env, k+"="+v)
 		}
-		for k, v := range defaultHelpers {
+		for k, v := range guestos.DefaultHelpers {
 			img.Helpers[k] = v
 		}
 		for k, v := range info.Helpers {
@@ -105,7 +91,7 @@ func resolveImage(imageDir string, roots hostpath.Roots, q api.QEMUImage) (image
 		}
 		return img.withDefaults(), nil
 	}
-	img := image{Kernel: q.Kernel, Initrd: q.Initrd, Disk: q.Disk, Append: q.KernelArgs, Helpers: defaultHelpers,
+	img := image{Kernel: q.Kernel, Initrd: q.Initrd, Disk: q.Disk, Append: q.KernelArgs, Helpers: guestos.DefaultHelpers,
 		Env: []string{"DISPLAY=:0", "XAUTHORITY=/home/agent/.Xauthority"}}
 	if img.Kernel == "" {
 		return image{}, fmt.Errorf("spec.qemu.kernel: required with spec.qemu.disk (hvkube boots images with -kernel): %w", api.ErrInvalid)

@@ -40,6 +40,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/display"
+	guestos "github.com/hvkube/hvkube/internal/guest"
 	"github.com/hvkube/hvkube/internal/hostpath"
 )
 
@@ -303,6 +304,9 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	if err := checkID(spec.ID); err != nil {
 		return backend.TemplateInfo{}, err
 	}
+	if spec.GuestOS != "" && spec.GuestOS != guestos.Linux {
+		return backend.TemplateInfo{}, fmt.Errorf("template %s: spec.guest.os %q: the qemu backend runs Linux guests (Windows guests run on the hyperv backend): %w", spec.ID, spec.GuestOS, api.ErrUnsupported)
+	}
 	l := b.tplLock(spec.ID)
 	l.Lock()
 	defer l.Unlock()
@@ -362,7 +366,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	defer p.kill()
 	ga := qga.New(m.QGASocket)
 	defer ga.Close()
-	g := guest{ga: ga, img: img}
+	g := newGuest(ga, img)
 	bootCtx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
 	defer cancel()
 	if err := g.waitAgent(bootCtx, p); err != nil {
@@ -373,7 +377,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 		return backend.TemplateInfo{}, fmt.Errorf("template %s: desktop: %w%s", spec.ID, err, p.logTail())
 	}
 	if meta.Resolution != img.Resolution {
-		if err := g.setResolution(bootCtx, meta.Resolution); err != nil {
+		if err := g.os.SetResolution(bootCtx, g, meta.Resolution); err != nil {
 			return backend.TemplateInfo{}, fmt.Errorf("template %s: %w", spec.ID, err)
 		}
 	}

@@ -283,7 +283,7 @@ func (b *Backend) personalizeLocked(ctx context.Context, v *vm) error {
 	}
 	ictx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := v.g.identity(ictx, v.meta.Hostname); err != nil {
+	if err := v.g.os.Identity(ictx, v.g, v.meta.Hostname); err != nil {
 		return err
 	}
 	return v.p.mon.Stop(ctx)
@@ -317,11 +317,11 @@ func (b *Backend) coldBootLocked(ctx context.Context, v *vm) error {
 		return fmt.Errorf("cold boot: desktop: %w", err)
 	}
 	if v.tpl.Resolution != v.tpl.Image.Resolution {
-		if err := v.g.setResolution(bctx, v.tpl.Resolution); err != nil {
+		if err := v.g.os.SetResolution(bctx, v.g, v.tpl.Resolution); err != nil {
 			return err
 		}
 	}
-	if err := v.g.identity(bctx, v.meta.Hostname); err != nil {
+	if err := v.g.os.Identity(bctx, v.g, v.meta.Hostname); err != nil {
 		return err
 	}
 	v.meta.ColdBoot, v.meta.Saved, v.meta.Stopped = true, false, false
@@ -334,7 +334,7 @@ func (b *Backend) resolutionLocked(ctx context.Context, v *vm, res string) error
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := v.g.setResolution(rctx, res); err != nil {
+	if err := v.g.os.SetResolution(rctx, v.g, res); err != nil {
 		return err
 	}
 	v.meta.Resolution = res
@@ -343,7 +343,7 @@ func (b *Backend) resolutionLocked(ctx context.Context, v *vm, res string) error
 
 func (v *vm) attach(p *proc) {
 	v.p = p
-	v.g = &guest{ga: qga.New(v.qgaSocket()), img: v.tpl.Image}
+	v.g = newGuest(qga.New(v.qgaSocket()), v.tpl.Image)
 	v.meta.PID = p.pid
 }
 
@@ -419,7 +419,7 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := g.setClock(ctx, time.Now()); err != nil {
+			if err := g.os.SetClock(ctx, g, time.Now()); err != nil {
 				// Paused or saved again before it was done: the next
 				// resume sets it.
 				b.log.Debug("set the guest clock after resume", "sandbox", id, "err", err)
@@ -700,7 +700,7 @@ func (b *Backend) adoptDir(ctx context.Context, id string) {
 	}
 	if p, err := adopt(ctx, meta.PID, meta.Name, dir, v.qmpSocket()); err == nil {
 		v.p = p
-		v.g = &guest{ga: qga.New(v.qgaSocket()), img: v.tpl.Image}
+		v.g = newGuest(qga.New(v.qgaSocket()), v.tpl.Image)
 		b.log.Info("adopted a running sandbox", "sandbox", id, "pid", meta.PID)
 	} else if meta.PID != 0 && processAlive(meta.PID, meta.Name) {
 		b.log.Warn("sandbox runs but its monitor does not answer", "sandbox", id, "pid", meta.PID, "err", err)

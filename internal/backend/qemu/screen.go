@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -210,7 +209,7 @@ func (b *Backend) TypeText(ctx context.Context, id, text string) error {
 	if err != nil {
 		return err
 	}
-	return typeInGuest(ctx, g, text)
+	return g.os.TypeText(ctx, g, text)
 }
 
 // CursorPosition implements backend.Cursor: the guest's X server says where
@@ -220,111 +219,7 @@ func (b *Backend) CursorPosition(ctx context.Context, id string) (int, int, erro
 	if err != nil {
 		return 0, 0, err
 	}
-	return cursor(ctx, g)
-}
-
-// typeInGuest types text that the host's keyboard map cannot (non-ASCII)
-// with xdotool in the guest. xdotool maps a spare keycode to a character it
-// cannot find, types it and maps the keycode back at once, and a busy
-// application that looks the keycode up late gets nothing; so the
-// characters are mapped first, for good, with xmodmap, and xdotool finds
-// them in place.
-func typeInGuest(ctx context.Context, g *guest, text string) error {
-	run := func(path string, args ...string) (string, error) {
-		res, err := g.exec(ctx, backend.ExecRequest{Path: path, Args: args})
-		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("%s exited %d: %s", path, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
-		}
-		return string(res.Stdout), err
-	}
-	table, err := run("xmodmap", "-pk")
-	if err != nil {
-		return err
-	}
-	// Lines are "KEYCODE  0xVALUE (name)  0xVALUE (name) ...".
-	mapped := map[uint64]bool{}
-	var free []string
-	for _, line := range strings.Split(table, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if _, err := strconv.Atoi(f[0]); err != nil {
-			continue
-		}
-		used := false
-		for _, field := range f[1:] {
-			if v, err := strconv.ParseUint(strings.TrimPrefix(field, "0x"), 16, 32); err == nil && strings.HasPrefix(field, "0x") && v != 0 {
-				mapped[v] = true
-				used = true
-			}
-		}
-		if !used {
-			free = append(free, f[0])
-		}
-	}
-	var assign []string
-	for _, r := range text {
-		if r < 0x80 {
-			continue
-		}
-		ks := keysymOf(r)
-		if mapped[ks] {
-			continue
-		}
-		if len(free) == 0 {
-			return api.Invalid("text", "too many different non-ASCII characters for the guest's keyboard map")
-		}
-		assign = append(assign, "-e", fmt.Sprintf("keycode %s = 0x%x 0x%x", free[0], ks, ks))
-		free = free[1:]
-		mapped[ks] = true
-	}
-	if len(assign) > 0 {
-		if _, err := run("xmodmap", assign...); err != nil {
-			return err
-		}
-		time.Sleep(300 * time.Millisecond) // applications refresh their keymaps
-	}
-	_, err = run("xdotool", "type", "--delay", "20", "--", text)
-	return err
-}
-
-// keysymOf is the X keysym xdotool uses for a character: Latin-1 maps to
-// itself, the rest to the Unicode keysym range.
-func keysymOf(r rune) uint64 {
-	if r <= 0xff {
-		return uint64(r)
-	}
-	return 0x01000000 | uint64(r)
-}
-
-// cursor asks the guest's X server where the pointer is.
-func cursor(ctx context.Context, g *guest) (int, int, error) {
-	res, err := g.exec(ctx, backend.ExecRequest{Path: "xdotool", Args: []string{"getmouselocation", "--shell"}})
-	if err != nil {
-		return 0, 0, err
-	}
-	if res.ExitCode != 0 {
-		return 0, 0, fmt.Errorf("xdotool getmouselocation exited %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
-	}
-	x, y := -1, -1
-	for _, line := range strings.Split(string(res.Stdout), "\n") {
-		k, val, _ := strings.Cut(strings.TrimSpace(line), "=")
-		n, err := strconv.Atoi(val)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "X":
-			x = n
-		case "Y":
-			y = n
-		}
-	}
-	if x < 0 || y < 0 {
-		return 0, 0, fmt.Errorf("xdotool getmouselocation: unexpected output %q", res.Stdout)
-	}
-	return x, y, nil
+	return g.os.Cursor(ctx, g)
 }
 
 // keyGap paces key events. QEMU's PS/2 keyboard queue holds 16 bytes (a
@@ -343,7 +238,7 @@ func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) 
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
-	return g.exec(ctx, req)
+	return g.Exec(ctx, req)
 }
 
 // CopyIn implements backend.Guest.
@@ -374,10 +269,14 @@ func (b *Backend) CopyOut(ctx context.Context, id, guestPath string, w io.Writer
 }
 
 func (b *Backend) guestAt(id, guestPath string) (*guest, error) {
-	if !strings.HasPrefix(guestPath, "/") {
+	g, err := b.guestOf(id)
+	if err != nil {
+		return nil, err
+	}
+	if !g.os.IsAbs(guestPath) {
 		return nil, api.Invalid("path", "%q is not an absolute guest path", guestPath)
 	}
-	return b.guestOf(id)
+	return g, nil
 }
 
 // ClipboardGet implements backend.Guest.
@@ -386,7 +285,7 @@ func (b *Backend) ClipboardGet(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return g.clipboardGet(ctx)
+	return g.os.ClipboardGet(ctx, g)
 }
 
 // ClipboardSet implements backend.Guest.
@@ -395,7 +294,7 @@ func (b *Backend) ClipboardSet(ctx context.Context, id, text string) error {
 	if err != nil {
 		return err
 	}
-	return g.clipboardSet(ctx, text)
+	return g.os.ClipboardSet(ctx, g, text)
 }
 
 // DialDisplay implements backend.Display: a connection to the sandbox's VNC

@@ -1,0 +1,160 @@
+package guest
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/powershell"
+)
+
+// decodeArgs reads back the arguments a request hands its script.
+func decodeArgs(t testing.TB, req backend.ExecRequest) map[string]any {
+	t.Helper()
+	js, err := base64.StdEncoding.DecodeString(string(req.Stdin))
+	if err != nil {
+		t.Fatalf("stdin is not base64: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(js, &m); err != nil {
+		t.Fatalf("stdin: %v", err)
+	}
+	return m
+}
+
+// argvOf is the command line that runs s, whatever its arguments.
+func argvOf(t testing.TB, s powershell.Script) []string {
+	t.Helper()
+	argv, _, err := powershell.Command(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return argv
+}
+
+func TestWindowsScripts(t *testing.T) {
+	ctx := context.Background()
+	w := WindowsOS{}
+	var answer backend.ExecResult
+	rr := &recordingRunner{answer: func(backend.ExecRequest) backend.ExecResult { return answer }}
+	last := func() backend.ExecRequest { return rr.reqs[len(rr.reqs)-1] }
+
+	if err := w.Ready(ctx, rr); err != nil {
+		t.Fatal(err)
+	}
+	if req := last(); req.Path != "powershell.exe" || !reflect.DeepEqual(req.Args, argvOf(t, winReady)) {
+		t.Fatalf("ready ran %v", req.Args)
+	}
+	answer = backend.ExecResult{ExitCode: 1, Stderr: []byte(`{"message":"no user is logged on to the desktop","category":"OperationStopped","errorId":"x"}` + "\n")}
+	if err := w.Ready(ctx, rr); err == nil || !strings.Contains(err.Error(), "no user is logged on") {
+		t.Fatalf("ready error: %v", err)
+	}
+	answer = backend.ExecResult{}
+
+	if err := w.Identity(ctx, rr, "a-sandbox-name-longer-than-fifteen"); err != nil {
+		t.Fatal(err)
+	}
+	args := decodeArgs(t, last())
+	if args["Hostname"] != "a-sandbox-name" || !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(args["MachineGuid"].(string)) {
+		t.Fatalf("identity args %v", args)
+	}
+	if !reflect.DeepEqual(last().Args, argvOf(t, winIdentity)) {
+		t.Fatal("identity runs another script")
+	}
+
+	if err := w.SetClock(ctx, rr, time.UnixMilli(1700000000123)); err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeArgs(t, last())["UnixMillis"]; got != float64(1700000000123) {
+		t.Fatalf("clock args %v", got)
+	}
+	if err := w.SetResolution(ctx, rr, "1280x800"); !errors.Is(err, api.ErrUnsupported) {
+		t.Fatalf("resolution: %v", err)
+	}
+}
+
+func TestWindowsInSession(t *testing.T) {
+	ctx := context.Background()
+	w := WindowsOS{}
+	var out, errText string
+	rr := &recordingRunner{answer: func(backend.ExecRequest) backend.ExecResult {
+		js, _ := json.Marshal(map[string]string{"out": out, "err": errText})
+		return backend.ExecResult{Stdout: js}
+	}}
+	out = `"clip ✓ 'q'"`
+	got, err := w.ClipboardGet(ctx, rr)
+	if err != nil || got != "clip ✓ 'q'" {
+		t.Fatalf("clipboard get: %q %v", got, err)
+	}
+	req := rr.reqs[0]
+	if !reflect.DeepEqual(req.Args, argvOf(t, sessionScript)) {
+		t.Fatal("the session runs through another script")
+	}
+	args := decodeArgs(t, req)
+	if args["Command"] != powershell.Encode(sessionHead+winClipboardGet.Text+sessionTail) || args["TimeoutSeconds"] != float64(30) {
+		t.Fatalf("session args %v", args)
+	}
+
+	out = `{"x":12,"y":34}`
+	if x, y, err := w.Cursor(ctx, rr); err != nil || x != 12 || y != 34 {
+		t.Fatalf("cursor: %d,%d %v", x, y, err)
+	}
+
+	out = ""
+	if err := w.ClipboardSet(ctx, rr, "text"); err != nil {
+		t.Fatal(err)
+	}
+	inner, err := base64.StdEncoding.DecodeString(decodeArgs(t, rr.reqs[len(rr.reqs)-1])["ArgsBase64"].(string))
+	if err != nil || string(inner) != `{"Text":"text"}` {
+		t.Fatalf("inner args %q %v", inner, err)
+	}
+
+	errText = `{"message":"Access is denied","category":"PermissionDenied","errorId":"y"}`
+	if err := w.TypeText(ctx, rr, "x"); err == nil || !strings.Contains(err.Error(), "Access is denied") {
+		t.Fatalf("an error in the session: %v", err)
+	}
+}
+
+// FuzzWindowsValuesNeverChangeScripts: whatever text, host names or paths
+// hold, the command line a Windows guest runs is the script's own.
+func FuzzWindowsValuesNeverChangeScripts(f *testing.F) {
+	for _, s := range []string{"", "plain", `it's "quoted"`, "$(Remove-Item C:\\ -Recurse)", "`$env:PATH`", "a; b; c", "line\nbreak\r\n", "'); iex('x", "\x00nul", "héllo ✓ 😀"} {
+		f.Add(s)
+	}
+	w := WindowsOS{}
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, v string) {
+		js, _ := json.Marshal(map[string]string{"out": "", "err": ""})
+		rr := &recordingRunner{answer: func(backend.ExecRequest) backend.ExecResult { return backend.ExecResult{Stdout: js} }}
+		w.ClipboardSet(ctx, rr, v)
+		w.TypeText(ctx, rr, v)
+		w.Identity(ctx, rr, v)
+		p := w.Probes()
+		reqs := append(rr.reqs, p.ReadFile(v), p.Touch(v), p.Exists(v))
+		want := [][]string{argvOf(t, sessionScript), argvOf(t, sessionScript), argvOf(t, winIdentity), argvOf(t, probeRead), argvOf(t, probeTouch), argvOf(t, probeExists)}
+		for i, req := range reqs {
+			if !reflect.DeepEqual(req.Args, want[i]) {
+				t.Fatalf("request %d: the value %q changed the command line", i, v)
+			}
+		}
+		// The value reaches the script intact, as an argument.
+		for i, name := range []string{"Text", "Text"} {
+			inner, err := base64.StdEncoding.DecodeString(decodeArgs(t, reqs[i])["ArgsBase64"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]string
+			if err := json.Unmarshal(inner, &m); err != nil || m[name] != strings.ToValidUTF8(v, "\uFFFD") {
+				t.Fatalf("request %d carries %q, want %q (%v)", i, m[name], v, err)
+			}
+		}
+	})
+}
