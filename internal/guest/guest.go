@@ -64,6 +64,8 @@ type OS interface {
 // backend did, whatever the guest. They are for tests: text and paths are
 // the suite's own constants.
 type Probes interface {
+	// Text is what a probe printed, from its standard output.
+	Text(stdout []byte) string
 	// TempPath is a path in a directory every user may write.
 	TempPath(name string) string
 	// HomePath is a path in the desktop user's home directory.

@@ -262,6 +262,7 @@ func (LinuxOS) Probes() Probes { return linuxProbes{} }
 
 type linuxProbes struct{}
 
+func (linuxProbes) Text(stdout []byte) string   { return string(stdout) }
 func (linuxProbes) TempPath(name string) string { return path.Join("/tmp", name) }
 func (linuxProbes) HomePath(name string) string { return path.Join("/home/agent", name) }
 

@@ -114,14 +114,11 @@ func (WindowsOS) IsAbs(p string) bool { return windowsAbs.MatchString(p) }
 const sessionTimeout = 30 * time.Second
 
 // inSession runs s with args in the desktop user's session: sessionScript
-// hands the script (the constant text, encoded) and its arguments to a
-// one-shot scheduled task of the logged-on user, waits for it and returns
-// its output.
+// hands the command that runs s (the constant script, encoded) and its
+// arguments to a one-shot scheduled task of the logged-on user, waits for
+// it and returns what the script wrote.
 func inSession(ctx context.Context, r Runner, s powershell.Script, args powershell.Args, out any) error {
-	if args == nil {
-		args = powershell.Args{}
-	}
-	_, stdin, err := powershell.Command(s, args)
+	argv, stdin, err := powershell.Command(s, args)
 	if err != nil {
 		return err
 	}
@@ -129,15 +126,15 @@ func inSession(ctx context.Context, r Runner, s powershell.Script, args powershe
 		Out string `json:"out"`
 		Err string `json:"err"`
 	}
-	inner := powershell.Encode(sessionHead + s.Text + sessionTail)
-	err = runScript(ctx, r, sessionScript, powershell.Args{"Command": inner, "ArgsBase64": string(stdin), "TimeoutSeconds": int(sessionTimeout / time.Second)}, &result)
+	err = runScript(ctx, r, sessionScript, powershell.Args{"Command": argv[len(argv)-1], "ArgsBase64": string(stdin), "TimeoutSeconds": int(sessionTimeout / time.Second)}, &result)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.Name, err)
 	}
-	if result.Err != "" {
-		return powershell.Result(s.Name, 1, nil, []byte(result.Err), nil)
+	code := 0
+	if strings.TrimSpace(result.Out) == "" { // the wrapper writes a result unless it failed
+		code = 1
 	}
-	return powershell.Result(s.Name, 0, []byte(result.Out), nil, out)
+	return powershell.Result(s.Name, code, []byte(result.Out), []byte(result.Err), out)
 }
 
 // Scripts run in a Windows guest.
@@ -184,11 +181,12 @@ if ($null -eq $t) { '' } else { [string]$t }
 Set-Clipboard -Value $Text
 `}
 
-	// sessionScript runs an encoded script in the logged-on user's
-	// session as a one-shot scheduled task. The task's command line holds
-	// only the encoded constant script (checked to be base64); the
-	// arguments travel in a file only SYSTEM, administrators and that user
-	// may read. A named mutex lets one session script run at a time.
+	// sessionScript runs a script in the logged-on user's session as a
+	// one-shot scheduled task: PowerShell with the script's constant
+	// command (checked to be base64), its standard streams redirected from
+	// and to files in a folder only SYSTEM, administrators and that user
+	// may use, started by a headless console host so that no window
+	// appears on the desktop. A named mutex lets one run at a time.
 	sessionScript = powershell.Script{Name: "guest-in-session", Text: `param([string]$Command, [string]$ArgsBase64, [int]$TimeoutSeconds)
 if ($Command -notmatch '^[A-Za-z0-9+/=]+$') { throw 'the session command is not base64' }
 $mutex = New-Object System.Threading.Mutex($false, 'Global\hvkube-session')
@@ -197,6 +195,7 @@ try {
   $user = (Get-CimInstance -ClassName Win32_ComputerSystem).UserName
   if (-not $user) { throw 'no user is logged on to the desktop' }
   $dir = Join-Path $env:ProgramData 'hvkube\session'
+  if ($dir.Contains('"')) { throw "unexpected session folder $dir" }
   New-Item -ItemType Directory -Force -Path $dir | Out-Null
   $acl = New-Object System.Security.AccessControl.DirectorySecurity
   $acl.SetAccessRuleProtection($true, $false)
@@ -206,71 +205,44 @@ try {
   }
   Set-Acl -LiteralPath $dir -AclObject $acl
   Get-ChildItem -LiteralPath $dir | Remove-Item -Force
-  [System.IO.File]::WriteAllText((Join-Path $dir 'in'), $ArgsBase64)
-  $action = New-ScheduledTaskAction -Execute 'powershell.exe' -Argument ('-NoProfile -NonInteractive -WindowStyle Hidden -EncodedCommand ' + $Command)
+  $in = Join-Path $dir 'in'
+  $out = Join-Path $dir 'out'
+  $err = Join-Path $dir 'err'
+  $done = Join-Path $dir 'done'
+  [System.IO.File]::WriteAllText($in, $ArgsBase64)
+  $line = '--headless cmd.exe /d /c powershell.exe -NoProfile -NonInteractive -NoLogo -ExecutionPolicy Bypass -EncodedCommand ' + $Command + ' <"' + $in + '" >"' + $out + '" 2>"' + $err + '" & type nul >"' + $done + '"'
+  $action = New-ScheduledTaskAction -Execute 'conhost.exe' -Argument $line
   $principal = New-ScheduledTaskPrincipal -UserId $user -LogonType Interactive -RunLevel Highest
   $settings = New-ScheduledTaskSettingsSet -AllowStartIfOnBatteries -DontStopIfGoingOnBatteries -ExecutionTimeLimit (New-TimeSpan -Seconds $TimeoutSeconds)
   Register-ScheduledTask -TaskName 'hvkube-session' -Action $action -Principal $principal -Settings $settings -Force | Out-Null
   try {
     Start-ScheduledTask -TaskName 'hvkube-session'
     $deadline = (Get-Date).AddSeconds($TimeoutSeconds)
-    while (-not (Test-Path -LiteralPath (Join-Path $dir 'done'))) {
+    while (-not (Test-Path -LiteralPath $done)) {
       if ((Get-Date) -gt $deadline) { throw "the script in the user's session did not finish in $TimeoutSeconds s" }
       Start-Sleep -Milliseconds 50
     }
   } finally {
     Unregister-ScheduledTask -TaskName 'hvkube-session' -Confirm:$false -ErrorAction SilentlyContinue
   }
-  $out = ''
-  $err = ''
-  if (Test-Path -LiteralPath (Join-Path $dir 'out')) { $out = [System.IO.File]::ReadAllText((Join-Path $dir 'out')) }
-  if (Test-Path -LiteralPath (Join-Path $dir 'err')) { $err = [System.IO.File]::ReadAllText((Join-Path $dir 'err')) }
+  $result = [pscustomobject]@{ out = ''; err = '' }
+  if (Test-Path -LiteralPath $out) { $result.out = [System.IO.File]::ReadAllText($out) }
+  if (Test-Path -LiteralPath $err) { $result.err = [System.IO.File]::ReadAllText($err) }
   Get-ChildItem -LiteralPath $dir | Remove-Item -Force
-  [pscustomobject]@{ out = $out; err = $err }
+  $result
 } finally {
   $mutex.ReleaseMutex()
 }
 `}
 )
 
-// sessionHead and sessionTail wrap a script run as the session task: its
-// arguments come from the session folder's "in" file (base64 of JSON, as
-// powershell.Command makes them), its output goes to "out" as JSON, an
-// error to "err" as the wrapper's error line, and "done" marks the end.
-const sessionHead = `$ErrorActionPreference = 'Stop'
-$ProgressPreference = 'SilentlyContinue'
-$hvkubeDir = Join-Path $env:ProgramData 'hvkube\session'
-$hvkubeArgs = @{}
-try {
-  $hvkubeIn = [System.IO.File]::ReadAllText((Join-Path $hvkubeDir 'in')).Trim()
-  if ($hvkubeIn) {
-    $hvkubeJSON = [System.Text.Encoding]::UTF8.GetString([Convert]::FromBase64String($hvkubeIn))
-    (ConvertFrom-Json $hvkubeJSON).PSObject.Properties | ForEach-Object { $hvkubeArgs[$_.Name] = $_.Value }
-  }
-  $hvkubeScript = {
-`
-
-const sessionTail = `
-  }
-  $hvkubeOut = @(& $hvkubeScript @hvkubeArgs)
-  $hvkubeText = ''
-  if ($hvkubeOut.Count -eq 1) { $hvkubeText = ConvertTo-Json -InputObject $hvkubeOut[0] -Compress -Depth 6 }
-  elseif ($hvkubeOut.Count -gt 1) { $hvkubeText = ConvertTo-Json -InputObject $hvkubeOut -Compress -Depth 6 }
-  [System.IO.File]::WriteAllText((Join-Path $hvkubeDir 'out'), $hvkubeText)
-} catch {
-  $hvkubeErr = @{ message = [string]$_.Exception.Message; category = [string]$_.CategoryInfo.Category; errorId = [string]$_.FullyQualifiedErrorId }
-  [System.IO.File]::WriteAllText((Join-Path $hvkubeDir 'err'), (ConvertTo-Json -InputObject $hvkubeErr -Compress))
-}
-[System.IO.File]::WriteAllText((Join-Path $hvkubeDir 'done'), '')
-`
-
 // Probes implements OS.
 func (WindowsOS) Probes() Probes { return windowsProbes{} }
 
 type windowsProbes struct{}
 
-// program is a probe: a script run with powershell.exe that writes its
-// result itself (no JSON).
+// program is a probe: a script run with powershell.exe, whose output is
+// JSON (see Text).
 func program(s powershell.Script, args powershell.Args) backend.ExecRequest {
 	argv, stdin, err := powershell.Command(s, args)
 	if err != nil {
@@ -281,7 +253,7 @@ func program(s powershell.Script, args powershell.Args) backend.ExecRequest {
 
 var (
 	probeRead = powershell.Script{Name: "probe-read", Text: `param([string]$Path)
-[Console]::Out.Write([System.IO.File]::ReadAllText($Path))
+[System.IO.File]::ReadAllText($Path)
 `}
 	probeTouch = powershell.Script{Name: "probe-touch", Text: `param([string]$Path)
 New-Item -ItemType File -Force -Path $Path | Out-Null
@@ -294,12 +266,21 @@ Write-VolumeCache -DriveLetter C
 `}
 	// The computer name the guest takes at its next start (see Identity).
 	probeHostname = powershell.Script{Name: "probe-hostname", Text: `param()
-[Console]::Out.Write((Get-ItemProperty -Path 'HKLM:\SYSTEM\CurrentControlSet\Control\ComputerName\ComputerName').ComputerName)
+[string](Get-ItemProperty -Path 'HKLM:\SYSTEM\CurrentControlSet\Control\ComputerName\ComputerName').ComputerName
 `}
 	probeIDs = powershell.Script{Name: "probe-ids", Text: `param()
-[Console]::Out.Write((Get-ItemProperty -Path 'HKLM:\SOFTWARE\Microsoft\Cryptography').MachineGuid)
+[string](Get-ItemProperty -Path 'HKLM:\SOFTWARE\Microsoft\Cryptography').MachineGuid
 `}
 )
+
+// Text reads a probe's output: a JSON string (the wrapper's), or nothing.
+func (windowsProbes) Text(stdout []byte) string {
+	var s string
+	if err := powershell.Decode(stdout, &s); err != nil {
+		return string(stdout)
+	}
+	return s
+}
 
 func (windowsProbes) TempPath(name string) string { return `C:\Users\Public\` + name }
 func (windowsProbes) HomePath(name string) string { return `C:\Users\Public\Documents\` + name }

@@ -14,6 +14,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/powershell"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 )
 
 // decodeArgs reads back the arguments a request hands its script.
@@ -43,7 +44,7 @@ func argvOf(t testing.TB, s powershell.Script) []string {
 func TestWindowsScripts(t *testing.T) {
 	ctx := context.Background()
 	w := WindowsOS{}
-	var answer backend.ExecResult
+	answer := backend.ExecResult{Stdout: []byte("null")}
 	rr := &recordingRunner{answer: func(backend.ExecRequest) backend.ExecResult { return answer }}
 	last := func() backend.ExecRequest { return rr.reqs[len(rr.reqs)-1] }
 
@@ -57,7 +58,7 @@ func TestWindowsScripts(t *testing.T) {
 	if err := w.Ready(ctx, rr); err == nil || !strings.Contains(err.Error(), "no user is logged on") {
 		t.Fatalf("ready error: %v", err)
 	}
-	answer = backend.ExecResult{}
+	answer = backend.ExecResult{Stdout: []byte("null")}
 
 	if err := w.Identity(ctx, rr, "a-sandbox-name-longer-than-fifteen"); err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestWindowsInSession(t *testing.T) {
 		t.Fatal("the session runs through another script")
 	}
 	args := decodeArgs(t, req)
-	if args["Command"] != powershell.Encode(sessionHead+winClipboardGet.Text+sessionTail) || args["TimeoutSeconds"] != float64(30) {
+	if argv := argvOf(t, winClipboardGet); args["Command"] != argv[len(argv)-1] || args["TimeoutSeconds"] != float64(30) {
 		t.Fatalf("session args %v", args)
 	}
 
@@ -108,7 +109,7 @@ func TestWindowsInSession(t *testing.T) {
 		t.Fatalf("cursor: %d,%d %v", x, y, err)
 	}
 
-	out = ""
+	out = "null"
 	if err := w.ClipboardSet(ctx, rr, "text"); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestWindowsInSession(t *testing.T) {
 		t.Fatalf("inner args %q %v", inner, err)
 	}
 
-	errText = `{"message":"Access is denied","category":"PermissionDenied","errorId":"y"}`
+	out, errText = "", "\r\n"+`{"message":"Access is denied","category":"PermissionDenied","errorId":"y"}`+"\r\n"
 	if err := w.TypeText(ctx, rr, "x"); err == nil || !strings.Contains(err.Error(), "Access is denied") {
 		t.Fatalf("an error in the session: %v", err)
 	}
@@ -157,4 +158,47 @@ func FuzzWindowsValuesNeverChangeScripts(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWindowsGolden keeps every script a Windows guest runs, and the
+// arguments it is given, in testdata/windows (go test -update rewrites them).
+func TestWindowsGolden(t *testing.T) {
+	cases := []struct {
+		s    powershell.Script
+		args powershell.Args
+	}{
+		{winReady, nil},
+		{winIdentity, powershell.Args{"Hostname": "desk-1", "MachineGuid": "0f8fad5b-d9cb-469f-a165-70867728950e"}},
+		{winSetClock, powershell.Args{"UnixMillis": int64(1700000000123)}},
+		{winTypeText, powershell.Args{"Text": "{a}+b"}},
+		{winCursor, nil},
+		{winClipboardGet, nil},
+		{winClipboardSet, powershell.Args{"Text": "clip"}},
+		{sessionScript, powershell.Args{"Command": "QQBCAEMA", "ArgsBase64": "e30=", "TimeoutSeconds": 30}},
+		{probeRead, powershell.Args{"Path": `C:\Users\Public\t`}},
+		{probeTouch, powershell.Args{"Path": `C:\Users\Public\t`}},
+		{probeExists, powershell.Args{"Path": `C:\Users\Public\t`}},
+		{probeSync, nil},
+		{probeHostname, nil},
+		{probeIDs, nil},
+	}
+	for _, c := range cases {
+		pstest.Golden(t, "testdata/windows", c.s.Name, c.s, c.args)
+	}
+}
+
+func TestProbesText(t *testing.T) {
+	w, l := WindowsOS{}.Probes(), NewLinux(nil).Probes()
+	if got := w.Text([]byte("\xef\xbb\xbf\"h\\u00e9llo\\n\"")); got != "héllo\n" {
+		t.Errorf("windows probe text %q", got)
+	}
+	if got := l.Text([]byte("plain\n")); got != "plain\n" {
+		t.Errorf("linux probe text %q", got)
+	}
+	if got := w.TypedWrite("it's", `C:\x`); got != `[IO.File]::WriteAllText('C:\x', 'it''s' + [char]10)` {
+		t.Errorf("windows typed line %q", got)
+	}
+	if got := l.TypedWrite("it's", "/tmp/x"); got != `echo 'it'\''s' > /tmp/x` {
+		t.Errorf("linux typed line %q", got)
+	}
 }

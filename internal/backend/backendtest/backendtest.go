@@ -144,7 +144,7 @@ func Run(t *testing.T, o Options) {
 		// A clone takes its own identity shortly after its first resume.
 		var host string
 		for i := 0; i < 100; i++ {
-			if host = strings.TrimSpace(string(exec(t, "conf-life", probe.Hostname()).Stdout)); strings.EqualFold(host, "conf-life") {
+			if host = strings.TrimSpace(probe.Text(exec(t, "conf-life", probe.Hostname()).Stdout)); strings.EqualFold(host, "conf-life") {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -154,7 +154,7 @@ func Run(t *testing.T, o Options) {
 		}
 		// Each clone has its own machine (and boot) identity.
 		ids := func(id string) []string {
-			return strings.Fields(string(exec(t, id, probe.IDs()).Stdout))
+			return strings.Fields(probe.Text(exec(t, id, probe.IDs()).Stdout))
 		}
 		create(t, "conf-twin")
 		resume(t, "conf-twin")
@@ -245,7 +245,7 @@ func Run(t *testing.T, o Options) {
 		var got string
 		for i := 0; i < 50; i++ {
 			res := exec(t, "conf-type", probe.ReadFile(probe.TempPath("t")))
-			if got = string(res.Stdout); res.ExitCode == 0 && got != "" {
+			if got = probe.Text(res.Stdout); res.ExitCode == 0 && got != "" {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -264,7 +264,7 @@ func Run(t *testing.T, o Options) {
 			file, want := probe.TempPath(name), text+"\n"
 			for i := 0; i < 50; i++ {
 				res := exec(t, "conf-type", probe.ReadFile(file))
-				if got = string(res.Stdout); got == want {
+				if got = probe.Text(res.Stdout); got == want {
 					break
 				}
 				time.Sleep(200 * time.Millisecond)

@@ -1,0 +1,2 @@
+param([string]$Text)
+Set-Clipboard -Value $Text

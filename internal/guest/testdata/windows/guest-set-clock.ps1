@@ -1,0 +1,2 @@
+param([long]$UnixMillis)
+Set-Date -Date ([DateTimeOffset]::FromUnixTimeMilliseconds($UnixMillis).LocalDateTime) | Out-Null

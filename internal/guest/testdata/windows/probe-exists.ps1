@@ -1,0 +1,2 @@
+param([string]$Path)
+if (-not (Test-Path -LiteralPath $Path)) { throw "$Path does not exist" }

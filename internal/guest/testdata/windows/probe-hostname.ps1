@@ -1,0 +1,2 @@
+param()
+[string](Get-ItemProperty -Path 'HKLM:\SYSTEM\CurrentControlSet\Control\ComputerName\ComputerName').ComputerName

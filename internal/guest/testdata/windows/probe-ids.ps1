@@ -1,0 +1,2 @@
+param()
+[string](Get-ItemProperty -Path 'HKLM:\SOFTWARE\Microsoft\Cryptography').MachineGuid

@@ -1,0 +1,2 @@
+param([string]$Path)
+[System.IO.File]::ReadAllText($Path)

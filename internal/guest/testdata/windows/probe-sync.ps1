@@ -1,0 +1,2 @@
+param()
+Write-VolumeCache -DriveLetter C

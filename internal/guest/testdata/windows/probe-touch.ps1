@@ -1,0 +1,2 @@
+param([string]$Path)
+New-Item -ItemType File -Force -Path $Path | Out-Null
