@@ -3,6 +3,7 @@ package wmi
 import (
 	"context"
 	"errors"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 	"reflect"
 	"testing"
 
@@ -107,7 +108,7 @@ func TestCheckEvents(t *testing.T) {
 
 func TestSendInput(t *testing.T) {
 	ctx := context.Background()
-	rec := &Recorder{}
+	rec := &pstest.Recorder{}
 	evs := []backend.InputEvent{move(100, 200), button(backend.ButtonLeft, true), button(backend.ButtonLeft, false)}
 	if err := SendInput(ctx, rec, "hvkube-a", evs); err != nil {
 		t.Fatal(err)
@@ -157,7 +158,7 @@ func TestErrorCategories(t *testing.T) {
 		{&powershell.Error{Script: "vm-send-input", Message: "events[0]: [5000, 0] is outside the 1280x800 screen", Category: "InvalidArgument", ErrorID: "HvkubeOffScreen"}, api.ErrInvalid},
 		{&powershell.Error{Script: "vm-send-input", Message: "no Unicode", Category: "NotImplemented", ErrorID: "HvkubeUnsupported"}, api.ErrUnsupported},
 	} {
-		rec := &Recorder{Errors: map[string]error{"vm-send-input": tc.err}}
+		rec := &pstest.Recorder{Errors: map[string]error{"vm-send-input": tc.err}}
 		err := SendInput(ctx, rec, "x", []backend.InputEvent{move(5000, 0)})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%v: not %v", err, tc.want)

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -81,7 +82,7 @@ func thumbnailJSON(data []byte, w, h int) string {
 }
 
 func TestScreenshotPNG(t *testing.T) {
-	rec := &Recorder{Outputs: map[string]string{"vm-screenshot": thumbnailJSON(knownRGB565(), 4, 2)}}
+	rec := &pstest.Recorder{Outputs: map[string]string{"vm-screenshot": thumbnailJSON(knownRGB565(), 4, 2)}}
 	data, ctype, err := Screenshot(context.Background(), rec, "hvkube-a", backend.ScreenshotOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestScreenshotPNG(t *testing.T) {
 // the byte-order mark and line end PowerShell may add.
 func TestScreenshotRecordedOutput(t *testing.T) {
 	out := "\xef\xbb\xbf" + `{"Width":2,"Height":2,"Data":"APjgBx8A//8="}` + "\r\n"
-	rec := &Recorder{Outputs: map[string]string{"vm-screenshot": out}}
+	rec := &pstest.Recorder{Outputs: map[string]string{"vm-screenshot": out}}
 	data, _, err := Screenshot(context.Background(), rec, "hvkube-a", backend.ScreenshotOptions{Format: "png"})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestScreenshotJPEGAndSize(t *testing.T) {
 	// Hyper-V scales the thumbnail to the size asked for; the script
 	// reports the size it asked for.
 	w, h := 64, 48
-	rec := &Recorder{Outputs: map[string]string{"vm-screenshot": thumbnailJSON(make([]byte, w*h*2), w, h)}}
+	rec := &pstest.Recorder{Outputs: map[string]string{"vm-screenshot": thumbnailJSON(make([]byte, w*h*2), w, h)}}
 	data, ctype, err := Screenshot(context.Background(), rec, "hvkube-a", backend.ScreenshotOptions{Format: "jpeg", Quality: 50, Width: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +165,7 @@ func TestScreenshotBadOutput(t *testing.T) {
 		"no size":       thumbnailJSON(make([]byte, 8), 0, 0),
 		"not an object": `"x"`,
 	} {
-		rec := &Recorder{Outputs: map[string]string{"vm-screenshot": out}}
+		rec := &pstest.Recorder{Outputs: map[string]string{"vm-screenshot": out}}
 		if _, _, err := Screenshot(context.Background(), rec, "hvkube-a", backend.ScreenshotOptions{}); err == nil {
 			t.Errorf("%s: no error", name)
 		}
@@ -183,7 +184,7 @@ func TestScreenshotOptions(t *testing.T) {
 		{backend.ScreenshotOptions{Width: -1}, "width"},
 		{backend.ScreenshotOptions{Height: 1 << 20}, "height"},
 	} {
-		rec := &Recorder{}
+		rec := &pstest.Recorder{}
 		_, _, err := Screenshot(context.Background(), rec, "hvkube-a", tc.opts)
 		if !errors.Is(err, api.ErrInvalid) || api.FieldOf(err) != tc.field {
 			t.Errorf("%+v: error %v, want invalid %s", tc.opts, err, tc.field)

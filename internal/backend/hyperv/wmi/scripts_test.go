@@ -3,6 +3,7 @@ package wmi
 import (
 	"context"
 	"errors"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,9 +16,9 @@ import (
 
 // record runs f against a Recorder that answers every script and returns
 // the one call it made.
-func record(t *testing.T, f func(r powershell.Runner) error) Call {
+func record(t *testing.T, f func(r powershell.Runner) error) pstest.Call {
 	t.Helper()
-	rec := &Recorder{Outputs: map[string]string{
+	rec := &pstest.Recorder{Outputs: map[string]string{
 		"vm-screenshot":  thumbnailJSON(make([]byte, 2), 1, 1),
 		"vm-screen-size": `{"Width":1280,"Height":800}`,
 	}}
@@ -74,25 +75,25 @@ func TestGolden(t *testing.T) {
 			if !strings.HasPrefix(c.Script.Text, "param(") {
 				t.Errorf("%s does not begin with param()", c.Script.Name)
 			}
-			Golden(t, "testdata", name, c.Script, c.Args)
-			CheckArgsInert(t, c.Script, c.Args)
+			pstest.Golden(t, "testdata", name, c.Script, c.Args)
+			pstest.CheckArgsInert(t, c.Script, c.Args)
 		})
 	}
 }
 
 func TestScreenSize(t *testing.T) {
 	ctx := context.Background()
-	rec := &Recorder{Outputs: map[string]string{"vm-screen-size": `{"Width":1920,"Height":1080}`}}
+	rec := &pstest.Recorder{Outputs: map[string]string{"vm-screen-size": `{"Width":1920,"Height":1080}`}}
 	w, h, err := ScreenSize(ctx, rec, "hvkube-a")
 	if err != nil || w != 1920 || h != 1080 {
 		t.Errorf("ScreenSize = %d, %d, %v; want 1920, 1080", w, h, err)
 	}
-	rec = &Recorder{Outputs: map[string]string{"vm-screen-size": `{"Width":0,"Height":0}`}}
+	rec = &pstest.Recorder{Outputs: map[string]string{"vm-screen-size": `{"Width":0,"Height":0}`}}
 	if _, _, err := ScreenSize(ctx, rec, "hvkube-a"); err == nil {
 		t.Error("a 0x0 screen is no error")
 	}
 	nf := &powershell.Error{Script: "vm-screen-size", Message: "no Hyper-V VM is named 'hvkube-a'", Category: "ObjectNotFound"}
-	rec = &Recorder{Errors: map[string]error{"vm-screen-size": nf}}
+	rec = &pstest.Recorder{Errors: map[string]error{"vm-screen-size": nf}}
 	if _, _, err := ScreenSize(ctx, rec, "hvkube-a"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("missing VM: %v, want not found", err)
 	}
@@ -100,7 +101,7 @@ func TestScreenSize(t *testing.T) {
 
 func TestTypeText(t *testing.T) {
 	ctx := context.Background()
-	rec := &Recorder{}
+	rec := &pstest.Recorder{}
 	long := strings.Repeat("ab", 200) + strings.Repeat("😀", 100) // 400 units, then 100 pairs
 	if err := TypeText(ctx, rec, "hvkube-a", long); err != nil {
 		t.Fatal(err)
@@ -142,12 +143,12 @@ func TestTypeText(t *testing.T) {
 		}
 	}
 	untypable := &powershell.Error{Script: "vm-type-text", Message: "Msvm_Keyboard.TypeText returned 1", Category: "InvalidArgument", ErrorID: "HvkubeUntypable,Invoke-HvkubeMethod"}
-	rec = &Recorder{Errors: map[string]error{"vm-type-text": untypable}}
+	rec = &pstest.Recorder{Errors: map[string]error{"vm-type-text": untypable}}
 	if err := TypeText(ctx, rec, "hvkube-a", "ü"); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("untypable text: %v, want invalid", err)
 	}
 	noUnicode := &powershell.Error{Script: "vm-type-text", Message: "no Unicode", Category: "NotImplemented", ErrorID: "HvkubeUnsupported,<ScriptBlock>"}
-	rec = &Recorder{Errors: map[string]error{"vm-type-text": noUnicode}}
+	rec = &pstest.Recorder{Errors: map[string]error{"vm-type-text": noUnicode}}
 	if err := TypeText(ctx, rec, "hvkube-a", "ü"); !errors.Is(err, api.ErrUnsupported) {
 		t.Errorf("keyboard without Unicode: %v, want unsupported", err)
 	}
@@ -191,7 +192,7 @@ func FuzzArgsInert(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, name, text string) {
 		ctx := context.Background()
-		rec := &Recorder{Outputs: map[string]string{
+		rec := &pstest.Recorder{Outputs: map[string]string{
 			"vm-screenshot":  thumbnailJSON(make([]byte, 2), 1, 1),
 			"vm-screen-size": `{"Width":1280,"Height":800}`,
 		}}
@@ -207,7 +208,7 @@ func FuzzArgsInert(f *testing.F) {
 			if c.Script != scripts[c.Script.Name] {
 				t.Fatalf("%s ran with a script text of its own", c.Script.Name)
 			}
-			CheckArgsInert(t, c.Script, c.Args)
+			pstest.CheckArgsInert(t, c.Script, c.Args)
 		}
 	})
 }
