@@ -92,8 +92,8 @@ func ValidateAction(p string, a Action, width, height int, workflow bool) error 
 		forms := 0
 		if a.FileContains != nil {
 			forms++
-			if a.FileContains.Path == "" || !strings.HasPrefix(a.FileContains.Path, "/") {
-				return Invalid(join(p, "fileContains.path"), "required: an absolute path in the guest")
+			if fp := a.FileContains.Path; fp == "" || !strings.HasPrefix(fp, "/") && !winAbs.MatchString(fp) {
+				return Invalid(join(p, "fileContains.path"), "required: an absolute path in the guest (/home/agent/x, or C:\\Users\\x in a Windows guest)")
 			}
 		}
 		if len(a.Command) > 0 {
