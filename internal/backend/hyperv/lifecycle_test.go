@@ -484,6 +484,14 @@ func TestNotFound(t *testing.T) {
 	if list, err := r.b.List(ctx); err != nil || len(list) != 0 {
 		t.Errorf("list: %+v %v", list, err)
 	}
+	// Create does not take it over.
+	r.template(t, backend.TemplateSpec{})
+	if _, err := r.b.Create(ctx, backend.SandboxSpec{ID: "stranger", TemplateID: "win11"}); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("create over a stranger: %v", err)
+	}
+	if r.host.vm("hvkube-stranger") == nil {
+		t.Error("the stranger's VM was removed")
+	}
 }
 
 func TestDeleteLeavesNothing(t *testing.T) {

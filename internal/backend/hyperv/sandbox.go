@@ -270,7 +270,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 	unlock := b.lock("sandbox/" + id)
 	defer unlock()
 	if r, err := b.getVM(ctx, id); err == nil {
-		if n, ok := parseNotes(r.Notes); ok && n.Ready {
+		n, ok := parseNotes(r.Notes)
+		if !ok {
+			return backend.Info{}, fmt.Errorf("create %s: a VM named %s exists that hvkube did not make: %w", id, r.Name, api.ErrConflict)
+		}
+		if n.Ready {
 			return b.info(id, r, n), nil
 		}
 		b.log.Warn("removing the remains of an interrupted create", "sandbox", id)

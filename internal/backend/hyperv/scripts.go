@@ -329,7 +329,8 @@ var (
       if ($i -gt 0) { $vars[$kv.Substring(0, $i)] = $kv.Substring($i + 1) }
     }
     $block = [string[]]@($vars.GetEnumerator() | ForEach-Object { $_.Key + '=' + $_.Value })
-    $arguments.ProcessStartupInformation = New-CimInstance -ClassName Win32_ProcessStartup -ClientOnly -Property @{ EnvironmentVariables = $block }
+    $startup = Get-CimClass -ClassName Win32_ProcessStartup
+    $arguments.ProcessStartupInformation = New-CimInstance -CimClass $startup -ClientOnly -Property @{ EnvironmentVariables = $block }
   }
   $r = Invoke-CimMethod -ClassName Win32_Process -MethodName Create -Arguments $arguments
   if ($r.ReturnValue -ne 0) { return [pscustomobject]@{ StartError = 'Win32_Process.Create returned ' + [string]$r.ReturnValue; ProcessId = 0 } }
