@@ -1,8 +1,8 @@
 package hyperv
 
-// A minimal recording Runner and golden-file helpers, shaped like
-// internal/powershell/pstest (Recorder, Call, Golden, CheckArgsInert) so
-// that the tests switch to it by changing an import.
+// A minimal recording Runner and golden-file helpers, with the names and
+// shapes of internal/powershell/pstest (Recorder, Call, Golden,
+// CheckArgsInert).
 
 import (
 	"bytes"
