@@ -1,0 +1,2 @@
+param([string]$Name, [string]$Checkpoint)
+Checkpoint-VM -Name $Name -SnapshotName $Checkpoint

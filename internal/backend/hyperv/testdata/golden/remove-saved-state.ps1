@@ -1,0 +1,2 @@
+param([string]$Name)
+Remove-VMSavedState -VMName $Name -Confirm:$false

@@ -1,0 +1,2 @@
+param([string]$Name)
+Resume-VM -Name $Name

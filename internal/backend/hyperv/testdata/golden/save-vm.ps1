@@ -1,0 +1,2 @@
+param([string]$Name)
+Save-VM -Name $Name

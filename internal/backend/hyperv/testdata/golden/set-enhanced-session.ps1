@@ -1,0 +1,2 @@
+param([string]$Name)
+Set-VM -Name $Name -EnhancedSessionTransportType HvSocket

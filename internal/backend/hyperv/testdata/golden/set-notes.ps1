@@ -1,0 +1,2 @@
+param([string]$Name, [string]$Notes)
+Set-VM -Name $Name -Notes $Notes

@@ -1,0 +1,3 @@
+param([string]$Name)
+Start-VM -Name $Name
+Suspend-VM -Name $Name

@@ -1,0 +1,2 @@
+param([string]$Name)
+Start-VM -Name $Name

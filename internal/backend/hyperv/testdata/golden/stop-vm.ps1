@@ -1,0 +1,2 @@
+param([string]$Name)
+Stop-VM -Name $Name -TurnOff -Force

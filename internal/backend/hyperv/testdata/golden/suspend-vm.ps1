@@ -1,0 +1,2 @@
+param([string]$Name)
+Suspend-VM -Name $Name
