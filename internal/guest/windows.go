@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -105,10 +104,18 @@ func (WindowsOS) ClipboardSet(ctx context.Context, r Runner, text string) error 
 	return inSession(ctx, r, winClipboardSet, powershell.Args{"Text": text}, nil)
 }
 
-var windowsAbs = regexp.MustCompile(`^([A-Za-z]:\\|\\\\)`)
-
-// IsAbs implements OS: a drive path (C:\...) or a UNC path.
-func (WindowsOS) IsAbs(p string) bool { return windowsAbs.MatchString(p) }
+// IsAbs implements OS: a drive letter and a separator (C:\x, C:/x) or a
+// UNC path (\\server\share).
+func (WindowsOS) IsAbs(p string) bool {
+	if strings.ContainsRune(p, 0) {
+		return false
+	}
+	letter := func(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
+	if len(p) >= 3 && letter(p[0]) && p[1] == ':' && (p[2] == '\\' || p[2] == '/') {
+		return true
+	}
+	return len(p) > 2 && (strings.HasPrefix(p, `\\`) || strings.HasPrefix(p, `//`)) && p[2] != '\\' && p[2] != '/'
+}
 
 // sessionTimeout bounds a script run in the user's session.
 const sessionTimeout = 30 * time.Second

@@ -93,17 +93,3 @@ func checkExec(path string, args, env []string) error {
 	}
 	return nil
 }
-
-// isWindowsAbs reports whether p is an absolute Windows path: a drive
-// letter and a separator (C:\x, C:/x) or a UNC path (\\server\share).
-func isWindowsAbs(p string) bool {
-	if strings.ContainsRune(p, 0) {
-		return false
-	}
-	if len(p) >= 3 && isLetter(p[0]) && p[1] == ':' && (p[2] == '\\' || p[2] == '/') {
-		return true
-	}
-	return len(p) > 2 && (strings.HasPrefix(p, `\\`) || strings.HasPrefix(p, `//`)) && p[2] != '\\' && p[2] != '/'
-}
-
-func isLetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }

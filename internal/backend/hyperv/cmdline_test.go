@@ -1,6 +1,7 @@
 package hyperv
 
 import (
+	"github.com/hvkube/hvkube/internal/guest"
 	"reflect"
 	"strings"
 	"testing"
@@ -116,8 +117,8 @@ func TestIsWindowsAbs(t *testing.T) {
 		``: false, `C:`: false, `C:x`: false, `x.txt`: false, `\x`: false, `/tmp/x`: false, `\\`: false, `\\\x`: false,
 		`1:\x`: false, "C:\\a\x00b": false, `..\x`: false,
 	} {
-		if got := isWindowsAbs(p); got != want {
-			t.Errorf("isWindowsAbs(%q) = %v, want %v", p, got, want)
+		if got := (guest.WindowsOS{}).IsAbs(p); got != want {
+			t.Errorf("IsAbs(%q) = %v, want %v", p, got, want)
 		}
 	}
 }

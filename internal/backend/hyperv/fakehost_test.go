@@ -11,8 +11,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +43,7 @@ type fakeVM struct {
 type fakeHost struct {
 	mu           sync.Mutex
 	vms          []*fakeVM
-	calls        []Call
+	calls        []pstest.Call
 	fail         map[string]error
 	totalKB      int64
 	freeKB       int64
@@ -120,7 +122,7 @@ func (f *fakeHost) Run(ctx context.Context, s powershell.Script, args powershell
 		return fmt.Errorf("script %s does not begin with param()", s.Name)
 	}
 	f.mu.Lock()
-	f.calls = append(f.calls, Call{Script: s, Args: cloneArgs(args)})
+	f.calls = append(f.calls, pstest.Call{Script: s, Args: maps.Clone(args)})
 	if err := f.fail[s.Name]; err != nil {
 		f.mu.Unlock()
 		return err
@@ -442,7 +444,7 @@ func (o *fakeOS) ClipboardSet(ctx context.Context, r guest.Runner, text string) 
 	o.clipboard = text
 	return nil
 }
-func (o *fakeOS) IsAbs(p string) bool  { return isWindowsAbs(p) }
+func (o *fakeOS) IsAbs(p string) bool  { return (guest.WindowsOS{}).IsAbs(p) }
 func (o *fakeOS) Probes() guest.Probes { return nil }
 
 // rig is a backend on a fake host, with a template's source VHDX.

@@ -2,6 +2,7 @@ package hyperv
 
 import (
 	"bytes"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,14 +105,14 @@ func FuzzValuesNeverChangeScripts(f *testing.F) {
 		}
 
 		r.host.mu.Lock()
-		calls := append([]Call(nil), r.host.calls...)
+		calls := append([]pstest.Call(nil), r.host.calls...)
 		r.host.mu.Unlock()
 		for _, c := range calls {
 			want, ok := known[c.Script.Name]
 			if !ok || c.Script != want {
 				t.Fatalf("script %s is not one of the constants", c.Script.Name)
 			}
-			CheckArgsInert(t, c.Script, c.Args)
+			pstest.CheckArgsInert(t, c.Script, c.Args)
 		}
 	})
 }

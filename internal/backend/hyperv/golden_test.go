@@ -2,6 +2,7 @@ package hyperv
 
 import (
 	"bytes"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 	"io"
 	"path/filepath"
 	"regexp"
@@ -57,7 +58,7 @@ func TestGoldenScripts(t *testing.T) {
 	must(r.b.Delete(ctx, "web-1"))
 
 	root := filepath.Dir(r.dir)
-	last := map[string]Call{}
+	last := map[string]pstest.Call{}
 	for _, c := range r.host.calls {
 		last[c.Script.Name] = c
 	}
@@ -70,7 +71,7 @@ func TestGoldenScripts(t *testing.T) {
 		if c.Script != s {
 			t.Errorf("script %s ran with other text than its constant", s.Name)
 		}
-		Golden(t, filepath.Join("testdata", "golden"), s.Name, c.Script, windowsPaths(c.Args, root))
+		pstest.Golden(t, filepath.Join("testdata", "golden"), s.Name, c.Script, windowsPaths(c.Args, root))
 	}
 	if len(last) != len(allScripts) {
 		t.Errorf("%d scripts ran, allScripts lists %d", len(last), len(allScripts))

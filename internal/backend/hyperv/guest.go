@@ -115,7 +115,7 @@ func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) 
 
 // checkGuestPath refuses guest paths that are not absolute Windows paths.
 func checkGuestPath(p string) error {
-	if !isWindowsAbs(p) {
+	if !(guest.WindowsOS{}).IsAbs(p) {
 		return api.Invalid("path", "%q is not an absolute Windows path (C:\\dir\\file)", p)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -179,7 +180,7 @@ func TestCreateRunsTheStepsInOrder(t *testing.T) {
 }
 
 // call is the first recorded call of a script.
-func (r *rig) call(t *testing.T, name string) Call {
+func (r *rig) call(t *testing.T, name string) pstest.Call {
 	t.Helper()
 	r.host.mu.Lock()
 	defer r.host.mu.Unlock()
@@ -189,7 +190,7 @@ func (r *rig) call(t *testing.T, name string) Call {
 		}
 	}
 	t.Fatalf("%s was not run", name)
-	return Call{}
+	return pstest.Call{}
 }
 
 func TestCreateSandboxSettings(t *testing.T) {

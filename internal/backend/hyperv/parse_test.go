@@ -2,6 +2,7 @@ package hyperv
 
 import (
 	"errors"
+	"github.com/hvkube/hvkube/internal/powershell/pstest"
 	"io"
 	"log/slog"
 	"os"
@@ -31,12 +32,12 @@ func fixture(t *testing.T, name string) string {
 }
 
 // recorded opens a backend whose runner answers from fixtures.
-func recorded(t *testing.T, outputs map[string]string) (*Backend, *Recorder) {
+func recorded(t *testing.T, outputs map[string]string) (*Backend, *pstest.Recorder) {
 	t.Helper()
 	dir := t.TempDir()
 	cred := filepath.Join(dir, "guest.json")
 	os.WriteFile(cred, []byte(`{"user":"agent","password":"x"}`), 0o600)
-	rec := &Recorder{Outputs: map[string]string{"probe-host": fixture(t, "probe-host.json")}, Errors: map[string]error{}}
+	rec := &pstest.Recorder{Outputs: map[string]string{"probe-host": fixture(t, "probe-host.json")}, Errors: map[string]error{}}
 	for k, v := range outputs {
 		rec.Outputs[k] = fixture(t, v)
 	}

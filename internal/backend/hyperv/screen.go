@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hvkube/hvkube/internal/backend/hyperv/wmi"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
@@ -24,7 +25,7 @@ func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.Screen
 	if err := checkID(id); err != nil {
 		return nil, "", err
 	}
-	return wmiScreenshot(ctx, b.cfg.Runner, vmName(id), opts)
+	return wmi.Screenshot(ctx, b.cfg.Runner, vmName(id), opts)
 }
 
 // ScreenSize implements backend.Screen: the VM's screen as Hyper-V sees
@@ -33,7 +34,7 @@ func (b *Backend) ScreenSize(ctx context.Context, id string) (int, int, error) {
 	if err := checkID(id); err != nil {
 		return 0, 0, err
 	}
-	w, h, err := wmiScreenSize(ctx, b.cfg.Runner, vmName(id))
+	w, h, err := wmi.ScreenSize(ctx, b.cfg.Runner, vmName(id))
 	if !errors.Is(err, api.ErrUnsupported) {
 		return w, h, err
 	}
@@ -62,7 +63,7 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 	if err := checkEvents(evs, w, h); err != nil {
 		return err
 	}
-	return wmiSendInput(ctx, b.cfg.Runner, vmName(id), evs)
+	return wmi.SendInput(ctx, b.cfg.Runner, vmName(id), evs)
 }
 
 // TypeText implements backend.TextInput: the synthetic keyboard types the
@@ -71,7 +72,7 @@ func (b *Backend) TypeText(ctx context.Context, id, text string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	err := wmiTypeText(ctx, b.cfg.Runner, vmName(id), text)
+	err := wmi.TypeText(ctx, b.cfg.Runner, vmName(id), text)
 	if !errors.Is(err, api.ErrUnsupported) {
 		return err
 	}

@@ -101,11 +101,11 @@ func (r *Recorder) Recorded() []Call {
 	return slices.Clone(r.Calls)
 }
 
-// Reset forgets the calls, outputs and errors.
+// Reset forgets the calls; the answers stay.
 func (r *Recorder) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.Calls, r.Outputs, r.Errors = nil, nil, nil
+	r.Calls = nil
 }
 
 // Golden compares s's text with dir/name.ps1 and args, as indented JSON
