@@ -163,6 +163,35 @@ func TestServeRefusesOpenAddressWithoutToken(t *testing.T) {
 	}
 }
 
+// TestServeHyperVFlags: the hyperv backend names what it lacks, and a
+// credential file others may read is refused.
+func TestServeHyperVFlags(t *testing.T) {
+	dir := t.TempDir()
+	cred := filepath.Join(dir, "guest.json")
+	if err := os.WriteFile(cred, []byte(`{"user":"agent","password":"x"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--backend hyperv needs --guest-credential-file"},
+		{[]string{"--guest-credential-file", filepath.Join(dir, "missing.json")}, "--guest-credential-file: stat"},
+		{[]string{"--guest-credential-file", cred}, "--guest-credential-file: " + cred + " is accessible by group or others"},
+	} {
+		args := append([]string{"serve", "--backend", "hyperv", "--addr", "127.0.0.1:0", "--data-dir", dir}, c.args...)
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("serve %v: err %v, output %s; want %q", c.args, err, out, c.want)
+		}
+	}
+	os.Chmod(cred, 0o600)
+	out, err := exec.Command(binary, "serve", "--backend", "hyperv", "--addr", "127.0.0.1:0", "--data-dir", dir, "--guest-credential-file", cred).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Hyper-V does not answer") {
+		t.Errorf("serve --backend hyperv off Windows: err %v, output %s", err, out)
+	}
+}
+
 func TestServeWithTokenAndGracefulShutdown(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600)

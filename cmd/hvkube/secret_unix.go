@@ -9,9 +9,9 @@ import (
 
 // checkSecretMode refuses a secret file that group or others may read or
 // write, as ssh does for keys.
-func checkSecretMode(path string, fi fs.FileInfo) error {
+func checkSecretMode(flag, path string, fi fs.FileInfo) error {
 	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return fmt.Errorf("--token-file: %s is accessible by group or others (mode %04o): run chmod 600 %s", path, m, path)
+		return fmt.Errorf("%s: %s is accessible by group or others (mode %04o): run chmod 600 %s", flag, path, m, path)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/hyperv"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/gateway"
@@ -41,6 +42,9 @@ type serveConfig struct {
 	allowHostPaths  []string
 	shutdownGrace   time.Duration
 	nodeName        string
+	hypervDir       string
+	hypervSwitch    string
+	credentialFile  string
 }
 
 func newServeCmd() *cobra.Command {
@@ -65,6 +69,11 @@ refused. The dashboard's page asks for the token when one is set.
 Objects may name host files (template image files, volume host folders) only
 under --image-dir and the --allow-host-path directories.
 
+On Windows, --backend hyperv (the default there when Hyper-V answers) runs
+Windows desktops on Hyper-V: VM files under --hyperv-dir, sandboxes on
+--hyperv-switch, guest programs and files through PowerShell Direct with
+the account in --guest-credential-file. See docs/windows.md.
+
 State lives in a SQLite database in --data-dir (default: ` + defaultDataDir() + `).
 SIGINT or SIGTERM shuts the server down gracefully.`,
 		Args: cobra.NoArgs,
@@ -77,12 +86,15 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.dataDir, "data-dir", defaultDataDir(), "directory for the database and sandbox files (env HVKUBE_DATA_DIR)")
 	f.StringVar(&cfg.tokenFile, "token-file", "", "file holding the API bearer token (or set HVKUBE_TOKEN)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, none, or auto (qemu when it is installed)")
+	f.StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, hyperv, none, or auto (hyperv on Windows, qemu elsewhere, when installed)")
 	f.StringVar(&cfg.imageDir, "image-dir", qemu.DefaultImageDir(), "where `make image` leaves guest images (templates name them in spec.qemu.image)")
 	f.StringVar(&cfg.defaultTemplate, "default-template", "linux-desktop", "template for sandboxes that name no templateRef")
 	f.StringSliceVar(&cfg.allowedHosts, "allowed-hosts", nil, "more names clients may reach the server by (Host header), comma-separated or repeated")
 	f.StringArrayVar(&cfg.allowHostPaths, "allow-host-path", nil, "a host directory objects may name files under, besides --image-dir (repeatable)")
 	f.StringVar(&cfg.nodeName, "node-name", node.DefaultName(), "this host's name in the status of the sandboxes and agents it runs")
+	f.StringVar(&cfg.hypervDir, "hyperv-dir", "", "hyperv: where templates and sandbox VMs live (default DATA-DIR\\hyperv; a fast local disk)")
+	f.StringVar(&cfg.hypervSwitch, "hyperv-switch", "Default Switch", "hyperv: the virtual switch sandboxes connect to")
+	f.StringVar(&cfg.credentialFile, "guest-credential-file", "", "hyperv: JSON file {\"user\", \"password\"} of the guest account PowerShell Direct logs on with (readable only by the server's account)")
 	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
 	return cmd
 }
@@ -124,7 +136,7 @@ func loadToken(tokenFile string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--token-file: %w", err)
 	}
-	if err := checkSecretMode(tokenFile, fi); err != nil {
+	if err := checkSecretMode("--token-file", tokenFile, fi); err != nil {
 		return "", err
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
@@ -165,7 +177,17 @@ func openBackend(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log
 	case "none":
 		log.Warn("running without a VM backend: sandboxes stay Pending")
 		return nil, nil
-	case "qemu", "auto":
+	case "hyperv":
+		return openHyperV(ctx, cfg, roots, log)
+	case "auto", "qemu":
+		if cfg.backend == "auto" && runtime.GOOS == "windows" {
+			be, err := openHyperV(ctx, cfg, roots, log)
+			if err != nil && errors.Is(err, api.ErrUnavailable) {
+				log.Warn("running without a VM backend", "err", err)
+				return nil, nil
+			}
+			return be, err
+		}
 		be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(cfg.dataDir, "qemu"), ImageDir: cfg.imageDir, AllowedRoots: roots, Logger: log})
 		if err != nil && cfg.backend == "auto" && errors.Is(err, api.ErrUnavailable) {
 			log.Warn("running without a VM backend", "err", err)
@@ -173,8 +195,28 @@ func openBackend(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log
 		}
 		return be, err
 	default:
-		return nil, fmt.Errorf("--backend %q: want qemu, none or auto", cfg.backend)
+		return nil, fmt.Errorf("--backend %q: want qemu, hyperv, none or auto", cfg.backend)
 	}
+}
+
+// openHyperV opens the Hyper-V backend. It needs the guest account's
+// credential file, which must not be readable by others.
+func openHyperV(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log *slog.Logger) (backend.Backend, error) {
+	if cfg.credentialFile == "" {
+		return nil, fmt.Errorf("--backend hyperv needs --guest-credential-file (JSON {\"user\": ..., \"password\": ...} of the guest account PowerShell Direct logs on with): %w", api.ErrUnavailable)
+	}
+	fi, err := os.Stat(cfg.credentialFile)
+	if err != nil {
+		return nil, fmt.Errorf("--guest-credential-file: %w", err)
+	}
+	if err := checkSecretMode("--guest-credential-file", cfg.credentialFile, fi); err != nil {
+		return nil, err
+	}
+	dir := cfg.hypervDir
+	if dir == "" {
+		dir = filepath.Join(cfg.dataDir, "hyperv")
+	}
+	return hyperv.New(ctx, hyperv.Config{Dir: dir, Switch: cfg.hypervSwitch, CredentialFile: cfg.credentialFile, AllowedRoots: roots, Logger: log})
 }
 
 func serve(ctx context.Context, cfg serveConfig) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/backendtest"
+	"github.com/hvkube/hvkube/internal/guest"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/powershell"
 )
@@ -67,6 +68,7 @@ func TestConformance(t *testing.T) {
 			}
 			return left
 		},
+		OS:      guest.WindowsOS{},
 		Timeout: 60 * time.Minute,
 	})
 }
