@@ -56,6 +56,14 @@ type OS interface {
 	ClipboardSet(ctx context.Context, r Runner, text string) error
 	// IsAbs reports whether p is an absolute path in the guest.
 	IsAbs(p string) bool
+	// Glob lists the regular files that match an absolute path pattern
+	// (* ? [...]); the pattern is expanded, never run.
+	Glob(ctx context.Context, r Runner, pattern string) ([]string, error)
+	// ProcessRunning fails unless a process of that name runs.
+	ProcessRunning(ctx context.Context, r Runner, name string) error
+	// Listening fails unless something accepts TCP connections on port
+	// (on the guest's loopback).
+	Listening(ctx context.Context, r Runner, port int) error
 	// Probes are the commands the conformance suite looks inside with.
 	Probes() Probes
 }
@@ -114,4 +122,16 @@ func run(ctx context.Context, r Runner, req backend.ExecRequest) (backend.ExecRe
 		return res, fmt.Errorf("%s exited %d: %s", req.Path, res.ExitCode, msg)
 	}
 	return res, nil
+}
+
+// Bind makes a Runner of one sandbox of a backend.Guest.
+func Bind(g backend.Guest, sandbox string) Runner { return bound{g, sandbox} }
+
+type bound struct {
+	g  backend.Guest
+	id string
+}
+
+func (b bound) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+	return b.g.Exec(ctx, b.id, req)
 }

@@ -257,6 +257,54 @@ func (l LinuxOS) ClipboardSet(ctx context.Context, r Runner, text string) error 
 // IsAbs implements OS.
 func (LinuxOS) IsAbs(p string) bool { return strings.HasPrefix(p, "/") }
 
+// globScript lists the regular files matching its first argument. The
+// pattern is passed as an argument and expanded unquoted with field
+// splitting off: the shell globs it but never runs it.
+const globScript = `IFS=; for f in $1; do if [ -f "$f" ]; then printf '%s\n' "$f"; fi; done`
+
+// Glob implements OS with the POSIX shell's globbing.
+func (l LinuxOS) Glob(ctx context.Context, r Runner, pattern string) ([]string, error) {
+	if !l.IsAbs(pattern) {
+		return nil, fmt.Errorf("%q is not an absolute path in the guest", pattern)
+	}
+	res, err := run(ctx, r, backend.ExecRequest{Path: "/bin/sh", Args: []string{"-c", globScript, "sh", pattern}})
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, f := range strings.Split(string(res.Stdout), "\n") {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files, nil
+}
+
+// ProcessRunning implements OS with pgrep.
+func (LinuxOS) ProcessRunning(ctx context.Context, r Runner, name string) error {
+	res, err := r.Exec(ctx, backend.ExecRequest{Path: "pgrep", Args: []string{"-x", "--", name}})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("no process %q runs in the guest", name)
+	}
+	return nil
+}
+
+// Listening implements OS: bash opens /dev/tcp/HOST/PORT itself; the port
+// is a number, not text.
+func (LinuxOS) Listening(ctx context.Context, r Runner, port int) error {
+	res, err := r.Exec(ctx, backend.ExecRequest{Path: "bash", Args: []string{"-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", port)}})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("nothing listens on port %d in the guest", port)
+	}
+	return nil
+}
+
 // Probes implements OS.
 func (LinuxOS) Probes() Probes { return linuxProbes{} }
 

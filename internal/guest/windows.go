@@ -117,6 +117,40 @@ func (WindowsOS) IsAbs(p string) bool {
 	return len(p) > 2 && (strings.HasPrefix(p, `\\`) || strings.HasPrefix(p, `//`)) && p[2] != '\\' && p[2] != '/'
 }
 
+// Glob implements OS with Get-ChildItem, whose -Path expands wildcards.
+func (w WindowsOS) Glob(ctx context.Context, r Runner, pattern string) ([]string, error) {
+	if !w.IsAbs(pattern) {
+		return nil, fmt.Errorf("%q is not an absolute path in the guest", pattern)
+	}
+	var files []string
+	err := runScript(ctx, r, winGlob, powershell.Args{"Pattern": pattern}, &files)
+	return files, err
+}
+
+// ProcessRunning implements OS with Get-Process (the name without .exe).
+func (WindowsOS) ProcessRunning(ctx context.Context, r Runner, name string) error {
+	var n int
+	if err := runScript(ctx, r, winProcess, powershell.Args{"Name": strings.TrimSuffix(name, ".exe")}, &n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("no process %q runs in the guest", name)
+	}
+	return nil
+}
+
+// Listening implements OS: a TCP connection to the guest's loopback.
+func (WindowsOS) Listening(ctx context.Context, r Runner, port int) error {
+	var ok bool
+	if err := runScript(ctx, r, winListening, powershell.Args{"Port": port}, &ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("nothing listens on port %d in the guest", port)
+	}
+	return nil
+}
+
 // sessionTimeout bounds a script run in the user's session.
 const sessionTimeout = 30 * time.Second
 
@@ -162,6 +196,19 @@ if ($pending -ne $Hostname) {
 
 	winSetClock = powershell.Script{Name: "guest-set-clock", Text: `param([long]$UnixMillis)
 Set-Date -Date ([DateTimeOffset]::FromUnixTimeMilliseconds($UnixMillis).LocalDateTime) | Out-Null
+`}
+
+	winGlob = powershell.Script{Name: "guest-glob", Text: `param([string]$Pattern)
+@(Get-ChildItem -Path $Pattern -File -Force -ErrorAction SilentlyContinue | ForEach-Object { [string]$_.FullName })
+`}
+
+	winProcess = powershell.Script{Name: "guest-process", Text: `param([string]$Name)
+@(Get-Process -Name $Name -ErrorAction SilentlyContinue).Count
+`}
+
+	winListening = powershell.Script{Name: "guest-listening", Text: `param([int]$Port)
+$client = New-Object System.Net.Sockets.TcpClient
+try { $client.Connect('127.0.0.1', $Port); $true } catch { $false } finally { $client.Close() }
 `}
 
 	// SendKeys gives + ^ % ~ ( ) { } [ ] meanings of their own: each is

@@ -175,6 +175,9 @@ func TestWindowsGolden(t *testing.T) {
 		{winClipboardGet, nil},
 		{winClipboardSet, powershell.Args{"Text": "clip"}},
 		{sessionScript, powershell.Args{"Command": "QQBCAEMA", "ArgsBase64": "e30=", "TimeoutSeconds": 30}},
+		{winGlob, powershell.Args{"Pattern": `C:\Users\Public\*.txt`}},
+		{winProcess, powershell.Args{"Name": "explorer"}},
+		{winListening, powershell.Args{"Port": 3389}},
 		{probeRead, powershell.Args{"Path": `C:\Users\Public\t`}},
 		{probeTouch, powershell.Args{"Path": `C:\Users\Public\t`}},
 		{probeExists, powershell.Args{"Path": `C:\Users\Public\t`}},
@@ -200,5 +203,53 @@ func TestProbesText(t *testing.T) {
 	}
 	if got := l.TypedWrite("it's", "/tmp/x"); got != `echo 'it'\''s' > /tmp/x` {
 		t.Errorf("linux typed line %q", got)
+	}
+}
+
+func TestGuestChecks(t *testing.T) {
+	ctx := context.Background()
+	answers := map[string]backend.ExecResult{}
+	rr := &recordingRunner{answer: func(req backend.ExecRequest) backend.ExecResult { return answers[req.Path] }}
+	w, l := WindowsOS{}, NewLinux(nil)
+
+	answers["powershell.exe"] = backend.ExecResult{Stdout: []byte(`"C:\\Users\\Public\\a.txt"`)}
+	if files, err := w.Glob(ctx, rr, `C:\Users\Public\*.txt`); err != nil || len(files) != 1 || files[0] != `C:\Users\Public\a.txt` {
+		t.Fatalf("windows glob: %q %v", files, err)
+	}
+	if got := decodeArgs(t, rr.reqs[len(rr.reqs)-1])["Pattern"]; got != `C:\Users\Public\*.txt` {
+		t.Fatalf("glob pattern %v", got)
+	}
+	answers["powershell.exe"] = backend.ExecResult{Stdout: []byte("0")}
+	if err := w.ProcessRunning(ctx, rr, "notepad.exe"); err == nil || !strings.Contains(err.Error(), `no process "notepad.exe"`) {
+		t.Fatalf("windows process: %v", err)
+	}
+	if got := decodeArgs(t, rr.reqs[len(rr.reqs)-1])["Name"]; got != "notepad" {
+		t.Fatalf("process name %v", got)
+	}
+	answers["powershell.exe"] = backend.ExecResult{Stdout: []byte("false")}
+	if err := w.Listening(ctx, rr, 8080); err == nil || !strings.Contains(err.Error(), "port 8080") {
+		t.Fatalf("windows listening: %v", err)
+	}
+	for _, os := range []OS{w, l} {
+		if _, err := os.Glob(ctx, rr, "relative/*"); err == nil {
+			t.Errorf("%s glob of a relative pattern", os.Name())
+		}
+	}
+
+	answers["/bin/sh"] = backend.ExecResult{Stdout: []byte("/tmp/a b.txt\n/tmp/c.txt\n")}
+	files, err := l.Glob(ctx, rr, "/tmp/*.txt")
+	if err != nil || !reflect.DeepEqual(files, []string{"/tmp/a b.txt", "/tmp/c.txt"}) {
+		t.Fatalf("linux glob: %q %v", files, err)
+	}
+	if req := rr.reqs[len(rr.reqs)-1]; req.Args[0] != "-c" || req.Args[1] != globScript || req.Args[3] != "/tmp/*.txt" {
+		t.Fatalf("linux glob ran %q", req.Args)
+	}
+	answers["pgrep"] = backend.ExecResult{ExitCode: 1}
+	if err := l.ProcessRunning(ctx, rr, "firefox"); err == nil {
+		t.Fatal("linux process check passed with pgrep exiting 1")
+	}
+	answers["bash"] = backend.ExecResult{}
+	if err := l.Listening(ctx, rr, 22); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hvkube/hvkube/internal/guest"
 	"image"
 	"image/png"
 	"io"
@@ -350,13 +351,14 @@ func (n *Node) collect(ctx context.Context, a *api.Agent, sandbox, dir string, r
 		lg.printf("artifacts: %v", err)
 		return
 	}
+	osys := n.guestOS(ctx, sandbox)
 	if err := os.MkdirAll(filepath.Join(dir, "artifacts"), 0o700); err != nil {
 		lg.printf("artifacts: %v", err)
 		return
 	}
 	seen := map[string]bool{}
 	for _, pattern := range a.Spec.Output.Artifacts {
-		files, err := guestGlob(ctx, g, sandbox, pattern)
+		files, err := osys.Glob(ctx, guest.Bind(g, sandbox), pattern)
 		if err != nil {
 			lg.printf("artifacts %s: %v", pattern, err)
 			continue
@@ -383,28 +385,6 @@ func (n *Node) collect(ctx context.Context, a *api.Agent, sandbox, dir string, r
 			lg.printf("artifact %s -> %s", f, rel)
 		}
 	}
-}
-
-// globScript lists the regular files matching its first argument. The
-// pattern is passed as an argument and expanded unquoted with field
-// splitting off: the shell globs it but never runs it.
-const globScript = `IFS=; for f in $1; do if [ -f "$f" ]; then printf '%s\n' "$f"; fi; done`
-
-func guestGlob(ctx context.Context, g backend.Guest, sandbox, pattern string) ([]string, error) {
-	if !strings.HasPrefix(pattern, "/") {
-		return nil, fmt.Errorf("%q is not an absolute path in the guest", pattern)
-	}
-	res, err := g.Exec(ctx, sandbox, backend.ExecRequest{Path: "/bin/sh", Args: []string{"-c", globScript, "sh", pattern}})
-	if err != nil {
-		return nil, err
-	}
-	var files []string
-	for _, l := range strings.Split(string(res.Stdout), "\n") {
-		if l != "" {
-			files = append(files, l)
-		}
-	}
-	return files, nil
 }
 
 func copyOut(ctx context.Context, g backend.Guest, sandbox, from, to string) error {

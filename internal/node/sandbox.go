@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hvkube/hvkube/internal/guest"
 	"reflect"
 	"strings"
 	"time"
@@ -437,28 +438,34 @@ func (n *Node) healthCheck(ctx context.Context, name string) error {
 	if !ok || hc.Type == "" || hc.Type == "guest" {
 		return nil
 	}
-	var req backend.ExecRequest
+	osys, r := n.guestOS(ctx, name), guest.Bind(g, name)
 	switch hc.Type {
 	case "process":
-		req = backend.ExecRequest{Path: "pgrep", Args: []string{"-x", "--", hc.ProcessName}}
+		return osys.ProcessRunning(ctx, r, hc.ProcessName)
 	case "tcp":
-		// bash opens /dev/tcp/HOST/PORT itself; the port is a validated
-		// number, not user text.
-		req = backend.ExecRequest{Path: "bash", Args: []string{"-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", hc.Port)}}
-	default:
-		return nil
-	}
-	res, err := g.Exec(ctx, name, req)
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		if hc.Type == "process" {
-			return fmt.Errorf("no process %q runs in the guest", hc.ProcessName)
-		}
-		return fmt.Errorf("nothing listens on port %d in the guest", hc.Port)
+		return osys.Listening(ctx, r, hc.Port)
 	}
 	return nil
+}
+
+// guestOS is the OS inside a sandbox: its template's spec.guest.os (Linux
+// when the template cannot be read).
+func (n *Node) guestOS(ctx context.Context, sandbox string) guest.OS {
+	name := ""
+	if o, err := n.st.Get(ctx, api.KindSandbox, sandbox); err == nil {
+		tpl := o.(*api.Sandbox).Spec.TemplateRef
+		if tpl == "" {
+			tpl = n.opt.DefaultTemplate
+		}
+		if t, err := n.st.Get(ctx, api.KindTemplate, tpl); err == nil {
+			name = t.(*api.Template).Spec.Guest.OS
+		}
+	}
+	osys, err := guest.For(name, nil)
+	if err != nil {
+		return guest.NewLinux(nil)
+	}
+	return osys
 }
 
 // heartbeatEvery is how stale status.lastHeartbeat may get while the

@@ -444,8 +444,11 @@ func (o *fakeOS) ClipboardSet(ctx context.Context, r guest.Runner, text string) 
 	o.clipboard = text
 	return nil
 }
-func (o *fakeOS) IsAbs(p string) bool  { return (guest.WindowsOS{}).IsAbs(p) }
-func (o *fakeOS) Probes() guest.Probes { return nil }
+func (o *fakeOS) IsAbs(p string) bool                                          { return (guest.WindowsOS{}).IsAbs(p) }
+func (o *fakeOS) Glob(context.Context, guest.Runner, string) ([]string, error) { return nil, nil }
+func (o *fakeOS) ProcessRunning(context.Context, guest.Runner, string) error   { return nil }
+func (o *fakeOS) Listening(context.Context, guest.Runner, int) error           { return nil }
+func (o *fakeOS) Probes() guest.Probes                                         { return nil }
 
 // rig is a backend on a fake host, with a template's source VHDX.
 type rig struct {

@@ -1,0 +1,2 @@
+param([string]$Pattern)
+@(Get-ChildItem -Path $Pattern -File -Force -ErrorAction SilentlyContinue | ForEach-Object { [string]$_.FullName })

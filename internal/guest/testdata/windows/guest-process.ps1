@@ -1,0 +1,2 @@
+param([string]$Name)
+@(Get-Process -Name $Name -ErrorAction SilentlyContinue).Count
