@@ -8,7 +8,6 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/display"
 )
 
 var (
@@ -60,7 +59,7 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 	if err != nil {
 		return fmt.Errorf("sandbox %s: resolution %q: %w", id, m.resolution, err)
 	}
-	if err := checkEvents(evs, w, h); err != nil {
+	if err := wmi.CheckEvents(evs, w, h); err != nil {
 		return err
 	}
 	return wmi.SendInput(ctx, b.cfg.Runner, vmName(id), evs)
@@ -94,30 +93,4 @@ func (b *Backend) CursorPosition(ctx context.Context, id string) (int, int, erro
 		return 0, 0, err
 	}
 	return osys.Cursor(ctx, b.runner(id))
-}
-
-// checkEvents checks raw events against a width x height screen.
-func checkEvents(evs []backend.InputEvent, w, h int) error {
-	for i, e := range evs {
-		switch e.Kind {
-		case backend.EventMove:
-			if err := display.CheckPoint(e.X, e.Y, w, h); err != nil {
-				return api.Invalid(fmt.Sprintf("events[%d]", i), "%v", err)
-			}
-		case backend.EventButton:
-			switch e.Button {
-			case backend.ButtonLeft, backend.ButtonRight, backend.ButtonMiddle, backend.ButtonBack, backend.ButtonForward,
-				backend.ButtonWheelUp, backend.ButtonWheelDown, backend.ButtonWheelLeft, backend.ButtonWheelRight:
-			default:
-				return api.Invalid(fmt.Sprintf("events[%d].button", i), "unknown button %q", e.Button)
-			}
-		case backend.EventKey:
-			if !display.IsQCode(e.Key) {
-				return api.Invalid(fmt.Sprintf("events[%d].key", i), "unknown key %q", e.Key)
-			}
-		default:
-			return api.Invalid(fmt.Sprintf("events[%d].kind", i), "unknown event kind %q", e.Kind)
-		}
-	}
-	return nil
 }
