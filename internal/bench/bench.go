@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/hvkube/hvkube/internal/backend"
 )
 
 // Result is one measured operation.
@@ -142,9 +145,11 @@ func Machine() string {
 			mem = fmt.Sprintf(", %.0f GiB RAM", float64(kb)/(1<<20))
 		}
 	}
-	kvm := "no KVM (TCG)"
+	// Whether KVM runs guests is for a probe to say (the QEMU benchmarks
+	// name the accelerator in use); the device node alone does not tell.
+	kvm := "no /dev/kvm (TCG)"
 	if _, err := os.Stat("/dev/kvm"); err == nil {
-		kvm = "KVM"
+		kvm = "/dev/kvm present"
 	}
 	return fmt.Sprintf("%s, %d cores%s, %s, %s/%s", model, runtime.NumCPU(), mem, kvm, runtime.GOOS, runtime.GOARCH)
 }
@@ -158,4 +163,53 @@ func fmtDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
 	}
+}
+
+// phaseRows gathers the steps a backend marked (backend.Phases) over the
+// runs of one operation, as one result per step, in the order first seen.
+type phaseRows struct {
+	order   []string
+	samples map[string][]time.Duration
+}
+
+func (p *phaseRows) add(steps []backend.Phase) {
+	if p.samples == nil {
+		p.samples = map[string][]time.Duration{}
+	}
+	for _, s := range steps {
+		if _, ok := p.samples[s.Name]; !ok {
+			p.order = append(p.order, s.Name)
+		}
+		p.samples[s.Name] = append(p.samples[s.Name], s.Took)
+	}
+}
+
+// results are the steps' rows, named "↳ step".
+func (p *phaseRows) results() []Result {
+	var out []Result
+	for _, name := range p.order {
+		out = append(out, Result{Name: "↳ " + name, Samples: p.samples[name], Target: ""})
+	}
+	return out
+}
+
+// addPhased measures fn n times like Add, giving it a context that
+// collects the backend's steps, and adds the total and then a row per
+// step.
+func (rep *Report) addPhased(ctx context.Context, name string, n int, target string, fn func(ctx context.Context, i int) error) error {
+	r := Result{Name: name, Target: target}
+	var rows phaseRows
+	for i := 0; i < n; i++ {
+		var ph backend.Phases
+		pctx := backend.WithPhases(ctx, &ph)
+		start := time.Now()
+		if err := fn(pctx, i); err != nil {
+			return fmt.Errorf("%s: run %d: %w", name, i, err)
+		}
+		r.Samples = append(r.Samples, time.Since(start))
+		rows.add(ph.Steps())
+	}
+	rep.Results = append(rep.Results, r)
+	rep.Results = append(rep.Results, rows.results()...)
+	return nil
 }

@@ -45,6 +45,9 @@ type OS interface {
 	SetResolution(ctx context.Context, r Runner, resolution string) error
 	// Identity gives a fresh clone its own name and machine identity.
 	Identity(ctx context.Context, r Runner, hostname string) error
+	// Rename gives a guest that already has its own machine identity a
+	// new hostname, the rest of Identity left as it is.
+	Rename(ctx context.Context, r Runner, hostname string) error
 	// SetClock sets the guest's clock (after a resume from a snapshot).
 	SetClock(ctx context.Context, r Runner, t time.Time) error
 	// TypeText types text into the focused window from inside the guest

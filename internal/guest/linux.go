@@ -80,15 +80,14 @@ func (l LinuxOS) SetResolution(ctx context.Context, r Runner, res string) error 
 	return nil
 }
 
-// Identity implements OS: a fresh clone gets its own hostname (the
-// kernel's, and in /etc/hosts so that it resolves; /etc/hostname only
-// matters at boot, and a clone never boots), machine id and boot id (the
-// image's init binds /run/hvkube/boot_id over the kernel's, which is made
-// once per boot). It writes files, through the Runner's FileWriter when it
-// has one (no program run: under emulation a program costs a second). The
-// kernel reseeds its random number generator by itself: every clone's
-// vmgenid device reports a new generation.
-func (LinuxOS) Identity(ctx context.Context, r Runner, hostname string) error {
+// Identity implements OS: a fresh clone gets its own machine id and boot
+// id (the image's init binds /run/hvkube/boot_id over the kernel's, which
+// is made once per boot) and its hostname (see Rename). It writes files,
+// through the Runner's FileWriter when it has one (no program run: under
+// emulation a program costs a second). The kernel reseeds its random
+// number generator by itself: every clone's vmgenid device reports a new
+// generation.
+func (l LinuxOS) Identity(ctx context.Context, r Runner, hostname string) error {
 	id := make([]byte, 16)
 	boot := make([]byte, 16)
 	if _, err := rand.Read(id); err != nil {
@@ -100,16 +99,32 @@ func (LinuxOS) Identity(ctx context.Context, r Runner, hostname string) error {
 	boot[6] = boot[6]&0x0f | 0x40 // a version 4 UUID, as the kernel makes
 	boot[8] = boot[8]&0x3f | 0x80
 	bootID := fmt.Sprintf("%x-%x-%x-%x-%x\n", boot[0:4], boot[4:6], boot[6:8], boot[8:10], boot[10:16])
-	hosts := "127.0.0.1\tlocalhost\n127.0.1.1\t" + hostname + "\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
-	for _, f := range []struct {
-		path string
-		data []byte
-	}{
+	if err := writeFiles(ctx, r, []guestFile{
 		{"/etc/machine-id", []byte(hex.EncodeToString(id) + "\n")},
-		{"/etc/hosts", []byte(hosts)},
-		{"/proc/sys/kernel/hostname", []byte(hostname)},
 		{"/run/hvkube/boot_id", []byte(bootID)},
-	} {
+	}); err != nil {
+		return err
+	}
+	return l.Rename(ctx, r, hostname)
+}
+
+// Rename implements OS: the kernel's hostname, and /etc/hosts so that it
+// resolves (/etc/hostname only matters at boot, and a clone never boots).
+func (LinuxOS) Rename(ctx context.Context, r Runner, hostname string) error {
+	hosts := "127.0.0.1\tlocalhost\n127.0.1.1\t" + hostname + "\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
+	return writeFiles(ctx, r, []guestFile{
+		{"/proc/sys/kernel/hostname", []byte(hostname)},
+		{"/etc/hosts", []byte(hosts)},
+	})
+}
+
+type guestFile struct {
+	path string
+	data []byte
+}
+
+func writeFiles(ctx context.Context, r Runner, files []guestFile) error {
+	for _, f := range files {
 		if err := writeFile(ctx, r, f.path, f.data); err != nil {
 			return fmt.Errorf("guest identity: %s: %w", f.path, err)
 		}

@@ -70,6 +70,17 @@ func TestLinuxIdentity(t *testing.T) {
 	if err := l.Identity(ctx, fr, "desk-1"); err != nil || fr.files["/etc/machine-id"] == first {
 		t.Fatalf("a second identity kept the machine id (%v)", err)
 	}
+	// Rename changes the hostname alone.
+	ids := fr.files["/etc/machine-id"] + fr.files["/run/hvkube/boot_id"]
+	if err := l.Rename(ctx, fr, "desk-9"); err != nil {
+		t.Fatal(err)
+	}
+	if fr.files["/proc/sys/kernel/hostname"] != "desk-9" || !strings.Contains(fr.files["/etc/hosts"], "127.0.1.1\tdesk-9\n") {
+		t.Fatalf("after rename: %v", fr.files)
+	}
+	if fr.files["/etc/machine-id"]+fr.files["/run/hvkube/boot_id"] != ids {
+		t.Fatal("rename changed the machine or boot id")
+	}
 
 	// Without one, tee writes each file from its standard input.
 	rr := &recordingRunner{}

@@ -64,6 +64,11 @@ func (WindowsOS) Identity(ctx context.Context, r Runner, hostname string) error 
 	return runScript(ctx, r, winIdentity, powershell.Args{"Hostname": NetBIOSName(hostname), "MachineGuid": guid}, nil)
 }
 
+// Rename implements OS: the computer name alone (see Identity).
+func (WindowsOS) Rename(ctx context.Context, r Runner, hostname string) error {
+	return runScript(ctx, r, winIdentity, powershell.Args{"Hostname": NetBIOSName(hostname), "MachineGuid": ""}, nil)
+}
+
 // NetBIOSName is hostname cut to the 15 characters a Windows computer name
 // may have.
 func NetBIOSName(hostname string) string {
@@ -187,7 +192,9 @@ if (-not (Get-Process -Name explorer -ErrorAction SilentlyContinue)) { throw 'th
 `}
 
 	winIdentity = powershell.Script{Name: "guest-identity", Text: `param([string]$Hostname, [string]$MachineGuid)
-Set-ItemProperty -Path 'HKLM:\SOFTWARE\Microsoft\Cryptography' -Name MachineGuid -Value $MachineGuid
+if ($MachineGuid) {
+  Set-ItemProperty -Path 'HKLM:\SOFTWARE\Microsoft\Cryptography' -Name MachineGuid -Value $MachineGuid
+}
 $pending = (Get-ItemProperty -Path 'HKLM:\SYSTEM\CurrentControlSet\Control\ComputerName\ComputerName').ComputerName
 if ($pending -ne $Hostname) {
   Rename-Computer -NewName $Hostname -Force -WarningAction SilentlyContinue | Out-Null

@@ -421,6 +421,9 @@ func (o *fakeOS) Identity(ctx context.Context, r guest.Runner, hostname string) 
 	}
 	return err
 }
+func (o *fakeOS) Rename(ctx context.Context, r guest.Runner, hostname string) error {
+	return o.Identity(ctx, r, hostname)
+}
 func (o *fakeOS) SetClock(ctx context.Context, r guest.Runner, t time.Time) error {
 	o.note("clock")
 	return nil

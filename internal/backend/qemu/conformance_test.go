@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -81,21 +82,28 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 	ctx := context.Background()
 	waitSpare := func(t *testing.T) *spare {
 		t.Helper()
-		b.mu.Lock()
-		s := b.spares[tplID]
-		b.mu.Unlock()
-		if s == nil {
-			t.Fatal("no spare is kept for the template")
+		deadline := time.Now().Add(time.Minute)
+		for {
+			b.mu.Lock()
+			set := b.spares[tplID]
+			var sp *spare
+			if set != nil && len(set.ready) > 0 {
+				sp = set.ready[0]
+			}
+			making := set != nil && set.making != nil
+			b.mu.Unlock()
+			switch {
+			case sp != nil:
+				return sp
+			case set == nil:
+				t.Fatal("no spare is kept for the template")
+			case !making && time.Now().After(deadline):
+				t.Fatal("no spare is being made")
+			case time.Now().After(deadline):
+				t.Fatal("the spare was not made in a minute")
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		select {
-		case <-s.done:
-		case <-time.After(time.Minute):
-			t.Fatal("the spare was not made in a minute")
-		}
-		if s.sp == nil {
-			t.Fatal("making the spare failed")
-		}
-		return s.sp
 	}
 	sparesLeft := func() []string {
 		entries, _ := os.ReadDir(b.sparesDir())
@@ -125,6 +133,8 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 		if err := b.Resume(ctx, "spare-a"); err != nil {
 			t.Fatal(err)
 		}
+		// The first guest call after the first resume already sees the
+		// sandbox's hostname.
 		res, err := b.Exec(ctx, "spare-a", backend.ExecRequest{Path: "sh", Args: []string{"-c", "hostname; echo kept > /tmp/kept"}})
 		if err != nil || string(res.Stdout) != "spare-a\n" {
 			t.Fatalf("exec in the clone: %q %v", res.Stdout, err)
@@ -160,6 +170,54 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 		if info.PID == sp.p.pid || info.State != backend.StatePaused {
 			t.Fatalf("create after the spare died: %+v", info)
 		}
+		// Started on demand: its whole identity is written after the
+		// first resume, before any guest call.
+		if err := b.Resume(ctx, "spare-b"); err != nil {
+			t.Fatal(err)
+		}
+		if got := hostnameOf(t, b, "spare-b"); got != "spare-b" {
+			t.Fatalf("hostname of a clone started on demand: %q", got)
+		}
+	})
+
+	t.Run("ResetSwapsInASpare", func(t *testing.T) {
+		waitSpare(t)
+		if _, err := b.Create(ctx, backend.SandboxSpec{ID: "spare-r", TemplateID: tplID}); err != nil {
+			t.Fatal(err)
+		}
+		defer b.Delete(ctx, "spare-r")
+		if err := b.Resume(ctx, "spare-r"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Exec(ctx, "spare-r", backend.ExecRequest{Path: "touch", Args: []string{"/tmp/used"}}); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := b.Inspect(ctx, "spare-r")
+		sp := waitSpare(t)
+		if err := b.Reset(ctx, "spare-r"); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := b.Inspect(ctx, "spare-r")
+		if after.PID != sp.p.pid || after.State != backend.StatePaused {
+			t.Fatalf("after the reset: %+v, want the spare's QEMU %d, paused", after, sp.p.pid)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for processAlive(before.PID, sandboxNamePrefix) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the QEMU the reset replaced (%d) still runs", before.PID)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := b.Resume(ctx, "spare-r"); err != nil {
+			t.Fatal(err)
+		}
+		if got := hostnameOf(t, b, "spare-r"); got != "spare-r" {
+			t.Fatalf("hostname after the reset: %q", got)
+		}
+		res, err := b.Exec(ctx, "spare-r", backend.ExecRequest{Path: "ls", Args: []string{"/tmp/used"}})
+		if err != nil || res.ExitCode == 0 {
+			t.Fatalf("a file made before the reset is still there: %+v %v", res, err)
+		}
 	})
 
 	t.Run("StaleSparesRemovedAtStart", func(t *testing.T) {
@@ -184,7 +242,7 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 
 	t.Run("DeleteTemplateDropsSpare", func(t *testing.T) {
 		b.dropSpare(tplID) // the one the restarted backend killed
-		b.refillSpare(b.mustTemplate(t, tplID))
+		b.refillSpares(b.mustTemplate(t, tplID))
 		sp := waitSpare(t)
 		if !processAlive(sp.p.pid, sp.p.name) {
 			t.Fatal("the spare does not run")
@@ -197,6 +255,44 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 			t.Fatalf("spares left: %v", left)
 		}
 	})
+
+	t.Run("PendingIdentityKeptAcrossRestart", func(t *testing.T) {
+		b.refillSpares(b.mustTemplate(t, tplID))
+		waitSpare(t)
+		if _, err := b.Create(ctx, backend.SandboxSpec{ID: "spare-p", TemplateID: tplID}); err != nil {
+			t.Fatal(err)
+		}
+		// A server restarted between the clone and its first resume: b
+		// lets go of the sandbox, b2 adopts it.
+		b.mu.Lock()
+		v := b.vms["spare-p"]
+		delete(b.vms, "spare-p")
+		b.mu.Unlock()
+		v.disconnect()
+		b.dropAllSpares()
+		b2, err := New(ctx, Config{Dir: b.cfg.Dir, ImageDir: b.cfg.ImageDir, NoSpares: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b2.Close()
+		defer b2.Delete(ctx, "spare-p")
+		if err := b2.Resume(ctx, "spare-p"); err != nil {
+			t.Fatal(err)
+		}
+		if got := hostnameOf(t, b2, "spare-p"); got != "spare-p" {
+			t.Fatalf("hostname after a restart: %q", got)
+		}
+	})
+}
+
+// hostnameOf is the guest's hostname, read by the first guest call.
+func hostnameOf(t *testing.T, b *Backend, id string) string {
+	t.Helper()
+	res, err := b.Exec(context.Background(), id, backend.ExecRequest{Path: "cat", Args: []string{"/proc/sys/kernel/hostname"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(res.Stdout))
 }
 
 func (b *Backend) mustTemplate(t *testing.T, id string) tplMeta {

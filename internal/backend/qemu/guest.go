@@ -16,9 +16,10 @@ import (
 // (and FileWriter): what the backend does in the guest, the OS knows how
 // to do (internal/guest), and the guest agent carries it.
 type guest struct {
-	ga  *qga.Client
-	img image
-	os  guestos.OS
+	ga   *qga.Client
+	img  image
+	os   guestos.OS
+	gate gate // closed while a clone's identity is written
 }
 
 func newGuest(ga *qga.Client, img image) *guest {

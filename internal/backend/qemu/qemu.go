@@ -73,6 +73,9 @@ type Config struct {
 	// NoSpares turns off spare clones (see spare): every clone then starts
 	// its QEMU on demand.
 	NoSpares bool
+	// MaxSpares is the most spares a template keeps (default
+	// DefaultMaxSpares).
+	MaxSpares int
 	// AllowedRoots are the host directories a template's explicit image
 	// files (spec.qemu.disk, kernel, initrd) must lie under; ImageDir
 	// alone when empty.
@@ -90,8 +93,8 @@ type Backend struct {
 	mu        sync.Mutex // guards the following fields
 	vms       map[string]*vm
 	tplLocks  map[string]*sync.Mutex
-	building  map[string]int        // template id -> guest MB being booted
-	spares    map[string]*spareSlot // template id -> its spare clone
+	building  map[string]int       // template id -> guest MB being booted
+	spares    map[string]*spareSet // template id -> its spare clones
 	closeOnce sync.Once
 
 	// bgCtx bounds the backend's own background work (making spares);
@@ -168,6 +171,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.BootTimeout == 0 {
 		cfg.BootTimeout = 5 * time.Minute
 	}
+	if cfg.MaxSpares == 0 {
+		cfg.MaxSpares = DefaultMaxSpares
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -194,7 +200,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("qemu backend: %w", err)
 		}
 	}
-	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSlot{}}
+	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSet{}}
 	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := b.List(ctx); err != nil {
 		return nil, err
@@ -534,11 +540,10 @@ func migrateFromFile(ctx context.Context, mon *qmp.Monitor, path string) error {
 
 // ---- capacity ----
 
-// reserve counts memMB of guest memory for key while it boots, refusing
-// past the limit.
-// reserve counts memMB against the host limit under key until release,
-// or refuses with api.ErrUnavailable. A clone of a template that has a
-// spare does not count the spare: the clone takes it.
+// reserve counts memMB of guest memory against the host limit under key
+// until release, or refuses with api.ErrUnavailable. A clone of a template
+// that has a spare does not count the spare: the clone takes it. Spares
+// give way: ready ones are discarded when the room is needed.
 func (b *Backend) reserve(key string, memMB int, tplID string) error {
 	total, _, err := hostMemory()
 	if err != nil {
@@ -546,16 +551,20 @@ func (b *Backend) reserve(key string, memMB int, tplID string) error {
 	}
 	limit := total * b.cfg.MemoryLimitPercent / 100
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	used := b.committedLocked()
-	if s := b.spares[tplID]; s != nil && tplID != "" {
+	if s := b.spares[tplID]; s != nil && tplID != "" && s.count() > 0 {
 		used -= s.memMB
 	}
+	drop, used := b.shedSparesLocked(used, memMB, limit, tplID)
 	if used+memMB > limit {
+		b.mu.Unlock()
+		discardAll(drop)
 		return fmt.Errorf("not enough host memory: %d MB more would commit %d MB of guest memory, over the limit of %d MB (%d%% of %d MB): %w",
 			memMB, used+memMB, limit, b.cfg.MemoryLimitPercent, total, api.ErrUnavailable)
 	}
 	b.building[key] = memMB
+	b.mu.Unlock()
+	discardAll(drop)
 	return nil
 }
 
@@ -571,7 +580,7 @@ func (b *Backend) committedLocked() int {
 		used += mb
 	}
 	for _, s := range b.spares {
-		used += s.memMB
+		used += s.count() * s.memMB
 	}
 	for id, v := range b.vms {
 		if _, ok := b.building[id]; ok {

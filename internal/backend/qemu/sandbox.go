@@ -36,6 +36,9 @@ type vmMeta struct {
 	Saved bool `json:"saved,omitempty"`
 	// Stopped: stopped on purpose.
 	Stopped bool `json:"stopped,omitempty"`
+	// Pending is what of the clone's identity its guest does not have yet
+	// (pendingHostname, pendingIdentity): its first resume writes it.
+	Pending string `json:"pending,omitempty"`
 }
 
 // sandboxNamePrefix starts the -name of every sandbox's QEMU; the rest is
@@ -59,6 +62,9 @@ type vm struct {
 	// pausedAt is when the vCPUs last stopped; zero if unknown (a fresh
 	// clone, a restore, an adopted VM).
 	pausedAt time.Time
+	// paused: the backend stopped the vCPUs itself and has not run them
+	// since (so resume need not ask QEMU).
+	paused bool
 }
 
 func (v *vm) hasProcess() bool { return v.p != nil && v.p.alive() }
@@ -136,14 +142,19 @@ func (b *Backend) rlockRunning(id string) (*vm, error) {
 // guestOf returns a running sandbox's guest, with no lock held: a call to
 // a paused guest waits until it runs again, and must not hold up the
 // pause, resume or delete meanwhile. If the VM goes away under the call,
-// the call fails.
-func (b *Backend) guestOf(id string) (*guest, error) {
+// the call fails. A clone's guest is returned once its identity is
+// written (identity.go).
+func (b *Backend) guestOf(ctx context.Context, id string) (*guest, error) {
 	v, err := b.rlockRunning(id)
 	if err != nil {
 		return nil, err
 	}
-	defer v.mu.RUnlock()
-	return v.g, nil
+	g := v.g
+	v.mu.RUnlock()
+	if err := g.gate.wait(ctx); err != nil {
+		return nil, err
+	}
+	return g, nil
 }
 
 func (b *Backend) forget(v *vm) {
@@ -159,6 +170,7 @@ func (v *vm) save() error { return writeJSON(filepath.Join(v.dir, "vm.json"), v.
 
 // Create implements backend.Backend.
 func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend.Info, error) {
+	steps := backend.StartSteps(ctx)
 	v, err := b.lockVM(spec.ID, true)
 	if err != nil {
 		return backend.Info{}, err
@@ -201,7 +213,8 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		RunDir:     b.runDirFor(v.dir),
 		CreatedAt:  time.Now().UTC(),
 	}
-	if err := b.cloneLocked(ctx, v); err != nil {
+	steps.Mark("check, reserve memory, make the directory")
+	if err := b.cloneLocked(ctx, v, steps); err != nil {
 		b.log.Warn("clone failed; cold-booting", "sandbox", spec.ID, "err", err)
 		if err := b.coldBootLocked(ctx, v); err != nil {
 			b.destroyLocked(v)
@@ -221,33 +234,40 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		b.forget(v)
 		return backend.Info{}, err
 	}
+	steps.Mark("record the sandbox")
 	return b.inspectLocked(ctx, v), nil
 }
 
-// cloneLocked starts v from its template's snapshot and gives it its
-// identity; it ends paused. It takes the template's spare if there is one,
-// and has the next one made.
-func (b *Backend) cloneLocked(ctx context.Context, v *vm) error {
-	var p *proc
-	if sp := b.takeSpare(ctx, v.tpl); sp != nil {
+// cloneLocked starts v from its template's snapshot; it ends paused, its
+// identity pending (see identity.go). It takes one of the template's
+// spares if there is one, else starts QEMU, and has spares made.
+func (b *Backend) cloneLocked(ctx context.Context, v *vm, steps *backend.Stepper) error {
+	v.meta.ColdBoot, v.meta.Saved, v.meta.Stopped = false, false, false
+	sp := b.takeSpare(ctx, v.tpl)
+	if sp != nil {
 		if err := sp.moveTo(v.dir, v.meta.RunDir); err != nil {
 			b.log.Warn("could not take the spare clone", "sandbox", v.id, "err", err)
 			sp.discard()
-		} else {
-			p = sp.p
-			v.meta.Name = p.name
+			sp = nil
 		}
 	}
-	if p == nil {
-		var err error
-		if p, err = b.startFromSnapshot(ctx, v.tpl, v.meta.Name, v.dir, v.meta.RunDir, false); err != nil {
-			return err
-		}
+	b.refillSpares(v.tpl)
+	if sp != nil {
+		steps.Mark("take a spare")
+		v.meta.Name = sp.p.name
+		v.attachGuest(sp.p, sp.ga)
+		v.meta.Pending = pendingHostname
+		return nil
 	}
-	b.refillSpare(v.tpl)
+	steps.Mark("no spare ready")
+	p, err := b.startFromSnapshot(ctx, v.tpl, v.meta.Name, v.dir, v.meta.RunDir, false)
+	if err != nil {
+		return err
+	}
+	steps.Mark("start QEMU, load device state")
 	v.attach(p)
-	v.meta.ColdBoot, v.meta.Saved, v.meta.Stopped = false, false, false
-	return b.personalizeLocked(ctx, v)
+	v.meta.Pending = pendingIdentity
+	return nil
 }
 
 // cloneOverlay puts an empty qcow2 overlay on the template's disk at path.
@@ -273,22 +293,6 @@ func (b *Backend) cloneOverlay(ctx context.Context, tplID, path string) error {
 	return os.WriteFile(path, data, 0o600)
 }
 
-// personalizeLocked runs a fresh clone for a moment to give it its own
-// identity, then pauses it again. Under TCG the first guest work after the
-// clone also pays for translating the guest's code anew (about 0.15 s);
-// paid here, it is not paid by the first resume.
-func (b *Backend) personalizeLocked(ctx context.Context, v *vm) error {
-	if err := v.p.mon.Cont(ctx); err != nil {
-		return err
-	}
-	ictx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := v.g.os.Identity(ictx, v.g, v.meta.Hostname); err != nil {
-		return err
-	}
-	return v.p.mon.Stop(ctx)
-}
-
 // coldBootLocked boots v from its template's image on a fresh overlay and
 // waits for the desktop; it ends paused. It is the fallback when the
 // template snapshot cannot be loaded.
@@ -308,6 +312,7 @@ func (b *Backend) coldBootLocked(ctx context.Context, v *vm) error {
 		return err
 	}
 	v.attach(p)
+	v.paused = false // it boots
 	bctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
 	defer cancel()
 	if err := v.g.waitAgent(bctx, p); err != nil {
@@ -324,27 +329,47 @@ func (b *Backend) coldBootLocked(ctx context.Context, v *vm) error {
 	if err := v.g.os.Identity(bctx, v.g, v.meta.Hostname); err != nil {
 		return err
 	}
-	v.meta.ColdBoot, v.meta.Saved, v.meta.Stopped = true, false, false
-	return p.mon.Stop(ctx)
+	v.meta.ColdBoot, v.meta.Saved, v.meta.Stopped, v.meta.Pending = true, false, false, ""
+	if err := p.mon.Stop(ctx); err != nil {
+		return err
+	}
+	v.paused = true
+	return nil
 }
 
 func (b *Backend) resolutionLocked(ctx context.Context, v *vm, res string) error {
 	if err := v.p.mon.Cont(ctx); err != nil {
 		return err
 	}
+	v.paused = false
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	if v.meta.Pending != "" {
+		if err := writeIdentity(rctx, v.g, v.meta.Pending, v.meta.Hostname); err != nil {
+			return fmt.Errorf("guest identity: %w", err)
+		}
+		v.meta.Pending = ""
+	}
 	if err := v.g.os.SetResolution(rctx, v.g, res); err != nil {
 		return err
 	}
 	v.meta.Resolution = res
-	return v.p.mon.Stop(ctx)
+	if err := v.p.mon.Stop(ctx); err != nil {
+		return err
+	}
+	v.paused = true
+	return nil
 }
 
-func (v *vm) attach(p *proc) {
+func (v *vm) attach(p *proc) { v.attachGuest(p, qga.New(v.qgaSocket())) }
+
+// attachGuest makes p v's process and ga its guest agent's client. Every
+// process the backend starts for a sandbox is handed over paused.
+func (v *vm) attachGuest(p *proc, ga *qga.Client) {
 	v.p = p
-	v.g = newGuest(qga.New(v.qgaSocket()), v.tpl.Image)
+	v.g = newGuest(ga, v.tpl.Image)
 	v.meta.PID = p.pid
+	v.paused = true
 }
 
 func (v *vm) detach() {
@@ -353,6 +378,7 @@ func (v *vm) detach() {
 	}
 	v.p, v.g = nil, nil
 	v.meta.PID = 0
+	v.paused = false
 }
 
 // Pause implements backend.Backend.
@@ -375,7 +401,7 @@ func (b *Backend) Pause(ctx context.Context, id string) error {
 	if err := v.p.mon.Stop(ctx); err != nil {
 		return err
 	}
-	v.pausedAt = time.Now()
+	v.pausedAt, v.paused = time.Now(), true
 	return nil
 }
 
@@ -394,12 +420,17 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	if err := v.needProcess(); err != nil {
 		return err
 	}
-	if st, err := v.p.mon.Status(ctx); err == nil && st.Status == qmp.StateRunning {
-		return nil
+	steps := backend.StartSteps(ctx)
+	if !v.paused {
+		if st, err := v.p.mon.Status(ctx); err == nil && st.Status == qmp.StateRunning {
+			return nil
+		}
 	}
 	if err := v.p.mon.Cont(ctx); err != nil {
 		return err
 	}
+	v.paused = false
+	steps.Mark("run the vCPUs (cont)")
 	// A guest-agent request sent while the guest was paused can stay stuck
 	// after it runs again (QEMU does not look at the socket until more
 	// bytes come); fail it rather than wait for its timeout.
@@ -411,14 +442,19 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	if err := v.g.ga.Ping(pctx); err != nil {
 		return fmt.Errorf("resume %s: guest agent: %w", id, err)
 	}
+	steps.Mark("guest answers (ping)")
+	b.startIdentityLocked(v)
 	// The guest's clock stood still while it was paused. It is set in the
 	// background, so that resume returns as soon as the guest answers;
-	// guest calls made meanwhile wait their turn. Short pauses are let be.
+	// guest calls made meanwhile wait their turn. It runs a program (slow
+	// under emulation), so a clone's identity goes first. Short pauses are
+	// let be.
 	if v.pausedAt.IsZero() || time.Since(v.pausedAt) > time.Second {
 		g := v.g
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			g.gate.wait(ctx)
 			if err := g.os.SetClock(ctx, g, time.Now()); err != nil {
 				// Paused or saved again before it was done: the next
 				// resume sets it.
@@ -517,19 +553,31 @@ func (b *Backend) restoreLocked(ctx context.Context, v *vm) error {
 	return nil
 }
 
-// Reset implements backend.Backend.
+// Reset implements backend.Backend: the sandbox becomes a fresh clone of
+// its template. A spare's QEMU takes the place of the old one, which is
+// killed after, in the background: the reset waits neither for a QEMU to
+// start nor for one to end.
 func (b *Backend) Reset(ctx context.Context, id string) error {
+	steps := backend.StartSteps(ctx)
 	v, err := b.lockVM(id, false)
 	if err != nil {
 		return err
 	}
 	defer v.mu.Unlock()
-	if v.p != nil {
-		if err := v.p.kill(); err != nil {
-			return err
-		}
+	if old := v.p; old != nil {
 		v.detach()
+		old.mon.Close()
+		if v.meta.ColdBoot {
+			if err := old.kill(); err != nil {
+				return err
+			}
+		} else {
+			// SIGKILL now; the process is gone (its memory freed) a few
+			// milliseconds later, while the new one takes its place.
+			go killProcess(old.pid, old.name, 10*time.Second)
+		}
 	}
+	steps.Mark("kill the old QEMU")
 	os.Remove(filepath.Join(v.dir, "saved.state"))
 	if err := b.reserve(id, v.meta.MemoryMB, v.meta.TemplateID); err != nil {
 		return err
@@ -540,7 +588,7 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 	if v.meta.ColdBoot {
 		err = b.coldBootLocked(ctx, v)
 	} else {
-		err = b.cloneLocked(ctx, v)
+		err = b.cloneLocked(ctx, v, steps)
 	}
 	if err == nil && resolution != v.meta.Resolution {
 		err = b.resolutionLocked(ctx, v, resolution)
@@ -550,7 +598,9 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 		v.save()
 		return fmt.Errorf("reset %s: %w", id, err)
 	}
-	return v.save()
+	err = v.save()
+	steps.Mark("record the sandbox")
+	return err
 }
 
 // Stop implements backend.Backend.
@@ -702,6 +752,11 @@ func (b *Backend) adoptDir(ctx context.Context, id string) {
 		v.p = p
 		v.g = newGuest(qga.New(v.qgaSocket()), v.tpl.Image)
 		b.log.Info("adopted a running sandbox", "sandbox", id, "pid", meta.PID)
+		// A clone resumed before the restart whose identity was still
+		// being written: write it again.
+		if st, err := p.mon.Status(ctx); err == nil && st.Status == qmp.StateRunning {
+			b.startIdentityLocked(v)
+		}
 	} else if meta.PID != 0 && processAlive(meta.PID, meta.Name) {
 		b.log.Warn("sandbox runs but its monitor does not answer", "sandbox", id, "pid", meta.PID, "err", err)
 	} else if pid, perr := readPID(filepath.Join(dir, "pid")); perr == nil && pid != meta.PID && processAlive(pid, sandboxNamePrefix) {
@@ -727,7 +782,7 @@ func readPID(path string) (int, error) {
 
 // Ready implements backend.Backend.
 func (b *Backend) Ready(ctx context.Context, id string) error {
-	g, err := b.guestOf(id)
+	g, err := b.guestOf(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -736,7 +791,7 @@ func (b *Backend) Ready(ctx context.Context, id string) error {
 
 // Alive implements backend.Backend.
 func (b *Backend) Alive(ctx context.Context, id string) error {
-	g, err := b.guestOf(id)
+	g, err := b.guestOf(ctx, id)
 	if err != nil {
 		return err
 	}

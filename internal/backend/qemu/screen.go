@@ -205,7 +205,7 @@ func checkEvents(evs []backend.InputEvent, w, h int) error {
 
 // TypeText implements backend.TextInput.
 func (b *Backend) TypeText(ctx context.Context, id, text string) error {
-	g, err := b.guestOf(id)
+	g, err := b.guestOf(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (b *Backend) TypeText(ctx context.Context, id, text string) error {
 // CursorPosition implements backend.Cursor: the guest's X server says where
 // the pointer is.
 func (b *Backend) CursorPosition(ctx context.Context, id string) (int, int, error) {
-	g, err := b.guestOf(id)
+	g, err := b.guestOf(ctx, id)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -234,7 +234,7 @@ func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) 
 	if strings.TrimSpace(req.Path) == "" {
 		return backend.ExecResult{}, api.Invalid("command", "required")
 	}
-	g, err := b.guestOf(id)
+	g, err := b.guestOf(ctx, id)
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
@@ -243,7 +243,7 @@ func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) 
 
 // CopyIn implements backend.Guest.
 func (b *Backend) CopyIn(ctx context.Context, id, guestPath string, r io.Reader) error {
-	g, err := b.guestAt(id, guestPath)
+	g, err := b.guestAt(ctx, id, guestPath)
 	if err != nil {
 		return err
 	}
@@ -256,7 +256,7 @@ func (b *Backend) CopyIn(ctx context.Context, id, guestPath string, r io.Reader)
 
 // CopyOut implements backend.Guest.
 func (b *Backend) CopyOut(ctx context.Context, id, guestPath string, w io.Writer) error {
-	g, err := b.guestAt(id, guestPath)
+	g, err := b.guestAt(ctx, id, guestPath)
 	if err != nil {
 		return err
 	}
@@ -268,8 +268,8 @@ func (b *Backend) CopyOut(ctx context.Context, id, guestPath string, w io.Writer
 	return err
 }
 
-func (b *Backend) guestAt(id, guestPath string) (*guest, error) {
-	g, err := b.guestOf(id)
+func (b *Backend) guestAt(ctx context.Context, id, guestPath string) (*guest, error) {
+	g, err := b.guestOf(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func (b *Backend) guestAt(id, guestPath string) (*guest, error) {
 
 // ClipboardGet implements backend.Guest.
 func (b *Backend) ClipboardGet(ctx context.Context, id string) (string, error) {
-	g, err := b.guestOf(id)
+	g, err := b.guestOf(ctx, id)
 	if err != nil {
 		return "", err
 	}
@@ -290,7 +290,7 @@ func (b *Backend) ClipboardGet(ctx context.Context, id string) (string, error) {
 
 // ClipboardSet implements backend.Guest.
 func (b *Backend) ClipboardSet(ctx context.Context, id, text string) error {
-	g, err := b.guestOf(id)
+	g, err := b.guestOf(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -4,46 +4,119 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
 )
 
-// A spare is a clone made ahead of need: a QEMU started on a blank overlay
-// of a template's disk, with the template's snapshot loaded, paused, and
-// belonging to no sandbox yet. Its guest has not run a single instruction,
-// so it is exactly the template's snapshot. Starting QEMU is about a third
-// of a clone's time (its own initialisation, before the monitor answers);
-// with a spare ready, a clone only moves the spare's files into the
-// sandbox's directories and gives the guest its identity.
+// A spare is a clone made ahead of need and belonging to no sandbox yet: a
+// QEMU started on a blank overlay of a template's disk, with the template's
+// snapshot loaded, then run for a moment to give it its own machine id,
+// boot id and (by vmgenid) random seed, and paused. That moment is also
+// when TCG translates the guest code the guest agent runs, which a fresh
+// QEMU pays for once (about 0.2 s under emulation). A clone or a reset that
+// takes a spare moves its files into the sandbox's directories and hands
+// over its QEMU and its guest-agent connection: a few milliseconds. The
+// sandbox's hostname is written at its first resume (pendingName), as the
+// first thing the guest agent does there.
 //
-// The backend keeps at most one spare per template, made after the
-// template's first clone and again after each clone takes it. A spare
-// costs a QEMU process whose guest RAM is the template's, mapped privately
-// and not yet touched: tens of MiB, mostly the display's memory. It counts
+// A template keeps as many spares as it is taken from while one is made:
+// 1 + ceil(takes per second over the last SpareChurnWindow × the time the last
+// spare took to make), at most Config.MaxSpares. Spares are made one at a
+// time per template, in the background; a template not taken from for a
+// SpareChurnWindow keeps one. Each spare is a QEMU process whose guest RAM is
+// the template's, mapped privately: tens of MiB of its own. It counts
 // against the host memory limit like a sandbox (its guest could grow to
-// its full memory): no spare is made that would pass the limit, and the
-// clone that takes a spare counts instead of it.
+// its full memory): no spare is made that would pass the limit, a clone of
+// the template counts instead of the spare it takes, and spares are
+// discarded when a sandbox needs their room.
 // Spares do not outlive the backend: Close kills them, and New kills any a
 // crashed server left behind (removeStrays).
 type spare struct {
 	dir, run   string // its directory and socket directory
 	p          *proc
-	tplCreated time.Time // which build of the template it was made from
+	ga         *qga.Client // connected while it was readied; kept for the sandbox
+	qgaSock    *pathRef    // where ga dials: moves with the spare's files
+	tplCreated time.Time   // which build of the template it was made from
 }
 
-// spareSlot is a template's spare, ready or being made.
+// pathRef is a socket path that can change under a client that dials it.
+type pathRef struct {
+	mu   sync.Mutex
+	path string
+}
+
+func (r *pathRef) get() string  { r.mu.Lock(); defer r.mu.Unlock(); return r.path }
+func (r *pathRef) set(p string) { r.mu.Lock(); r.path = p; r.mu.Unlock() }
+
+// spareSet is a template's spares.
+type spareSet struct {
+	ready  []*spare   // made and paused, oldest first
+	making *spareSlot // the one being made, if any
+	memMB  int        // each one's guest memory, counted against the host limit
+	// takes are when clones and resets asked for a spare, over the last
+	// SpareChurnWindow; makeTook is how long the last spare took to make.
+	takes    []time.Time
+	makeTook time.Duration
+	trim     *time.Timer
+}
+
+// spareSlot is a spare being made. A taker that finds no ready spare
+// claims the slot (takes it out of the set) and waits for it.
 type spareSlot struct {
-	done  chan struct{} // closed when sp is set (nil if making it failed)
-	sp    *spare
-	memMB int // its guest memory, counted against the host limit
+	done chan struct{} // closed when sp is set (nil if making it failed)
+	sp   *spare
+}
+
+// SpareChurnWindow is how far back takes count towards a template's
+// number of spares.
+const SpareChurnWindow = 30 * time.Second
+
+// DefaultMaxSpares is the most spares a template keeps by default.
+const DefaultMaxSpares = 4
+
+func (s *spareSet) count() int {
+	n := len(s.ready)
+	if s.making != nil {
+		n++
+	}
+	return n
+}
+
+// want is how many spares the set should hold at now.
+func (s *spareSet) want(now time.Time, maxSpares int) int {
+	for len(s.takes) > 0 && now.Sub(s.takes[0]) > SpareChurnWindow {
+		s.takes = s.takes[1:]
+	}
+	rate := float64(len(s.takes)) / SpareChurnWindow.Seconds()
+	n := 1 + int(math.Ceil(rate*s.makeTook.Seconds()))
+	return max(1, min(n, maxSpares))
+}
+
+// Spares reports how many spares template tplID holds, ready or being
+// made.
+func (b *Backend) Spares(tplID string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if set := b.spares[tplID]; set != nil {
+		return set.count()
+	}
+	return 0
 }
 
 // spareNamePrefix starts the -name of every spare's QEMU. '+' cannot occur
 // in a sandbox id, so a spare's name never collides with a sandbox's, and
 // both start with "hvkube-sandbox:".
 const spareNamePrefix = "hvkube-sandbox:+"
+
+// spareHostname is a spare's hostname until a sandbox takes it.
+const spareHostname = "hvkube-spare"
 
 func (b *Backend) sparesDir() string { return filepath.Join(b.cfg.Dir, "spares") }
 
@@ -72,7 +145,8 @@ func (b *Backend) startFromSnapshot(ctx context.Context, tpl tplMeta, name, dir,
 	return p, nil
 }
 
-// makeSpare makes a spare of tpl.
+// makeSpare makes a spare of tpl: started from the snapshot, given its own
+// identity, paused.
 func (b *Backend) makeSpare(ctx context.Context, tpl tplMeta) (*spare, error) {
 	nonce := strconv.FormatInt(time.Now().UnixNano(), 36)
 	sp := &spare{dir: filepath.Join(b.sparesDir(), tpl.ID+"-"+nonce), tplCreated: tpl.CreatedAt}
@@ -86,6 +160,25 @@ func (b *Backend) makeSpare(ctx context.Context, tpl tplMeta) (*spare, error) {
 		return nil, err
 	}
 	sp.p = p
+	sp.qgaSock = &pathRef{path: filepath.Join(sp.run, "qga.sock")}
+	sp.ga = qga.New("", qga.WithDialer(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sp.qgaSock.get())
+	}))
+	g := newGuest(sp.ga, tpl.Image)
+	ictx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = p.mon.Cont(ictx)
+	if err == nil {
+		err = g.os.Identity(ictx, g, spareHostname)
+	}
+	if err == nil {
+		err = p.mon.Stop(ictx)
+	}
+	if err != nil {
+		sp.discard()
+		return nil, fmt.Errorf("ready the spare: %w", err)
+	}
 	return sp, nil
 }
 
@@ -100,6 +193,9 @@ func (s *spareSlot) discard() {
 
 // discard kills the spare's QEMU and removes its files.
 func (sp *spare) discard() {
+	if sp.ga != nil {
+		sp.ga.Close()
+	}
 	if sp.p != nil {
 		sp.p.kill()
 	}
@@ -109,7 +205,8 @@ func (sp *spare) discard() {
 
 // moveTo hands the spare's files and sockets over to a sandbox whose
 // directory is dir and socket directory run. QEMU keeps its open files
-// across the renames, and its listening sockets answer at their new paths.
+// across the renames, its listening sockets answer at their new paths,
+// and the guest agent's connection stays.
 func (sp *spare) moveTo(dir, run string) error {
 	for _, f := range []string{"disk.qcow2", "pid", "serial.log", "qemu.log"} {
 		if err := os.Rename(filepath.Join(sp.dir, f), filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -122,80 +219,199 @@ func (sp *spare) moveTo(dir, run string) error {
 	}
 	os.Remove(sp.dir)
 	sp.p.dir = dir
+	sp.qgaSock.set(filepath.Join(run, "qga.sock"))
 	return nil
 }
 
-// refillSpare starts making a spare of tpl in the background, unless
-// spares are off or one is ready or being made.
-func (b *Backend) refillSpare(tpl tplMeta) {
+// refillSpares has tpl's spares made in the background up to the number
+// its churn asks for, unless spares are off or one is being made.
+func (b *Backend) refillSpares(tpl tplMeta) {
 	if b.cfg.NoSpares {
 		return
 	}
-	total, _, err := hostMemory()
 	b.mu.Lock()
-	if b.bgCtx.Err() != nil || b.spares[tpl.ID] != nil {
-		b.mu.Unlock()
+	defer b.mu.Unlock()
+	set := b.spareSetLocked(tpl)
+	b.startMakingLocked(tpl, set)
+}
+
+func (b *Backend) spareSetLocked(tpl tplMeta) *spareSet {
+	set := b.spares[tpl.ID]
+	if set == nil {
+		set = &spareSet{memMB: tpl.MemoryMB}
+		b.spares[tpl.ID] = set
+	}
+	return set
+}
+
+// startMakingLocked starts making one spare for set if it holds fewer than
+// it wants, none is being made, and one more fits under the memory limit.
+func (b *Backend) startMakingLocked(tpl tplMeta, set *spareSet) {
+	if b.bgCtx.Err() != nil || set.making != nil || set.count() >= set.want(time.Now(), b.cfg.MaxSpares) {
 		return
 	}
-	if limit := total * b.cfg.MemoryLimitPercent / 100; err == nil && b.committedLocked()+tpl.MemoryMB > limit {
-		b.mu.Unlock()
+	if total, _, err := hostMemory(); err == nil && b.committedLocked()+tpl.MemoryMB > total*b.cfg.MemoryLimitPercent/100 {
 		b.log.Debug("no spare clone: it would pass the host memory limit", "template", tpl.ID)
 		return
 	}
-	s := &spareSlot{done: make(chan struct{}), memMB: tpl.MemoryMB}
-	b.spares[tpl.ID] = s
-	b.mu.Unlock()
+	slot := &spareSlot{done: make(chan struct{})}
+	set.making = slot
 	go func() {
-		defer close(s.done)
+		start := time.Now()
 		sp, err := b.makeSpare(b.bgCtx, tpl)
+		took := time.Since(start)
+		if err != nil && b.bgCtx.Err() == nil {
+			b.log.Warn("could not make a spare clone", "template", tpl.ID, "err", err)
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		claimed := set.making != slot
+		if !claimed {
+			set.making = nil
+		}
+		slot.sp = sp
+		close(slot.done)
 		if err != nil {
-			if b.bgCtx.Err() == nil {
-				b.log.Warn("could not make a spare clone", "template", tpl.ID, "err", err)
-			}
 			return
 		}
-		s.sp = sp
+		set.makeTook = took
+		if claimed {
+			return // a clone waits for it
+		}
+		if b.spares[tpl.ID] != set || b.bgCtx.Err() != nil {
+			go sp.discard() // dropped meanwhile
+			return
+		}
+		set.ready = append(set.ready, sp)
+		b.startMakingLocked(tpl, set)
 	}()
 }
 
-// takeSpare returns tpl's spare, waiting for it if it is being made (it
-// started earlier than anything the caller could start now), or nil if
-// there is none that fits: none made, making it failed, its QEMU died, or
-// it comes from an earlier build of the template.
+// takeSpare returns one of tpl's spares, waiting for the one being made
+// if none is ready (it started earlier than anything the caller could
+// start now), or nil if there is none that fits: none made, making it
+// failed, its QEMU died, or it comes from an earlier build of the
+// template. It counts as a take towards the template's churn either way.
 func (b *Backend) takeSpare(ctx context.Context, tpl tplMeta) *spare {
-	b.mu.Lock()
-	s := b.spares[tpl.ID]
-	delete(b.spares, tpl.ID)
-	b.mu.Unlock()
-	if s == nil {
+	if b.cfg.NoSpares {
 		return nil
 	}
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		go s.discard()
-		return nil
-	}
-	sp := s.sp
-	if sp == nil {
-		return nil
-	}
-	if !sp.p.alive() || !sp.tplCreated.Equal(tpl.CreatedAt) {
+	for {
+		b.mu.Lock()
+		set := b.spareSetLocked(tpl)
+		set.takes = append(set.takes, time.Now())
+		b.scheduleTrimLocked(tpl.ID, set)
+		var sp *spare
+		var slot *spareSlot
+		if len(set.ready) > 0 {
+			sp = set.ready[0]
+			set.ready = set.ready[1:]
+		} else if set.making != nil {
+			slot = set.making
+			set.making = nil
+		}
+		b.mu.Unlock()
+		if slot != nil {
+			select {
+			case <-slot.done:
+				sp = slot.sp
+			case <-ctx.Done():
+				go slot.discard()
+				return nil
+			}
+		}
+		if sp == nil {
+			return nil
+		}
+		if sp.p.alive() && sp.tplCreated.Equal(tpl.CreatedAt) {
+			return sp
+		}
 		sp.discard()
-		return nil
+		if slot != nil {
+			return nil
+		}
 	}
-	return sp
 }
 
-// dropSpare discards the spare of template id, if any, waiting for one
-// being made.
+// scheduleTrimLocked arranges for set to shrink to what it wants once its
+// churn has passed.
+func (b *Backend) scheduleTrimLocked(tplID string, set *spareSet) {
+	if set.trim != nil {
+		set.trim.Stop()
+	}
+	set.trim = time.AfterFunc(SpareChurnWindow+time.Second, func() { b.trimSpares(tplID, set) })
+}
+
+// trimSpares discards the spares of set beyond what it wants now.
+func (b *Backend) trimSpares(tplID string, set *spareSet) {
+	b.mu.Lock()
+	var drop []*spare
+	if b.spares[tplID] == set {
+		for set.count() > set.want(time.Now(), b.cfg.MaxSpares) && len(set.ready) > 0 {
+			drop = append(drop, set.ready[0])
+			set.ready = set.ready[1:]
+		}
+	}
+	b.mu.Unlock()
+	for _, sp := range drop {
+		sp.discard()
+	}
+}
+
+// shedSparesLocked takes ready spares out of their sets (other templates'
+// first) until committed guest memory (used) has room for needMB more
+// under limitMB. It returns them, for the caller to discard outside the
+// lock, and what is committed without them.
+func (b *Backend) shedSparesLocked(used, needMB, limitMB int, keepTpl string) ([]*spare, int) {
+	var drop []*spare
+	for pass := 0; pass < 2 && used+needMB > limitMB; pass++ {
+		for id, set := range b.spares {
+			if (pass == 0) == (id == keepTpl) {
+				continue
+			}
+			for len(set.ready) > 0 && used+needMB > limitMB {
+				// A template's own last spare is what the clone takes.
+				if id == keepTpl && set.count() == 1 {
+					break
+				}
+				drop = append(drop, set.ready[len(set.ready)-1])
+				set.ready = set.ready[:len(set.ready)-1]
+				used -= set.memMB
+			}
+		}
+	}
+	return drop, used
+}
+
+func discardAll(sps []*spare) {
+	for _, sp := range sps {
+		sp.discard()
+	}
+}
+
+// dropSpare discards the spares of template id, waiting for one being
+// made.
 func (b *Backend) dropSpare(id string) {
 	b.mu.Lock()
-	s := b.spares[id]
+	set := b.spares[id]
 	delete(b.spares, id)
+	var slot *spareSlot
+	if set != nil {
+		if set.trim != nil {
+			set.trim.Stop()
+		}
+		slot = set.making
+		set.making = nil
+	}
 	b.mu.Unlock()
-	if s != nil {
-		s.discard()
+	if set == nil {
+		return
+	}
+	for _, sp := range set.ready {
+		sp.discard()
+	}
+	if slot != nil {
+		slot.discard()
 	}
 }
 

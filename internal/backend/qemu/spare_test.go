@@ -1,0 +1,59 @@
+package qemu
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSpareSetWant(t *testing.T) {
+	now := time.Now()
+	takes := func(n int, every time.Duration) []time.Time {
+		var ts []time.Time
+		for i := n; i > 0; i-- {
+			ts = append(ts, now.Add(-time.Duration(i)*every))
+		}
+		return ts
+	}
+	tests := []struct {
+		name     string
+		takes    []time.Time
+		makeTook time.Duration
+		max      int
+		want     int
+	}{
+		{"never taken", nil, 0, 4, 1},
+		{"taken once a minute", takes(1, time.Minute), 400 * time.Millisecond, 4, 1},
+		{"a take every 3 s, 0.4 s to make", takes(10, 3*time.Second), 400 * time.Millisecond, 4, 2},
+		{"a take every 100 ms, 0.4 s to make", takes(30, 100*time.Millisecond), 400 * time.Millisecond, 4, 2},
+		{"60 takes in 6 s, 4 s to make", takes(60, 100*time.Millisecond), 4 * time.Second, 4, 4},
+		{"capped at 2", takes(60, 100*time.Millisecond), 4 * time.Second, 2, 2},
+		{"takes older than the window forgotten", takes(10, 10*time.Second), 10 * time.Second, 4, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &spareSet{takes: tt.takes, makeTook: tt.makeTook}
+			if got := s.want(now, tt.max); got != tt.want {
+				t.Fatalf("want = %d, expected %d (%d takes kept)", got, tt.want, len(s.takes))
+			}
+		})
+	}
+}
+
+func TestShedSpares(t *testing.T) {
+	sp := func() *spare { return &spare{} }
+	b := &Backend{spares: map[string]*spareSet{
+		"mine":  {memMB: 512, ready: []*spare{sp(), sp()}},
+		"other": {memMB: 1024, ready: []*spare{sp()}},
+	}}
+	// 512 MB needed with 3072 committed under a 3072 limit: the other
+	// template's spare goes first.
+	drop, used := b.shedSparesLocked(3072, 512, 3072, "mine")
+	if len(drop) != 1 || used != 2048 || len(b.spares["other"].ready) != 0 {
+		t.Fatalf("dropped %d, used %d, other keeps %d", len(drop), used, len(b.spares["other"].ready))
+	}
+	// More needed: the template's own extra spare, never its last one.
+	drop, used = b.shedSparesLocked(3072, 1024, 3072, "mine")
+	if len(drop) != 1 || used != 2560 || len(b.spares["mine"].ready) != 1 {
+		t.Fatalf("dropped %d, used %d, mine keeps %d", len(drop), used, len(b.spares["mine"].ready))
+	}
+}
