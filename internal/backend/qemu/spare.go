@@ -173,6 +173,12 @@ func (b *Backend) makeSpare(ctx context.Context, tpl tplMeta) (*spare, error) {
 		err = g.os.Identity(ictx, g, spareHostname)
 	}
 	if err == nil {
+		// What a resume runs in the guest, translated now: the clock is
+		// set by a program, and a fresh QEMU first runs one in about half
+		// a second.
+		err = g.os.SetClock(ictx, g, time.Now())
+	}
+	if err == nil {
 		err = p.mon.Stop(ictx)
 	}
 	if err != nil {
