@@ -31,7 +31,11 @@ type QEMUOptions struct {
 	// memory (for images whose other numbers are the same as
 	// linux-desktop's, such as browser-desktop).
 	ClonesOnly bool
-	Log        io.Writer
+	// CompareLoadvm also boots the image in a plain QEMU and times QEMU's
+	// own revert (savevm once, loadvm in place) beside hvkube's reset: one
+	// more cold boot.
+	CompareLoadvm bool
+	Log           io.Writer
 }
 
 // Key is the benchmarks.md section of a run: "qemu" for linux-desktop,
