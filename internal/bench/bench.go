@@ -75,9 +75,9 @@ func (rep *Report) Add(name string, n int, target string, fn func(i int) error) 
 // Print writes the results as an aligned text table.
 func (rep *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", rep.Title)
-	fmt.Fprintf(w, "%-48s %6s %10s %10s %10s  %s\n", "operation", "runs", "p50", "p95", "max", "target")
+	fmt.Fprintf(w, "%-64s %6s %10s %10s %10s  %s\n", "operation", "runs", "p50", "p95", "max", "target")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-48s %6d %10s %10s %10s  %s\n", r.Name, len(r.Samples), fmtDur(r.Percentile(50)), fmtDur(r.Percentile(95)), fmtDur(r.Percentile(100)), r.Target)
+		fmt.Fprintf(w, "%-64s %6d %10s %10s %10s  %s\n", r.Name, len(r.Samples), fmtDur(r.Percentile(50)), fmtDur(r.Percentile(95)), fmtDur(r.Percentile(100)), r.Target)
 	}
 	for _, f := range rep.Facts {
 		fmt.Fprintf(w, "%s\n", f)

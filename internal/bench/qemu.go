@@ -237,10 +237,26 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 	// run in it), then it is reset to clean; a second later it is acquired
 	// (resumed, until the guest answers). The loadvm comparison's
 	// "revert + guest agent answers" is the same work done in place.
-	if err := resetBench(ctx, rep, be, id, o.Runs); err != nil {
+	reset, resetResume, err := resetBench(ctx, rep, be, id, o.Runs)
+	if err != nil {
 		return nil, err
 	}
 	be.Delete(ctx, id)
+	if o.CompareLoadvm {
+		logf("QEMU's own loadvm in place, for comparison ×%d", o.Runs)
+		revert, answer, err := compareLoadvm(ctx, o, logf)
+		if err != nil {
+			return nil, err
+		}
+		rep.Results = append(rep.Results, revert, answer)
+		if f := ratioFact(reset, answer); f != "" {
+			rep.Facts = append(rep.Facts, f)
+		}
+		if len(resetResume.Samples) > 0 && len(answer.Samples) > 0 {
+			rep.Facts = append(rep.Facts, fmt.Sprintf("hvkube's reset + resume to the guest answering p50 %s is %.2fx loadvm + guest agent answer p50 %s",
+				fmtDur(resetResume.Percentile(50)), float64(resetResume.Percentile(50))/float64(answer.Percentile(50)), fmtDur(answer.Percentile(50))))
+		}
+	}
 
 	logf("10 clones at once ×%d", o.Batches)
 	batch := Result{Name: "10 clones from one template, in parallel", Target: "≤ 3 s; ≥ 10x cold boots"}
@@ -276,6 +292,9 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 	rep.Command = fmt.Sprintf("hvkube bench qemu --runs %d --cold-boots %d --batches %d", o.Runs, o.ColdBoots, o.Batches)
 	if o.Key() != "qemu" {
 		rep.Command = fmt.Sprintf("hvkube bench qemu --image %s --runs %d --cold-boots %d --batches %d", o.Image, o.Runs, o.ColdBoots, o.Batches)
+	}
+	if o.CompareLoadvm {
+		rep.Command += " --compare-loadvm"
 	}
 	return rep, nil
 }
@@ -326,30 +345,30 @@ func cloneOnDemand(ctx context.Context, rep *Report, dir string, img api.QEMUIma
 
 // resetBench measures resets of sandbox id as a pool does them, each after
 // the desktop was used, and the acquire that follows.
-func resetBench(ctx context.Context, rep *Report, be *qemu.Backend, id string, runs int) error {
-	reset := Result{Name: "reset to clean (a spare swapped in)", Target: "p50 ≤ ½ (loadvm + guest answers)"}
+func resetBench(ctx context.Context, rep *Report, be *qemu.Backend, id string, runs int) (reset, both Result, err error) {
+	reset = Result{Name: "reset to clean (a spare swapped in)", Target: "p50 ≤ ½ (loadvm + guest answers)"}
 	acquire := Result{Name: "resume after the reset, to the guest answering", Target: "p50 ≤ 5 ms"}
-	both := Result{Name: "reset + resume to the guest answering"}
+	both = Result{Name: "reset + resume to the guest answering"}
 	var resetSteps, acquireSteps phaseRows
 	for i := 0; i < runs; i++ {
 		if err := be.Resume(ctx, id); err != nil {
-			return err
+			return reset, both, err
 		}
 		if _, err := be.Exec(ctx, id, backend.ExecRequest{Path: "sh", Args: []string{"-c", "echo used > /tmp/used"}}); err != nil {
-			return err
+			return reset, both, err
 		}
 		time.Sleep(time.Second)
 		var ph backend.Phases
 		t := time.Now()
 		if err := be.Reset(backend.WithPhases(ctx, &ph), id); err != nil {
-			return err
+			return reset, both, err
 		}
 		r := time.Since(t)
 		resetSteps.add(ph.Steps())
 		time.Sleep(time.Second)
 		t = time.Now()
 		if err := be.Resume(backend.WithPhases(ctx, &ph), id); err != nil {
-			return err
+			return reset, both, err
 		}
 		a := time.Since(t)
 		acquireSteps.add(ph.Steps())
@@ -357,7 +376,7 @@ func resetBench(ctx context.Context, rep *Report, be *qemu.Backend, id string, r
 		acquire.Samples = append(acquire.Samples, a)
 		both.Samples = append(both.Samples, r+a)
 		if err := be.Pause(ctx, id); err != nil {
-			return err
+			return reset, both, err
 		}
 	}
 	rep.Results = append(rep.Results, reset)
@@ -365,7 +384,7 @@ func resetBench(ctx context.Context, rep *Report, be *qemu.Backend, id string, r
 	rep.Results = append(rep.Results, acquire)
 	rep.Results = append(rep.Results, acquireSteps.results()...)
 	rep.Results = append(rep.Results, both)
-	return nil
+	return reset, both, nil
 }
 
 // deleteSandboxes deletes every sandbox of be.
