@@ -170,14 +170,19 @@ func TestControlLoopOnQEMU(t *testing.T) {
 			sandbox = a.Status.Sandbox
 			return a.Status.Phase == api.AgentRunning, a.Status.Phase
 		})
-		o, err := l.c.Get(context.Background(), api.KindSandbox, sandbox)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid := o.(*api.Sandbox).Status.PID
-		if pid == 0 {
-			t.Fatalf("sandbox %s has no pid", sandbox)
-		}
+		// Killed mid-task: once the sandbox is acquired (a kill during the
+		// acquire is healed by the acquire itself: it restores the clean
+		// snapshot and the attempt goes on).
+		var pid int
+		l.waitFor("the sandbox is acquired", time.Minute, func() (bool, string) {
+			o, err := l.c.Get(context.Background(), api.KindSandbox, sandbox)
+			if err != nil {
+				return false, err.Error()
+			}
+			s := o.(*api.Sandbox).Status
+			pid = s.PID
+			return s.Phase == api.SandboxRunning && s.Reason == "Acquired" && pid != 0, s.Phase + " " + s.Reason
+		})
 		syscall.Kill(pid, syscall.SIGKILL)
 		l.waitFor("the agent completes on a fresh sandbox", 3*time.Minute, func() (bool, string) {
 			a := l.agent("survivor")

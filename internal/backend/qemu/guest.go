@@ -86,6 +86,25 @@ func (g *guest) waitAgent(ctx context.Context, p *proc) error {
 	}
 }
 
+// answer waits until the guest agent of a guest that was just resumed
+// answers a ping. A request caught by the pause and aborted by the resume
+// can leave the next one failing once: the ping is tried again on a new
+// connection until ctx ends, while p runs.
+func (g *guest) answer(ctx context.Context, p *proc) error {
+	for {
+		err := g.ga.Ping(ctx)
+		if err == nil || ctx.Err() != nil || !p.alive() {
+			return err
+		}
+		g.ga.Disconnect()
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // waitReady waits until the guest OS says the desktop is up.
 func (g *guest) waitReady(ctx context.Context, p *proc) error {
 	var last error

@@ -439,7 +439,7 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := v.g.ga.Ping(pctx); err != nil {
+	if err := v.g.answer(pctx, v.p); err != nil {
 		return fmt.Errorf("resume %s: guest agent: %w", id, err)
 	}
 	steps.Mark("guest answers (ping)")
