@@ -58,6 +58,7 @@ type vm struct {
 	scr      sync.Mutex // one screendump at a time; guards lastShot and ppm
 	lastShot *shot
 	ppm      []byte // the last screendump, its memory reused
+	kept     screen // the kept screen (keptscreen.go), made at the first screenshot
 	gone     bool   // deleted
 	// pausedAt is when the vCPUs last stopped; zero if unknown (a fresh
 	// clone, a restore, an adopted VM).
@@ -70,6 +71,7 @@ type vm struct {
 func (v *vm) hasProcess() bool { return v.p != nil && v.p.alive() }
 
 func (v *vm) disconnect() {
+	v.kept.close()
 	if v.p != nil && v.p.mon != nil {
 		v.p.mon.Close()
 	}
@@ -373,6 +375,7 @@ func (v *vm) attachGuest(p *proc, ga *qga.Client) {
 }
 
 func (v *vm) detach() {
+	v.kept.close()
 	if v.g != nil {
 		v.g.ga.Close()
 	}

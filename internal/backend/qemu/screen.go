@@ -3,6 +3,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"io"
@@ -28,11 +29,11 @@ var (
 	_ backend.Display   = (*Backend)(nil)
 )
 
-// Screenshot implements backend.Screen: QMP screendump to PPM in memory
-// (tmpfs), encoded here; QEMU 7.2's own PNG
-// output swaps red and blue. Agents often look at a screen that has not
-// changed: the last encoding is kept and served again while the pixels and
-// the options are the same.
+// Screenshot implements backend.Screen. It encodes the sandbox's kept
+// screen (keptscreen.go), which says how fresh that is; when the screen
+// cannot be kept, a QMP screendump (screendumpLocked). Agents often look
+// at a screen that has not changed: the last encoding is kept and served
+// again while the screen and the options are the same.
 func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.ScreenshotOptions) ([]byte, string, error) {
 	v, err := b.rlockRunning(id)
 	if err != nil {
@@ -43,8 +44,86 @@ func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.Screen
 	if opts.Format == "" {
 		format = display.PNG
 	}
+	eo := display.EncodeOptions{Format: format, Quality: opts.Quality, Width: opts.Width, Height: opts.Height}
 	v.scr.Lock()
 	defer v.scr.Unlock()
+	if k := b.keptScreenLocked(ctx, v); k != nil {
+		data, err := b.keptShotLocked(ctx, v, k, opts, eo)
+		var bad invalidOptions
+		switch {
+		case err == nil:
+			return data, format.ContentType(), nil
+		case errors.As(err, &bad):
+			return nil, "", api.Invalid("format", "%v", bad.error)
+		case ctx.Err() != nil:
+			return nil, "", err
+		}
+		b.log.Warn("the kept screen failed; taking a screendump", "sandbox", v.id, "err", err)
+		v.kept.p.CompareAndSwap(k, failedKept(err))
+		k.close()
+	}
+	return b.screendumpLocked(ctx, v, opts, eo)
+}
+
+// keptScreenLocked returns v's kept screen, connecting it if there is
+// none (or the last one failed more than keptRetry ago); nil when it
+// cannot be had. v.scr is held.
+func (b *Backend) keptScreenLocked(ctx context.Context, v *vm) *keptScreen {
+	k := v.kept.load()
+	usable, retry := k.state()
+	if usable {
+		return k
+	}
+	if !retry || b.bgCtx.Err() != nil {
+		return nil
+	}
+	nk, err := dialKept(ctx, v.vncSocket())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		b.log.Warn("cannot keep the screen; screenshots take screendumps", "sandbox", v.id, "err", err)
+		nk = failedKept(err)
+	} else {
+		// The connection ends with the backend at the latest.
+		nk.hook(b.bgCtx)
+	}
+	if !v.kept.p.CompareAndSwap(k, nk) {
+		nk.close() // the process went meanwhile
+		return nil
+	}
+	if nk.err != nil {
+		return nil
+	}
+	return nk
+}
+
+// keptShotLocked encodes v's kept screen k as opts say, or returns the
+// last encoding if neither the screen nor the options changed since. v.scr
+// is held.
+func (b *Backend) keptShotLocked(ctx context.Context, v *vm, k *keptScreen, opts backend.ScreenshotOptions, eo display.EncodeOptions) ([]byte, error) {
+	for i := 0; k.look() && i < 2; i++ {
+		// QEMU may not have refreshed the screen for a while, or the whole
+		// of a resized screen has not come yet.
+		if err := k.fresh(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if c := v.lastShot; c != nil && c.kept == k && c.gen == k.generation() && c.opts == opts {
+		return c.data, nil
+	}
+	data, gen, err := k.encode(&b.enc, eo)
+	if err != nil {
+		return nil, err
+	}
+	v.lastShot = &shot{kept: k, gen: gen, opts: opts, data: data}
+	return data, nil
+}
+
+// screendumpLocked takes a screenshot by QMP screendump to PPM in memory
+// (tmpfs), encoded here; QEMU 7.2's own PNG output swaps red and blue.
+// v.scr is held.
+func (b *Backend) screendumpLocked(ctx context.Context, v *vm, opts backend.ScreenshotOptions, eo display.EncodeOptions) ([]byte, string, error) {
 	path := filepath.Join(b.cfg.ShmDir, v.id+".ppm")
 	defer os.Remove(path)
 	if err := v.p.mon.ScreendumpPPM(ctx, path); err != nil {
@@ -56,15 +135,15 @@ func (b *Backend) Screenshot(ctx context.Context, id string, opts backend.Screen
 	}
 	v.ppm = raw // the next screendump reads into the same memory
 	sum := maphash.Bytes(screenSeed, raw)
-	if c := v.lastShot; c != nil && c.sum == sum && c.opts == opts {
-		return c.data, c.ctype, nil
+	if c := v.lastShot; c != nil && c.kept == nil && c.sum == sum && c.opts == opts {
+		return c.data, eo.Format.ContentType(), nil
 	}
 	var buf bytes.Buffer
-	if err := b.enc.EncodePPM(&buf, raw, display.EncodeOptions{Format: format, Quality: opts.Quality, Width: opts.Width, Height: opts.Height}); err != nil {
+	if err := b.enc.EncodePPM(&buf, raw, eo); err != nil {
 		return nil, "", api.Invalid("format", "%v", err)
 	}
-	v.lastShot = &shot{sum: sum, opts: opts, data: buf.Bytes(), ctype: format.ContentType()}
-	return v.lastShot.data, v.lastShot.ctype, nil
+	v.lastShot = &shot{sum: sum, opts: opts, data: buf.Bytes()}
+	return v.lastShot.data, eo.Format.ContentType(), nil
 }
 
 var screenSeed = maphash.MakeSeed()
@@ -91,12 +170,14 @@ func readInto(path string, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// shot is the last screenshot of a VM.
+// shot is the last screenshot of a VM: of the kept screen kept at its
+// generation gen, or (kept nil) of a screendump whose PPM hashed to sum.
 type shot struct {
-	sum   uint64
-	opts  backend.ScreenshotOptions
-	data  []byte
-	ctype string
+	kept *keptScreen
+	gen  uint64
+	sum  uint64
+	opts backend.ScreenshotOptions
+	data []byte
 }
 
 // ScreenSize implements backend.Screen.
@@ -129,6 +210,7 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 	if err == nil {
 		mon = v.p.mon
 	}
+	kept := v.kept.load()
 	// Key events are paced: the lock is not held for them.
 	v.mu.RUnlock()
 	if err != nil {
@@ -162,6 +244,9 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 			return err
 		}
 	}
+	// Whoever sends input looks at the screen next: the kept screen
+	// follows closely from now on.
+	kept.look()
 	return nil
 }
 
