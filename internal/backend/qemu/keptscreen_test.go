@@ -193,7 +193,7 @@ func TestKeptScreen(t *testing.T) {
 	})
 
 	t.Run("FollowsResolution", func(t *testing.T) {
-		g, err := b.guestOf(id)
+		g, err := b.guestOf(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
