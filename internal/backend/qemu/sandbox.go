@@ -262,10 +262,12 @@ func (b *Backend) cloneLocked(ctx context.Context, v *vm, steps *backend.Stepper
 		return nil
 	}
 	steps.Mark("no spare ready")
+	start := time.Now()
 	p, err := b.startFromSnapshot(ctx, v.tpl, v.meta.Name, v.dir, v.meta.RunDir, false)
 	if err != nil {
 		return err
 	}
+	b.noteStart(v.tpl, time.Since(start))
 	steps.Mark("start QEMU, load device state")
 	v.attach(p)
 	v.meta.Pending = pendingIdentity

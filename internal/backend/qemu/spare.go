@@ -65,13 +65,28 @@ type spareSet struct {
 	takes    []time.Time
 	makeTook time.Duration
 	trim     *time.Timer
+	// startTook is how long the last clone that started its own QEMU took
+	// to do so.
+	startTook time.Duration
+}
+
+// worthWaiting reports whether a clone should wait for the spare being
+// made rather than start its own QEMU: when the spare should be ready
+// sooner (a spare also has its guest run for a moment, so it takes longer
+// to make than a QEMU takes to start).
+func (s *spareSet) worthWaiting(slot *spareSlot, now time.Time) bool {
+	if s.makeTook == 0 || s.startTook == 0 {
+		return true
+	}
+	return slot.started.Add(s.makeTook).Sub(now) < s.startTook
 }
 
 // spareSlot is a spare being made. A taker that finds no ready spare
 // claims the slot (takes it out of the set) and waits for it.
 type spareSlot struct {
-	done chan struct{} // closed when sp is set (nil if making it failed)
-	sp   *spare
+	done    chan struct{} // closed when sp is set (nil if making it failed)
+	sp      *spare
+	started time.Time
 }
 
 // SpareChurnWindow is how far back takes count towards a template's
@@ -97,6 +112,15 @@ func (s *spareSet) want(now time.Time, maxSpares int) int {
 	rate := float64(len(s.takes)) / SpareChurnWindow.Seconds()
 	n := 1 + int(math.Ceil(rate*s.makeTook.Seconds()))
 	return max(1, min(n, maxSpares))
+}
+
+// noteStart records how long a clone of tpl took to start its own QEMU.
+func (b *Backend) noteStart(tpl tplMeta, d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if set := b.spares[tpl.ID]; set != nil {
+		set.startTook = d
+	}
 }
 
 // Spares reports how many spares template tplID holds, ready or being
@@ -260,7 +284,7 @@ func (b *Backend) startMakingLocked(tpl tplMeta, set *spareSet) {
 		b.log.Debug("no spare clone: it would pass the host memory limit", "template", tpl.ID)
 		return
 	}
-	slot := &spareSlot{done: make(chan struct{})}
+	slot := &spareSlot{done: make(chan struct{}), started: time.Now()}
 	set.making = slot
 	go func() {
 		start := time.Now()
@@ -294,10 +318,10 @@ func (b *Backend) startMakingLocked(tpl tplMeta, set *spareSet) {
 }
 
 // takeSpare returns one of tpl's spares, waiting for the one being made
-// if none is ready (it started earlier than anything the caller could
-// start now), or nil if there is none that fits: none made, making it
-// failed, its QEMU died, or it comes from an earlier build of the
-// template. It counts as a take towards the template's churn either way.
+// if none is ready and it should be ready before a QEMU started now, or
+// nil if there is none that fits: none made, making it failed, its QEMU
+// died, or it comes from an earlier build of the template. It counts as a
+// take towards the template's churn either way.
 func (b *Backend) takeSpare(ctx context.Context, tpl tplMeta) *spare {
 	if b.cfg.NoSpares {
 		return nil
@@ -312,7 +336,7 @@ func (b *Backend) takeSpare(ctx context.Context, tpl tplMeta) *spare {
 		if len(set.ready) > 0 {
 			sp = set.ready[0]
 			set.ready = set.ready[1:]
-		} else if set.making != nil {
+		} else if set.making != nil && set.worthWaiting(set.making, time.Now()) {
 			slot = set.making
 			set.making = nil
 		}

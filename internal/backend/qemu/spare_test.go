@@ -57,3 +57,25 @@ func TestShedSpares(t *testing.T) {
 		t.Fatalf("dropped %d, used %d, mine keeps %d", len(drop), used, len(b.spares["mine"].ready))
 	}
 }
+
+func TestSpareWorthWaiting(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name                string
+		started             time.Duration // ago
+		makeTook, startTook time.Duration
+		want                bool
+	}{
+		{"nothing measured yet", 0, 0, 0, true},
+		{"just started, slower than a QEMU", 0, 700 * time.Millisecond, 300 * time.Millisecond, false},
+		{"nearly made", 500 * time.Millisecond, 700 * time.Millisecond, 300 * time.Millisecond, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &spareSet{makeTook: tt.makeTook, startTook: tt.startTook}
+			if got := s.worthWaiting(&spareSlot{started: now.Add(-tt.started)}, now); got != tt.want {
+				t.Fatalf("worthWaiting = %v", got)
+			}
+		})
+	}
+}
