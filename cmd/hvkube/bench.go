@@ -90,7 +90,9 @@ func newBenchQEMUCmd() *cobra.Command {
 		Long: `Measure the QEMU fast path on the image built by make image: cold boots,
 clones from the template snapshot, resume, save/restore, reset, the private
 memory of paused clones, 10 clones at once, and screenshots and input through
-a real server's API. Under TCG this takes several minutes.
+a real server's API. Under TCG this takes several minutes. Clone, resume and
+reset are followed by one row per step the backend took (↳), so that each
+change shows where it saved.
 
 --image browser-desktop (built by make image-browser) measures that image;
 --clones-only stops after the cold boots, the clones and their memory. An
