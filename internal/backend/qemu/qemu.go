@@ -586,7 +586,7 @@ func (b *Backend) committedLocked() int {
 		if _, ok := b.building[id]; ok {
 			continue
 		}
-		if v.hasProcess() {
+		if v.live.Load().alive() {
 			used += v.meta.MemoryMB
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -48,12 +49,15 @@ const sandboxNamePrefix = "hvkube-sandbox:"
 
 // vm is one sandbox.
 type vm struct {
-	mu       sync.RWMutex // held for writing by lifecycle calls
-	id       string
-	dir      string
-	meta     vmMeta
-	tpl      tplMeta
-	p        *proc      // nil when no process
+	mu   sync.RWMutex // held for writing by lifecycle calls
+	id   string
+	dir  string
+	meta vmMeta
+	tpl  tplMeta
+	p    *proc // nil when no process
+	// live is p for readers that do not hold mu (the backend's memory
+	// count, under Backend.mu).
+	live     atomic.Pointer[proc]
 	g        *guest     // nil when no process
 	scr      sync.Mutex // one screendump at a time; guards lastShot and ppm
 	lastShot *shot
@@ -371,6 +375,7 @@ func (v *vm) attach(p *proc) { v.attachGuest(p, qga.New(v.qgaSocket())) }
 // process the backend starts for a sandbox is handed over paused.
 func (v *vm) attachGuest(p *proc, ga *qga.Client) {
 	v.p = p
+	v.live.Store(p)
 	v.g = newGuest(ga, v.tpl.Image)
 	v.meta.PID = p.pid
 	v.paused = true
@@ -382,6 +387,7 @@ func (v *vm) detach() {
 		v.g.ga.Close()
 	}
 	v.p, v.g = nil, nil
+	v.live.Store(nil)
 	v.meta.PID = 0
 	v.paused = false
 }
@@ -755,6 +761,7 @@ func (b *Backend) adoptDir(ctx context.Context, id string) {
 	}
 	if p, err := adopt(ctx, meta.PID, meta.Name, dir, v.qmpSocket()); err == nil {
 		v.p = p
+		v.live.Store(p)
 		v.g = newGuest(qga.New(v.qgaSocket()), v.tpl.Image)
 		b.log.Info("adopted a running sandbox", "sandbox", id, "pid", meta.PID)
 		// A clone resumed before the restart whose identity was still
