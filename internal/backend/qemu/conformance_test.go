@@ -162,6 +162,15 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 	t.Run("DeadSpareSkipped", func(t *testing.T) {
 		sp := waitSpare(t)
 		syscall.Kill(sp.p.pid, syscall.SIGKILL)
+		// kill returns before the process is gone; a spare that dies
+		// while being taken is found by the next call to its QEMU.
+		deadline := time.Now().Add(10 * time.Second)
+		for sp.p.alive() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the killed spare (%d) still runs", sp.p.pid)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		info, err := b.Create(ctx, backend.SandboxSpec{ID: "spare-b", TemplateID: tplID})
 		if err != nil {
 			t.Fatalf("create after the spare died: %v", err)
