@@ -77,11 +77,16 @@ func TestKeptScreen(t *testing.T) {
 		return decodePNG(t, data)
 	}
 	// sameAsScreendump compares the kept screen with screendumps taken
-	// just before and after it, on a screen that stays still meanwhile.
+	// before and after it, on a screen that stays still meanwhile. While
+	// someone looks the copy may be one display refresh (30 ms) plus its
+	// transfer behind the screen, so the kept screenshot comes a few
+	// refreshes after the first screendump: a change made just before
+	// that screendump has reached the copy by then.
 	sameAsScreendump := func(t *testing.T) stdimage.Image {
 		t.Helper()
 		for try := 0; ; try++ {
 			before := dump(t)
+			time.Sleep(4 * nudgeEvery)
 			got := decodePNG(t, kept(t, backend.ScreenshotOptions{}))
 			after := dump(t)
 			if diff := pixelDiff(before, after); diff != "" {
