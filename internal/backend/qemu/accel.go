@@ -20,8 +20,9 @@ import (
 // by running a tiny VM under KVM and watching it print.
 
 const (
-	// probeTimeout bounds the whole probe, QEMU's start and end included.
-	probeTimeout = 5 * time.Second
+	// probeTimeout bounds the whole probe (under KVM, then under TCG),
+	// QEMU's starts and ends included.
+	probeTimeout = 2*probeWait + 2*time.Second
 	// probeWait is how long the probe VM has to print probeMarker.
 	probeWait = 3 * time.Second
 	// probeMarker is what the probe's boot sector writes to its serial
@@ -51,7 +52,31 @@ func probeAccel(ctx context.Context, binary string, log *slog.Logger) (accel, re
 		log.Warn("KVM is not usable; using TCG, which is much slower", "reason", reason)
 		return "tcg", reason
 	}
+	// The same probe under TCG is the yardstick: a KVM that takes far
+	// longer than software emulation to run a boot sector emulates what it
+	// should run, and such a KVM has been seen to stop a real guest's
+	// kernel with an emulation failure.
+	tcgTook, err := runProbe(ctx, binary, "tcg", probeWait, log)
+	if reason, slow := kvmTooSlow(took, tcgTook, err); slow {
+		log.Warn("KVM is not usable; using TCG, which is much slower", "reason", reason)
+		return "tcg", reason
+	}
 	return "kvm", fmt.Sprintf("a probe VM ran under KVM in %s", took.Round(time.Millisecond))
+}
+
+// probeSlack is how much longer than under TCG the probe may take under a
+// KVM that is used: QEMU's start and a loaded host's noise.
+const probeSlack = time.Second
+
+// kvmTooSlow judges a KVM whose probe took kvm against the same probe under
+// TCG (tcg, or tcgErr if that failed): too slow when it took more than
+// probeSlack longer. A failed TCG probe says nothing against KVM.
+func kvmTooSlow(kvm, tcg time.Duration, tcgErr error) (reason string, slow bool) {
+	if tcgErr != nil || kvm <= tcg+probeSlack {
+		return "", false
+	}
+	return fmt.Sprintf("/dev/kvm opens but a probe VM took %s under KVM and %s under TCG: this KVM emulates rather than runs the guest",
+		kvm.Round(time.Millisecond), tcg.Round(time.Millisecond)), true
 }
 
 // runProbe boots bootSector in a QEMU using accel and waits up to wait for

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -155,6 +156,7 @@ func TestProbeAccel(t *testing.T) {
 	switch {
 	case accel == "kvm" && strings.HasPrefix(reason, "a probe VM ran under KVM in "):
 	case accel == "tcg" && strings.HasPrefix(reason, "/dev/kvm opens but a probe VM could not run under KVM: "):
+	case accel == "tcg" && strings.HasPrefix(reason, "/dev/kvm opens but a probe VM took "):
 	default:
 		t.Errorf("got (%q, %q), want kvm after a probe VM ran or tcg with why it did not", accel, reason)
 	}
@@ -200,6 +202,32 @@ func TestNewAccel(t *testing.T) {
 			}
 			if b.AccelReason() == "" || !strings.HasPrefix(b.AccelReason(), tt.wantReason) {
 				t.Errorf("AccelReason() = %q, want one starting with %q", b.AccelReason(), tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestKVMTooSlow(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name     string
+		kvm, tcg time.Duration
+		tcgErr   error
+		slow     bool
+	}{
+		{"faster than tcg", 40 * ms, 110 * ms, nil, false},
+		{"a little slower than tcg", 600 * ms, 110 * ms, nil, false},
+		{"seconds slower than tcg", 3150 * ms, 110 * ms, nil, true},
+		{"tcg failed", 3150 * ms, 0, errors.New("exit status 1"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reason, slow := kvmTooSlow(tt.kvm, tt.tcg, tt.tcgErr)
+			if slow != tt.slow {
+				t.Fatalf("slow = %v (%q), want %v", slow, reason, tt.slow)
+			}
+			if slow && !strings.Contains(reason, "3.15s under KVM and 110ms under TCG") {
+				t.Errorf("reason = %q, want both times", reason)
 			}
 		})
 	}

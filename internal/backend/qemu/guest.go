@@ -9,6 +9,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
 	guestos "github.com/hvkube/hvkube/internal/guest"
 )
 
@@ -64,7 +65,10 @@ func (g *guest) WriteFile(ctx context.Context, path string, data []byte) error {
 	return g.ga.FileWrite(ctx, path, data)
 }
 
-// waitAgent waits until the guest agent answers, or p dies.
+// waitAgent waits until the guest agent answers, or p dies, or its guest
+// stops for good (a KVM that cannot run the guest stops it with an
+// internal error at once; waiting out the boot timeout would say nothing
+// more).
 func (g *guest) waitAgent(ctx context.Context, p *proc) error {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -76,6 +80,9 @@ func (g *guest) waitAgent(ctx context.Context, p *proc) error {
 		if !p.alive() {
 			return errors.New("qemu exited")
 		}
+		if err := stoppedForGood(ctx, p); err != nil {
+			return err
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		}
@@ -84,6 +91,23 @@ func (g *guest) waitAgent(ctx context.Context, p *proc) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// stoppedForGood returns an error if p's guest is in a run state it does
+// not leave by itself: an internal error (a failed KVM entry or an
+// instruction KVM cannot emulate), a disk error, a panic or a shutdown.
+func stoppedForGood(ctx context.Context, p *proc) error {
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := p.mon.Status(sctx)
+	if err != nil {
+		return nil // the ping's error says more
+	}
+	switch st.Status {
+	case qmp.StateInternalError, qmp.StateIOError, qmp.StateGuestPanicked, qmp.StateShutdown:
+		return fmt.Errorf("the guest stopped: qemu reports %s", st.Status)
+	}
+	return nil
 }
 
 // answer waits until the guest agent of a guest that was just resumed
