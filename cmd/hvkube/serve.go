@@ -285,8 +285,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if be != nil {
 		nd := node.New(node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log,
 			DataDir: cfg.dataDir, ServerURL: "http://" + ln.Addr().String(),
-			Tokens: func(sandbox, agent string, ttl time.Duration) string {
-				return key.Mint(authtoken.Scope{Sandbox: sandbox, Agent: agent}, time.Now(), ttl)
+			Tokens: func(a *api.Agent, ttl time.Duration) string {
+				return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
 			}, ObserveAcquire: mx.ObserveAcquire})
 		if err := nd.Start(ctx); err != nil {
 			return err

@@ -2,6 +2,13 @@
 // hands an agent's program so that it reaches its own sandbox and agent
 // and nothing else. A token is the scope and its expiry, signed with
 // HMAC-SHA256 under a key only the server holds; nothing is stored.
+//
+// A scope names one attempt of one agent: the agent's name and UID (so a
+// deleted agent's token never reaches one re-created under its name), the
+// attempt's number (so a token of attempt 1 never acts for attempt 2) and
+// the sandbox the attempt is bound to. The server checks at every use that
+// the attempt still holds the sandbox; the signature only says the server
+// issued the token.
 package authtoken
 
 import (
@@ -15,17 +22,36 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
 )
 
 // prefix starts every scoped token, so that it is never mistaken for the
-// server's own token.
-const prefix = "hvks1."
+// server's own token. hvks1 tokens named no attempt and are refused.
+const prefix = "hvks2."
 
-// Scope is what a token reaches.
+// Scope is what a token reaches: one attempt of one agent, and the
+// sandbox that attempt is bound to.
 type Scope struct {
-	Sandbox string `json:"sb,omitempty"`
-	Agent   string `json:"ag,omitempty"`
-	Expires int64  `json:"exp"`
+	Sandbox string `json:"sb"`
+	Agent   string `json:"ag"`
+	// UID is the agent's metadata.uid.
+	UID string `json:"uid"`
+	// Attempt is the number of the attempt (status.attempts while it
+	// runs).
+	Attempt int   `json:"at"`
+	Expires int64 `json:"exp"`
+}
+
+// ForAttempt is the scope of agent a's attempt number attempt on its
+// bound sandbox.
+func ForAttempt(a *api.Agent, attempt int) Scope {
+	return Scope{Sandbox: a.Status.Sandbox, Agent: a.Metadata.Name, UID: a.Metadata.UID, Attempt: attempt}
+}
+
+// complete reports whether s names everything a scope must.
+func (s Scope) complete() bool {
+	return s.Sandbox != "" && s.Agent != "" && s.UID != "" && s.Attempt > 0
 }
 
 // Key signs tokens.
@@ -71,7 +97,7 @@ func (k Key) Verify(tok string, now time.Time) (Scope, error) {
 	if err == nil {
 		err = json.Unmarshal(body, &s)
 	}
-	if err != nil || now.Unix() >= s.Expires {
+	if err != nil || now.Unix() >= s.Expires || !s.complete() {
 		return Scope{}, ErrInvalid
 	}
 	return s, nil

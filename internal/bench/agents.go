@@ -257,8 +257,8 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, log *slog
 	url := "http://" + ln.Addr().String()
 	mgr := controller.NewManager(st, log, 0)
 	nd := node.New(node.Options{Store: st, Backend: be, Name: "bench", Logger: log, DataDir: dataDir, ServerURL: url,
-		Tokens: func(sandbox, agent string, ttl time.Duration) string {
-			return key.Mint(authtoken.Scope{Sandbox: sandbox, Agent: agent}, time.Now(), ttl)
+		Tokens: func(a *api.Agent, ttl time.Duration) string {
+			return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
 		}})
 	if err := nd.Start(ctx); err != nil {
 		ln.Close()

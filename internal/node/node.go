@@ -41,9 +41,10 @@ type Options struct {
 	DataDir string
 	// ServerURL is the API's address, given to custom agents.
 	ServerURL string
-	// Tokens mints a token for a custom agent that reaches only its
-	// sandbox and its own agent, valid for ttl; nil gives none.
-	Tokens func(sandbox, agent string, ttl time.Duration) string
+	// Tokens mints a token for the running attempt of a custom agent
+	// that reaches only that attempt's agent and sandbox, valid for ttl;
+	// nil gives none.
+	Tokens func(a *api.Agent, ttl time.Duration) string
 	// ObserveAcquire, when set, hears how long each acquire took and how
 	// it went: resume, restore (the clean snapshot) or clone.
 	ObserveAcquire func(how string, d time.Duration)

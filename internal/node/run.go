@@ -287,7 +287,7 @@ func (n *Node) runHost(ctx context.Context, a *api.Agent, dir string, lg *runLog
 		env = append(env, "HVKUBE_SERVER="+n.opt.ServerURL)
 	}
 	if n.opt.Tokens != nil {
-		env = append(env, "HVKUBE_TOKEN="+n.opt.Tokens(a.Status.Sandbox, a.Metadata.Name, controller.Timeout(a)))
+		env = append(env, "HVKUBE_TOKEN="+n.opt.Tokens(a, controller.Timeout(a)))
 	}
 	cmd.Env = env
 	var stdout limitedBuffer

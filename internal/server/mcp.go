@@ -181,7 +181,12 @@ func (s *Server) agentToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("agent %s is past its deadline: %w", a.Metadata.Name, api.ErrConflict))
 		return
 	}
-	tok := s.opts.ScopedKey.Mint(authtoken.Scope{Sandbox: a.Status.Sandbox, Agent: a.Metadata.Name}, now, deadline.Sub(now))
+	// A Scheduled agent's token is for the attempt about to start.
+	attempt := a.Status.Attempts
+	if a.Status.Phase != api.AgentRunning {
+		attempt++
+	}
+	tok := s.opts.ScopedKey.Mint(authtoken.ForAttempt(a, attempt), now, deadline.Sub(now))
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
