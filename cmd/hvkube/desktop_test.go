@@ -175,6 +175,8 @@ func sandboxActions(t *testing.T, p *proc) {
 	took := mustHV(t, p, "control", "take", sb, "--holder", "ada")
 	_, id, _ := strings.Cut(strings.SplitN(took, "\n", 2)[0], "(take-over ")
 	id = strings.TrimSuffix(id, ")")
+	_, key, _ := strings.Cut(took, "input key (X-Hvkube-Control): ")
+	key, _, _ = strings.Cut(key, "\n")
 	if _, err := hv(t, p, "input", sb, "--click", "400,300"); err == nil || !strings.Contains(err.Error(), "ada holds control") {
 		t.Errorf("input while a person holds control: %v", err)
 	}
@@ -182,6 +184,14 @@ func sandboxActions(t *testing.T, p *proc) {
 	req, _ := http.NewRequest("POST", p.url()+"/api/v1/sandboxes/"+sb+"/input", strings.NewReader(`{"action":"mouse_move","coordinate":[10,10]}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(api.ControlHeader, id)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusConflict {
+		t.Errorf("input with the take-over's id (which agents can read) instead of its key: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	req, _ = http.NewRequest("POST", p.url()+"/api/v1/sandboxes/"+sb+"/input", strings.NewReader(`{"action":"mouse_move","coordinate":[10,10]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(api.ControlHeader, key)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Errorf("input by the holder (take-over %q): %v %v", id, resp, err)
 	} else {

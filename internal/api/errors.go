@@ -26,6 +26,9 @@ var (
 type FieldError struct {
 	Field  string
 	Detail string
+	// Category is the error category (ErrInvalid when nil): ErrConflict
+	// for a field whose value is fine but may not change now.
+	Category error
 }
 
 func (e *FieldError) Error() string {
@@ -35,8 +38,19 @@ func (e *FieldError) Error() string {
 	return e.Field + ": " + e.Detail
 }
 
-// Unwrap makes every FieldError an ErrInvalid.
-func (e *FieldError) Unwrap() error { return ErrInvalid }
+// Unwrap makes a FieldError an ErrInvalid, or its Category.
+func (e *FieldError) Unwrap() error {
+	if e.Category != nil {
+		return e.Category
+	}
+	return ErrInvalid
+}
+
+// Conflict returns a FieldError of category ErrConflict for field: a
+// change the object's state does not allow now.
+func Conflict(field, format string, args ...any) error {
+	return &FieldError{Field: field, Detail: fmt.Sprintf(format, args...), Category: ErrConflict}
+}
 
 // Invalid returns a FieldError for field.
 func Invalid(field, format string, args ...any) error {

@@ -40,6 +40,26 @@ type DisplayClaims struct {
 	// through the display (ctl); input passes only while it is the
 	// sandbox's current status.control.id.
 	Control string `json:"ctl,omitempty"`
+	// Agent, AgentUID and Attempt bind a token minted with an agent's
+	// scoped token to that attempt (agt, auid, att): the view lasts only
+	// while the attempt holds the sandbox.
+	Agent    string `json:"agt,omitempty"`
+	AgentUID string `json:"auid,omitempty"`
+	Attempt  int    `json:"att,omitempty"`
+}
+
+// AgentScope returns the attempt a token is bound to, if it is.
+func (c DisplayClaims) AgentScope() (Scope, bool) {
+	if c.Agent == "" {
+		return Scope{}, false
+	}
+	return Scope{Sandbox: c.Sandbox, Agent: c.Agent, UID: c.AgentUID, Attempt: c.Attempt}, true
+}
+
+// ForScope binds claims to the attempt of sc.
+func (c DisplayClaims) ForScope(sc Scope) DisplayClaims {
+	c.Agent, c.AgentUID, c.Attempt = sc.Agent, sc.UID, sc.Attempt
+	return c
 }
 
 // Errors of VerifyDisplay. A malformed or forged token is ErrInvalid.
@@ -64,15 +84,16 @@ func IsDisplay(tok string) bool {
 	return strings.HasPrefix(tok, "eyJ") && strings.Count(tok, ".") == 2
 }
 
-// MintDisplay returns a display token for sandbox, valid for ttl from now
+// MintDisplay returns a display token with the claims c (the sandbox, and
+// the take-over or the attempt it carries, if any), valid for ttl from now
 // (DefaultDisplayTTL when 0; the caller bounds it by MaxDisplayTTL), and
-// its expiry. control is the take-over ID it carries, or "".
-func (k Key) MintDisplay(sandbox, control string, now time.Time, ttl time.Duration) (string, time.Time) {
+// its expiry.
+func (k Key) MintDisplay(c DisplayClaims, now time.Time, ttl time.Duration) (string, time.Time) {
 	if ttl <= 0 {
 		ttl = DefaultDisplayTTL
 	}
 	exp := now.Add(ttl).Truncate(time.Second)
-	c := DisplayClaims{Sandbox: sandbox, Audience: DisplayAudience, IssuedAt: now.Unix(), ExpiresAt: exp.Unix(), Control: control}
+	c.Audience, c.IssuedAt, c.ExpiresAt = DisplayAudience, now.Unix(), exp.Unix()
 	body, _ := json.Marshal(c)
 	signing := jwtHeader + "." + base64.RawURLEncoding.EncodeToString(body)
 	return signing + "." + base64.RawURLEncoding.EncodeToString(k.signDisplay(signing)), exp
@@ -118,4 +139,21 @@ func (k Key) VerifyDisplay(tok string, now time.Time) (DisplayClaims, error) {
 		return c, ErrExpired
 	}
 	return c, nil
+}
+
+// ControlKey is the secret that proves input comes from the holder of
+// take-over id of sandbox (the X-Hvkube-Control header): status.control.id
+// names a take-over where anyone who reads the sandbox sees it, so the key
+// is derived from it under the server's key and handed only to the person
+// who took control.
+func (k Key) ControlKey(sandbox, id string) string {
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte("hvkube control key v1\x00" + sandbox + "\x00" + id))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// CheckControlKey reports whether key is the control key of take-over id
+// of sandbox.
+func (k Key) CheckControlKey(sandbox, id, key string) bool {
+	return id != "" && hmac.Equal([]byte(key), []byte(k.ControlKey(sandbox, id)))
 }

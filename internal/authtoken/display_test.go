@@ -14,7 +14,7 @@ import (
 func TestDisplayToken(t *testing.T) {
 	k := Key([]byte(strings.Repeat("k", 32)))
 	now := time.Unix(1_800_000_000, 0)
-	tok, exp := k.MintDisplay("sb-1", "take-1", now, 2*time.Minute)
+	tok, exp := k.MintDisplay(DisplayClaims{Sandbox: "sb-1", Control: "take-1"}, now, 2*time.Minute)
 	if !IsDisplay(tok) {
 		t.Fatalf("%q is not shaped like a JWT", tok)
 	}
@@ -29,7 +29,7 @@ func TestDisplayToken(t *testing.T) {
 	if c != want {
 		t.Fatalf("claims %+v, want %+v", c, want)
 	}
-	if _, exp := k.MintDisplay("sb-1", "", now, 0); exp.Sub(now) != DefaultDisplayTTL {
+	if _, exp := k.MintDisplay(DisplayClaims{Sandbox: "sb-1", Control: ""}, now, 0); exp.Sub(now) != DefaultDisplayTTL {
 		t.Fatalf("default ttl %s", exp.Sub(now))
 	}
 

@@ -24,6 +24,7 @@ type controlRequest struct {
 type controlResponse struct {
 	Control *api.SandboxControl `json:"control"`
 	Token   string              `json:"token,omitempty"`
+	Key     string              `json:"key,omitempty"`
 }
 
 func newControlCmd(e *env) *cobra.Command {
@@ -31,7 +32,9 @@ func newControlCmd(e *env) *cobra.Command {
 		Use:   "control",
 		Short: "Take a sandbox's input over from its agent, or hand it back",
 		Long: `While a person holds a sandbox's input, input from agents and the API is
-refused (409) unless it carries the take-over's id (header X-Hvkube-Control).
+refused (409) unless it carries the take-over's key (header X-Hvkube-Control),
+which only the person who took control gets: agents can read the take-over's
+id in the sandbox's status, never its key.
 A take-over ends when it is released, when the sandbox is reset to its clean
 snapshot, or when the sandbox is deleted.`,
 	}
@@ -44,7 +47,7 @@ func newControlTakeCmd(e *env) *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "take SANDBOX",
-		Short: "Take a sandbox's input over; prints the take-over's id",
+		Short: "Take a sandbox's input over; prints the take-over's id and key",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			resp, err := sendControl(cmd, e, args[0], controlRequest{Action: "take", Holder: holder, Agent: agent, Force: force})
@@ -53,6 +56,9 @@ func newControlTakeCmd(e *env) *cobra.Command {
 			}
 			c := resp.Control
 			fmt.Fprintf(e.out, "sandbox/%s: control taken by %s (take-over %s)\n", args[0], c.Holder, c.ID)
+			if resp.Key != "" {
+				fmt.Fprintf(e.out, "input key (X-Hvkube-Control): %s\n", resp.Key)
+			}
 			if resp.Token != "" {
 				fmt.Fprintf(e.out, "display token: %s\n", resp.Token)
 			}

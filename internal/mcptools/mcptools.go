@@ -75,7 +75,24 @@ type Scope struct {
 	Sandbox, Agent string
 	// Restricted callers reach their Sandbox and Agent and nothing else.
 	Restricted bool
+	// Check, when set, says whether a restricted caller may do what n
+	// needs now (its attempt still runs and holds the sandbox; nobody else
+	// holds the sandbox's input). nil: the sandbox's current agent must be
+	// the caller's Agent.
+	Check func(ctx context.Context, n Need) error
 }
+
+// Need is what a tool call needs of a restricted caller's attempt.
+type Need int
+
+const (
+	// NeedAgent: speak for the agent (complete_task, ask_human).
+	NeedAgent Need = iota
+	// NeedView: see the sandbox (screenshot, zoom, cursor_position, wait).
+	NeedView
+	// NeedAct: act on the sandbox (input).
+	NeedAct
+)
 
 // Options configure NewServer.
 type Options struct {
@@ -126,8 +143,8 @@ func (t *tools) scope(ctx context.Context, req *mcp.CallToolRequest) Scope {
 // ErrForbidden: the caller's token does not reach what it named.
 var ErrForbidden = errors.New("forbidden")
 
-// sandbox resolves the sandbox a call acts on.
-func (t *tools) sandbox(ctx context.Context, req *mcp.CallToolRequest, given string) (string, error) {
+// sandbox resolves the sandbox a call acts on, for what n needs.
+func (t *tools) sandbox(ctx context.Context, req *mcp.CallToolRequest, given string, n Need) (string, error) {
 	sc := t.scope(ctx, req)
 	if given == "" {
 		given = sc.Sandbox
@@ -140,6 +157,12 @@ func (t *tools) sandbox(ctx context.Context, req *mcp.CallToolRequest, given str
 	}
 	if sc.Restricted && given != sc.Sandbox {
 		return "", fmt.Errorf("%w: this token reaches only sandbox %q, not %q", ErrForbidden, sc.Sandbox, given)
+	}
+	if sc.Restricted && sc.Check != nil {
+		if err := sc.Check(ctx, n); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrForbidden, err)
+		}
+		return given, nil
 	}
 	if sc.Restricted && sc.Agent != "" {
 		// An agent's token outlives its hold on the sandbox (it expires
@@ -159,7 +182,16 @@ func (t *tools) sandbox(ctx context.Context, req *mcp.CallToolRequest, given str
 // one that holds the sandbox.
 func (t *tools) agent(ctx context.Context, req *mcp.CallToolRequest, sandbox string) (string, error) {
 	sc := t.scope(ctx, req)
-	sb, err := t.sandbox(ctx, req, sandbox)
+	if sc.Restricted && sc.Check != nil {
+		if sandbox != "" && sandbox != sc.Sandbox {
+			return "", fmt.Errorf("%w: this token reaches only sandbox %q, not %q", ErrForbidden, sc.Sandbox, sandbox)
+		}
+		if err := sc.Check(ctx, NeedAgent); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrForbidden, err)
+		}
+		return sc.Agent, nil
+	}
+	sb, err := t.sandbox(ctx, req, sandbox, NeedAgent)
 	if sc.Agent != "" && (sandbox == "" || sb == sc.Sandbox) {
 		return sc.Agent, nil
 	}
@@ -181,7 +213,7 @@ func (t *tools) agent(ctx context.Context, req *mcp.CallToolRequest, sandbox str
 // marked as bad input when it is.
 func errorText(err error) error {
 	var fe *api.FieldError
-	if errors.As(err, &fe) {
+	if errors.As(err, &fe) && errors.Is(err, api.ErrInvalid) {
 		return fmt.Errorf("invalid %w", err)
 	}
 	return err

@@ -159,7 +159,11 @@ func addAction[In any](t *tools, s *mcp.Server, name, desc string, mk func(In) (
 	}
 	mcp.AddTool(s, tool, toolErrors(func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
 		act, sandbox, width := mk(in)
-		sb, err := t.sandbox(ctx, req, sandbox)
+		need := NeedAct
+		if act.Action == "screenshot" || act.Action == "zoom" || act.Action == "wait" {
+			need = NeedView
+		}
+		sb, err := t.sandbox(ctx, req, sandbox, need)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -179,7 +183,7 @@ func addAction[In any](t *tools, s *mcp.Server, name, desc string, mk func(In) (
 }
 
 func (t *tools) cursorPosition(ctx context.Context, req *mcp.CallToolRequest, in screenshotArgs) (*mcp.CallToolResult, positionOut, error) {
-	sb, err := t.sandbox(ctx, req, in.Sandbox)
+	sb, err := t.sandbox(ctx, req, in.Sandbox, NeedView)
 	if err != nil {
 		return nil, positionOut{}, err
 	}
@@ -307,6 +311,9 @@ func (t *tools) list(ctx context.Context, req *mcp.CallToolRequest, _ any) (*mcp
 	sc := t.scope(ctx, req)
 	var objs []api.Object
 	if sc.Restricted {
+		if _, err := t.sandbox(ctx, req, sc.Sandbox, NeedView); err != nil {
+			return nil, listOut{}, err
+		}
 		o, err := t.d.Get(ctx, api.KindSandbox, sc.Sandbox)
 		if err != nil {
 			return nil, listOut{}, err
@@ -342,7 +349,12 @@ func (t *tools) acquire(ctx context.Context, req *mcp.CallToolRequest, in acquir
 }
 
 func (t *tools) release(ctx context.Context, req *mcp.CallToolRequest, in releaseArgs) (*mcp.CallToolResult, any, error) {
-	sb, err := t.sandbox(ctx, req, in.Sandbox)
+	if sc := t.scope(ctx, req); sc.Restricted {
+		// Releasing deletes the lease agent: an agent's token deletes
+		// nothing. It ends its attempt with complete_task.
+		return nil, nil, fmt.Errorf("%w: an agent's token cannot release its sandbox; end the task with complete_task", ErrForbidden)
+	}
+	sb, err := t.sandbox(ctx, req, in.Sandbox, NeedAct)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -58,7 +58,14 @@ func isDisplayPath(r *http.Request) bool {
 type viewer struct {
 	// control is the take-over ID the viewer's display token carries.
 	control string
+	// agent, when set, is the attempt whose token opened the display:
+	// the view lasts only while that attempt holds the sandbox.
+	agent *authtoken.Scope
 }
+
+// holdCheckEvery is how often an agent's view of a display checks that
+// its attempt still holds the sandbox.
+const holdCheckEvery = time.Second
 
 // What a display asks of a viewer without credentials.
 type displayAuth int
@@ -91,19 +98,20 @@ func (s *Server) authorizeDisplay(r *http.Request, sandbox string, mode displayA
 		case c.Sandbox != sandbox:
 			return viewer{}, &httpError{http.StatusForbidden, fmt.Errorf("the display token is for sandbox %q, not %q", c.Sandbox, sandbox)}
 		}
+		if sc, ok := c.AgentScope(); ok {
+			return s.agentViewer(r.Context(), sc)
+		}
 		return viewer{control: c.Control}, nil
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		if s.opts.Token != "" && subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+s.opts.Token)) == 1 {
 			return viewer{}, nil
 		}
-		if tok, ok := strings.CutPrefix(h, "Bearer "); ok && authtoken.Is(tok) && s.opts.ScopedKey != nil {
-			if sc, err := s.opts.ScopedKey.Verify(tok, time.Now()); err == nil {
-				if sc.Sandbox != sandbox {
-					return viewer{}, &httpError{http.StatusForbidden, fmt.Errorf("this token reaches only sandbox %q", sc.Sandbox)}
-				}
-				return viewer{}, nil
+		if sc, ok := s.verifyScoped(h); ok {
+			if sc.Sandbox != sandbox {
+				return viewer{}, &httpError{http.StatusForbidden, fmt.Errorf("this token reaches only sandbox %q", sc.Sandbox)}
 			}
+			return s.agentViewer(r.Context(), sc)
 		}
 		if s.opts.Token != "" || mode == authRequired {
 			return unauthorized("wrong bearer token")
@@ -116,6 +124,19 @@ func (s *Server) authorizeDisplay(r *http.Request, sandbox string, mode displayA
 		return unauthorized("missing bearer token or ?token= display token")
 	}
 	return viewer{}, nil
+}
+
+// agentViewer is the viewer of an agent's attempt sc, if the attempt holds
+// its sandbox now.
+func (s *Server) agentViewer(ctx context.Context, sc authtoken.Scope) (viewer, *httpError) {
+	if err := s.checkScope(ctx, sc, needSandboxRead); err != nil {
+		var he *httpError
+		if errors.As(err, &he) {
+			return viewer{}, he
+		}
+		return viewer{}, &httpError{statusOf(err), err}
+	}
+	return viewer{agent: &sc}, nil
 }
 
 // display answers GET /api/v1/sandboxes/{name}/display.
@@ -147,6 +168,13 @@ func (s *Server) serveDisplay(w http.ResponseWriter, r *http.Request, name strin
 		return
 	}
 	o := gateway.Options{Sandbox: name, Logger: s.log}
+	if v.agent != nil {
+		// An agent's view ends when its attempt stops holding the sandbox.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go s.endWhenReleased(ctx, cancel, *v.agent)
+		r = r.WithContext(ctx)
+	}
 	if v.control != "" {
 		o.Control = gateway.ControlCache(controlCheckTTL, func(ctx context.Context) bool {
 			return s.holdsControl(ctx, name, v.control)
@@ -157,6 +185,29 @@ func (s *Server) serveDisplay(w http.ResponseWriter, r *http.Request, name strin
 	}, o)
 	if err != nil {
 		s.fail(w, r, err)
+	}
+}
+
+// endWhenReleased calls cancel once the attempt of sc no longer holds its
+// sandbox, checking every holdCheckEvery until ctx ends.
+func (s *Server) endWhenReleased(ctx context.Context, cancel context.CancelFunc, sc authtoken.Scope) {
+	t := time.NewTicker(holdCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.checkScope(cctx, sc, needSandboxRead)
+		ccancel()
+		var he *httpError
+		if errors.As(err, &he) {
+			s.log.Info("display session ended: the agent's attempt no longer holds the sandbox", "sandbox", sc.Sandbox, "agent", sc.Agent, "why", he.err)
+			cancel()
+			return
+		}
 	}
 }
 
@@ -177,15 +228,15 @@ func (s *Server) holdsControl(ctx context.Context, sandbox, id string) bool {
 // up to the longest a display token lives.
 func controlToken(key authtoken.Key) func(ctx context.Context, sandbox, controlID string) (string, error) {
 	return func(ctx context.Context, sandbox, controlID string) (string, error) {
-		tok, _ := key.MintDisplay(sandbox, controlID, time.Now(), authtoken.MaxDisplayTTL)
+		tok, _ := key.MintDisplay(authtoken.DisplayClaims{Sandbox: sandbox, Control: controlID}, time.Now(), authtoken.MaxDisplayTTL)
 		return tok, nil
 	}
 }
 
 // DisplayTokenRequest is the optional body of POST …/display/token.
 type DisplayTokenRequest struct {
-	// Control is the sandbox's current take-over ID, for a token whose
-	// viewer may send input.
+	// Control is the key of the sandbox's current take-over (what taking
+	// control answered), for a token whose viewer may send input.
 	Control    string `json:"control,omitempty"`
 	TTLSeconds int    `json:"ttlSeconds,omitempty"`
 }
@@ -221,20 +272,37 @@ func (s *Server) displayToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if req.Control != "" {
-		// Input through the display is for the person who took control,
-		// never for an agent's own scoped token.
-		if s.opts.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.opts.Token)) != 1 {
-			writeError(w, http.StatusForbidden, api.Invalid("control", "a token with control needs the server's token, not a scoped one"))
-			return
+	claims := authtoken.DisplayClaims{Sandbox: name}
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	sc, scoped := scopeOf(r.Context())
+	if scoped {
+		// An agent's view lasts while its attempt holds the sandbox, and
+		// its token no longer than the agent's own.
+		claims = claims.ForScope(sc)
+		if ttl == 0 {
+			ttl = authtoken.DefaultDisplayTTL
 		}
-		c := o.(*api.Sandbox).Status.Control
-		if c == nil || c.ID != req.Control {
-			writeError(w, http.StatusConflict, api.Invalid("control", "%q is not the current take-over of sandbox %s: take control first (POST /api/v1/sandboxes/%s/control)", req.Control, name, name))
+		ttl = min(ttl, time.Until(time.Unix(sc.Expires, 0)).Truncate(time.Second))
+		if ttl < time.Second {
+			writeError(w, http.StatusForbidden, errors.New("the agent's token expires within a second"))
 			return
 		}
 	}
-	tok, exp := s.opts.ScopedKey.MintDisplay(name, req.Control, time.Now(), time.Duration(req.TTLSeconds)*time.Second)
+	if req.Control != "" {
+		// Input through the display is for the person who took control,
+		// never for an agent's own scoped token.
+		if scoped {
+			writeError(w, http.StatusForbidden, api.Invalid("control", "an agent's token never gets a display token that sends input"))
+			return
+		}
+		c := o.(*api.Sandbox).Status.Control
+		if c == nil || !s.opts.ScopedKey.CheckControlKey(name, c.ID, req.Control) {
+			writeError(w, http.StatusConflict, api.Invalid("control", "not the key of the current take-over of sandbox %s: take control first (POST /api/v1/sandboxes/%s/control)", name, name))
+			return
+		}
+		claims.Control = c.ID
+	}
+	tok, exp := s.opts.ScopedKey.MintDisplay(claims, time.Now(), ttl)
 	ws, page := "ws", "http"
 	if r.TLS != nil {
 		ws, page = "wss", "https"

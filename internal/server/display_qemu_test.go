@@ -257,7 +257,7 @@ func TestDisplayQEMU(t *testing.T) {
 		}
 		holder := view(t, "ws"+strings.TrimPrefix(d.url, "http")+"/api/v1/sandboxes/desk/display?token="+took.Token)
 		// A token minted later for the same take-over works as well.
-		view(t, d.token(t, `{"control":"`+took.Control.ID+`"}`).URL)
+		view(t, d.token(t, `{"control":"`+took.Key+`"}`).URL)
 		if err := holder.Pointer(321, 234, 0); err != nil {
 			t.Fatal(err)
 		}

@@ -33,15 +33,11 @@ func displayServer(t *testing.T, token string) *testServer {
 			t.Fatal(err)
 		}
 	}
+	// The agents of the scoped tokens below.
+	bindAgent(t, ts.st, "a", "desk", 1)
+	bindAgent(t, ts.st, "b", "other", 1)
 	if _, err := controller.UpdateStatus(context.Background(), ts.st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
 		sb.Status.Control = &api.SandboxControl{ID: "take-1", Holder: "ana", Since: time.Now()}
-		sb.Status.CurrentAgent = "a" // the agent of the scoped tokens below
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := controller.UpdateStatus(context.Background(), ts.st, api.KindSandbox, "other", func(sb *api.Sandbox) bool {
-		sb.Status.CurrentAgent = "b"
 		return true
 	}); err != nil {
 		t.Fatal(err)
@@ -74,12 +70,12 @@ func upgrade(t *testing.T, base, path string, hdr map[string]string) (int, strin
 func TestDisplayAuthorization(t *testing.T) {
 	ts := displayServer(t, "admin")
 	now := time.Now()
-	view, _ := testKey.MintDisplay("desk", "", now, time.Minute)
-	expired, _ := testKey.MintDisplay("desk", "", now.Add(-time.Hour), time.Minute)
-	otherSandbox, _ := testKey.MintDisplay("other", "", now, time.Minute)
-	forged, _ := authtoken.Key([]byte(strings.Repeat("x", 32))).MintDisplay("desk", "", now, time.Minute)
-	scoped := testKey.Mint(authtoken.Scope{Sandbox: "desk", Agent: "a"}, now, time.Minute)
-	scopedOther := testKey.Mint(authtoken.Scope{Sandbox: "other", Agent: "b"}, now, time.Minute)
+	view, _ := testKey.MintDisplay(authtoken.DisplayClaims{Sandbox: "desk"}, now, time.Minute)
+	expired, _ := testKey.MintDisplay(authtoken.DisplayClaims{Sandbox: "desk"}, now.Add(-time.Hour), time.Minute)
+	otherSandbox, _ := testKey.MintDisplay(authtoken.DisplayClaims{Sandbox: "other"}, now, time.Minute)
+	forged, _ := authtoken.Key([]byte(strings.Repeat("x", 32))).MintDisplay(authtoken.DisplayClaims{Sandbox: "desk"}, now, time.Minute)
+	scoped := attemptToken(t, ts.st, testKey, "a")
+	scopedOther := attemptToken(t, ts.st, testKey, "b")
 	const path = "/api/v1/sandboxes/desk/display"
 	for _, tt := range []struct {
 		name string
@@ -170,7 +166,7 @@ func TestDisplayGatewayPath(t *testing.T) {
 }
 
 func mint(sandbox string) string {
-	tok, _ := testKey.MintDisplay(sandbox, "", time.Now(), time.Minute)
+	tok, _ := testKey.MintDisplay(authtoken.DisplayClaims{Sandbox: sandbox}, time.Now(), time.Minute)
 	return tok
 }
 
@@ -226,7 +222,7 @@ func TestDisplayToken(t *testing.T) {
 		t.Fatalf("page %q", out.Page)
 	}
 
-	code, out, _ = post(t, "admin", `{"control": "take-1", "ttlSeconds": 60}`)
+	code, out, _ = post(t, "admin", `{"control": "`+testKey.ControlKey("desk", "take-1")+`", "ttlSeconds": 60}`)
 	if code != http.StatusOK {
 		t.Fatalf("mint with control: %d", code)
 	}
@@ -234,15 +230,16 @@ func TestDisplayToken(t *testing.T) {
 		t.Fatalf("token %+v %v", c, err)
 	}
 
-	scoped := testKey.Mint(authtoken.Scope{Sandbox: "desk", Agent: "a"}, time.Now(), time.Minute)
+	scoped := attemptToken(t, ts.st, testKey, "a")
 	for _, tt := range []struct {
 		name, auth, body string
 		code             int
 		field            string
 	}{
 		{"scoped token may watch", scoped, "", http.StatusOK, ""},
-		{"scoped token may not take control", scoped, `{"control": "take-1"}`, http.StatusForbidden, "control"},
-		{"stale take-over", "admin", `{"control": "take-0"}`, http.StatusConflict, "control"},
+		{"scoped token may not take control", scoped, `{"control": "` + testKey.ControlKey("desk", "take-1") + `"}`, http.StatusForbidden, "control"},
+		{"the take-over's id is not its key", "admin", `{"control": "take-1"}`, http.StatusConflict, "control"},
+		{"stale take-over", "admin", `{"control": "` + testKey.ControlKey("desk", "take-0") + `"}`, http.StatusConflict, "control"},
 		{"ttl too long", "admin", `{"ttlSeconds": 3601}`, http.StatusBadRequest, "ttlSeconds"},
 		{"ttl negative", "admin", `{"ttlSeconds": -1}`, http.StatusBadRequest, "ttlSeconds"},
 		{"unknown field", "admin", `{"ttl": 5}`, http.StatusBadRequest, "ttl"},

@@ -294,6 +294,11 @@ type ControlResponse struct {
 	// when the server mints display tokens): with it the live view sends
 	// input.
 	Token string `json:"token,omitempty"`
+	// Key is the take-over's secret (take only): input sent through the
+	// API on the holder's behalf carries it in the X-Hvkube-Control
+	// header, and POST …/display/token takes it as control. Unlike
+	// control.id, it is not in the sandbox, which agents can read.
+	Key string `json:"key,omitempty"`
 }
 
 // control answers POST /sandboxes/{name}/control. A take-over lasts until
@@ -384,6 +389,10 @@ func (s *Server) takeControl(w http.ResponseWriter, r *http.Request, req Control
 	}
 	controller.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "ControlTaken", msg)
 	resp := ControlResponse{Control: c}
+	if s.opts.ScopedKey != nil {
+		resp.Key = s.opts.ScopedKey.ControlKey(name, c.ID)
+	}
+	w.Header().Set("Cache-Control", "no-store")
 	if s.opts.ControlToken != nil {
 		tok, err := s.opts.ControlToken(r.Context(), name, c.ID)
 		if err != nil {

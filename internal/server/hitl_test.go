@@ -346,8 +346,8 @@ func TestScopedTokenAndHITL(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("create agent: %d %s", code, body)
 	}
-	setAgentPhase(t, ts, "booker", api.AgentRunning, "desk")
-	tok := key.Mint(authtoken.Scope{Sandbox: "desk", Agent: "booker"}, time.Now(), time.Hour)
+	bindAgent(t, ts.st, "booker", "desk", 1)
+	tok := attemptToken(t, ts.st, key, "booker")
 	code, _, body = ts.doAuth(t, tok, "POST", "/api/v1/agents/booker/hitl", `{"question":"ok?"}`)
 	if code != http.StatusCreated {
 		t.Fatalf("ask with the scoped token: %d %s", code, body)
@@ -384,7 +384,8 @@ func TestScopedTokenOnlyWhileHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tok := key.Mint(authtoken.Scope{Sandbox: "desk", Agent: "booker"}, time.Now(), time.Hour)
+	bindAgent(t, ts.st, "booker", "desk", 1)
+	tok := attemptToken(t, ts.st, key, "booker")
 	holder("booker")
 	if code, _, body := ts.doAuth(t, tok, "GET", "/api/v1/sandboxes/desk", ``); code != 200 {
 		t.Fatalf("while the agent holds its sandbox: %d %s", code, body)

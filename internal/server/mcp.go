@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -37,18 +38,23 @@ import (
 // reach only its own sandbox and agent. The SDK's DNS-rebinding check
 // stays on as well.
 
-// Bounds on MCP sessions.
+// Bounds on MCP sessions. An agent's token has a share of its own, and
+// agents' tokens together leave room for the server's token: no agent can
+// lock people (or other agents) out of MCP by opening sessions.
 const (
-	MCPSessionIdle  = 30 * time.Minute
-	MaxMCPSessions  = 1000
-	statelessMCPRev = "2026-07-28"
+	MCPSessionIdle       = 30 * time.Minute
+	MaxMCPSessions       = 1000
+	MaxMCPSessionsAgent  = 8   // per agent's token
+	MCPSessionsForServer = 100 // of MaxMCPSessions, kept for the server's token
+	statelessMCPRev      = "2026-07-28"
 )
 
 func (s *Server) mcpRoutes() {
 	// The SDK logs every connection at Info; keep its warnings.
 	log := slog.New(minLevel{s.log.Handler(), slog.LevelWarn})
-	srv := mcptools.NewServer(&serverDesktops{s: s}, mcptools.Options{Version: s.opts.Version, Logger: log, Scope: mcpScope})
+	srv := mcptools.NewServer(&serverDesktops{s: s}, mcptools.Options{Version: s.opts.Version, Logger: log, Scope: s.mcpScope})
 	get := func(*http.Request) *mcp.Server { return srv }
+	owners := &mcpOwners{m: map[string]string{}}
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, Logger: log, MaxRequestBodyBytes: s.opts.MaxBody})
 	sessions := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{SessionTimeout: MCPSessionIdle, Logger: log, MaxRequestBodyBytes: s.opts.MaxBody})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -66,9 +72,13 @@ func (s *Server) mcpRoutes() {
 			stateless.ServeHTTP(w, r)
 			return
 		}
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && countSessions(srv) >= MaxMCPSessions {
-			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("%d MCP sessions are open: close some (DELETE /mcp) or use the stateless revision %s", MaxMCPSessions, statelessMCPRev))
-			return
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			owner := s.mcpOwner(r)
+			if err := owners.admit(srv, owner); err != nil {
+				writeError(w, http.StatusServiceUnavailable, err)
+				return
+			}
+			w = &sessionCapture{ResponseWriter: w, note: func(id string) { owners.add(id, owner) }}
 		}
 		sessions.ServeHTTP(w, r)
 	})
@@ -91,13 +101,93 @@ func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 }
 func (h minLevel) WithGroup(g string) slog.Handler { return minLevel{h.Handler.WithGroup(g), h.min} }
 
-func countSessions(srv *mcp.Server) int {
-	n := 0
-	for range srv.Sessions() {
-		n++
+// mcpOwner names whose token opens a session: an agent's attempt, or ""
+// for the server's token (and an open server).
+func (s *Server) mcpOwner(r *http.Request) string {
+	if sc, ok := s.verifyScoped(r.Header.Get("Authorization")); ok {
+		return "agent/" + sc.Agent + "/" + sc.UID
 	}
-	return n
+	return ""
 }
+
+// mcpOwners remembers who opened each MCP session, to give every agent's
+// token a share of the sessions.
+type mcpOwners struct {
+	mu sync.Mutex        // guards m
+	m  map[string]string // session ID -> owner
+}
+
+func (o *mcpOwners) add(id, owner string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.m[id] = owner
+}
+
+// admit decides whether owner may open one more session of srv's: it
+// forgets sessions that ended (closed or idled out), then counts.
+func (o *mcpOwners) admit(srv *mcp.Server, owner string) error {
+	live := map[string]bool{}
+	for ss := range srv.Sessions() {
+		live[ss.ID()] = true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	mine, agents := 0, 0
+	for id, who := range o.m {
+		switch {
+		case !live[id]:
+			delete(o.m, id)
+			continue
+		case who == owner:
+			mine++
+		}
+		if who != "" {
+			agents++
+		}
+	}
+	switch {
+	case len(live) >= MaxMCPSessions:
+		return fmt.Errorf("%d MCP sessions are open: close some (DELETE /mcp) or use the stateless revision %s", MaxMCPSessions, statelessMCPRev)
+	case owner != "" && mine >= MaxMCPSessionsAgent:
+		return fmt.Errorf("this agent's token has %d MCP sessions open, its share: close one (DELETE /mcp) or use the stateless revision %s", mine, statelessMCPRev)
+	case owner != "" && agents >= MaxMCPSessions-MCPSessionsForServer:
+		return fmt.Errorf("agents' tokens hold %d MCP sessions, all they may: close some or use the stateless revision %s", agents, statelessMCPRev)
+	}
+	return nil
+}
+
+// sessionCapture notes the session ID the SDK answers an initialize with.
+type sessionCapture struct {
+	http.ResponseWriter
+	note func(id string)
+	done bool
+}
+
+func (c *sessionCapture) WriteHeader(code int) {
+	if !c.done {
+		c.done = true
+		if id := c.Header().Get("Mcp-Session-Id"); id != "" && code < 300 {
+			c.note(id)
+		}
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *sessionCapture) Write(b []byte) (int, error) {
+	if !c.done {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+func (c *sessionCapture) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (c *sessionCapture) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // mcpAuth puts the caller's token into the request for the tools (and
 // for the SDK, which ties a session to the token that opened it).
@@ -132,7 +222,7 @@ func (s *Server) verifyMCPToken(_ context.Context, tok string, _ *http.Request) 
 }
 
 // mcpScope is what the token of a tool call reaches.
-func mcpScope(_ context.Context, req *mcp.CallToolRequest) mcptools.Scope {
+func (s *Server) mcpScope(_ context.Context, req *mcp.CallToolRequest) mcptools.Scope {
 	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
 		return mcptools.Scope{}
 	}
@@ -140,7 +230,22 @@ func mcpScope(_ context.Context, req *mcp.CallToolRequest) mcptools.Scope {
 	if !ok {
 		return mcptools.Scope{}
 	}
-	return mcptools.Scope{Sandbox: sc.Sandbox, Agent: sc.Agent, Restricted: true}
+	return mcptools.Scope{Sandbox: sc.Sandbox, Agent: sc.Agent, Restricted: true, Check: s.checkTool(sc)}
+}
+
+// checkTool is the per-call check of MCP tools for the attempt of sc: the
+// same rules as the REST API's (scope.go).
+func (s *Server) checkTool(sc authtoken.Scope) func(ctx context.Context, n mcptools.Need) error {
+	return func(ctx context.Context, n mcptools.Need) error {
+		need := needSandboxAct
+		switch n {
+		case mcptools.NeedAgent:
+			need = needAgentWrite
+		case mcptools.NeedView:
+			need = needSandboxRead
+		}
+		return s.checkScope(ctx, sc, need)
+	}
 }
 
 // AgentTokenResponse answers POST /agents/{name}/token: a token that

@@ -105,7 +105,7 @@ func TestMCPOverHTTP(t *testing.T) {
 	}
 
 	t.Run("Tokens", func(t *testing.T) {
-		for _, tok := range []string{"", "wrong", key.Mint(authtoken.Scope{Sandbox: "mine", Agent: "task"}, now.Add(-2*time.Hour), time.Hour)} {
+		for _, tok := range []string{"", "wrong", key.Mint(authtoken.ForAttempt(ts.agent(t, "task"), 1), now.Add(-2*time.Hour), time.Hour)} {
 			for _, rev := range []string{"2026-07-28", "2025-11-25"} {
 				if _, err := mcpConnect(t, ts.URL, tok, rev); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
 					t.Errorf("token %q, %s: connect answered %v, want 401", tok, rev, err)
@@ -296,7 +296,7 @@ func TestMCPOverHTTP(t *testing.T) {
 			t.Fatalf("after complete_task the agent is %s, result %+v", a.Status.Phase, a.Status.Result)
 		}
 		res = callTool(t, cs, "complete_task", nil)
-		if !res.IsError || !strings.Contains(toolText(res), "not Running") {
+		if !res.IsError || !strings.Contains(toolText(res), "not running") {
 			t.Errorf("second complete_task: %q", toolText(res))
 		}
 	})

@@ -305,7 +305,11 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx := display.WithControl(r.Context(), r.Header.Get(api.ControlHeader))
+	ctx, err := s.inputControl(r)
+	if err != nil {
+		s.failBody(w, r, err)
+		return
+	}
 	out := InputResponse{OK: true}
 	for _, a := range acts {
 		res, err := s.opts.Actions.Do(ctx, r.PathValue("name"), a, sp)
@@ -322,6 +326,32 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// inputControl reads the X-Hvkube-Control header of an input request: the
+// key of the sandbox's current take-over marks the input as its holder's.
+// An agent's token never sends input on a person's behalf.
+func (s *Server) inputControl(r *http.Request) (context.Context, error) {
+	key := r.Header.Get(api.ControlHeader)
+	if key == "" {
+		return r.Context(), nil
+	}
+	if _, scoped := scopeOf(r.Context()); scoped {
+		return nil, &httpError{http.StatusForbidden, fmt.Errorf("%s: an agent's token never sends input on a person's behalf", api.ControlHeader)}
+	}
+	name := r.PathValue("name")
+	o, err := s.opts.Store.Get(r.Context(), api.KindSandbox, name)
+	if err != nil {
+		return nil, err
+	}
+	c := o.(*api.Sandbox).Status.Control
+	if c == nil {
+		return r.Context(), nil // nobody holds it: the input goes as anyone's
+	}
+	if s.opts.ScopedKey == nil || !s.opts.ScopedKey.CheckControlKey(name, c.ID, key) {
+		return nil, &httpError{http.StatusConflict, fmt.Errorf("%s is not the key of take-over %s of sandbox %s (held by %s)", api.ControlHeader, c.ID, name, c.Holder)}
+	}
+	return display.WithControl(r.Context(), c.ID), nil
 }
 
 // Clipboard is the body of the clipboard endpoints.

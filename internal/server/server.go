@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -163,94 +162,53 @@ func (s *Server) routes() {
 }
 
 // authenticate checks the bearer token on everything but the health
-// checks: the server's token reaches everything; a scoped token (minted
-// for an agent's program) only its own sandbox and agent.
+// checks and the dashboard's files: the server's token reaches everything;
+// a scoped token (minted for one attempt of an agent) only what scope.go
+// allows, whether or not the server has a token of its own.
 func (s *Server) authenticate(next http.Handler) http.Handler {
-	if s.opts.Token == "" {
-		return next
-	}
 	want := []byte("Bearer " + s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if dashboardPath(r.URL.Path) {
+		switch {
+		case dashboardPath(r.URL.Path), r.URL.Path == "/healthz", r.URL.Path == "/readyz":
 			next.ServeHTTP(w, r)
 			return
-		}
-		switch r.URL.Path {
-		case "/healthz", "/readyz":
-			next.ServeHTTP(w, r)
-			return
-		}
-		if isDisplayPath(r) { // authorizes itself (display.go)
+		case isDisplayPath(r): // authorizes itself (display.go)
 			next.ServeHTTP(w, r)
 			return
 		}
 		got := r.Header.Get("Authorization")
-		if subtle.ConstantTimeCompare([]byte(got), want) == 1 {
+		if s.opts.Token != "" && subtle.ConstantTimeCompare([]byte(got), want) == 1 {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if tok, ok := strings.CutPrefix(got, "Bearer "); ok && authtoken.Is(tok) && s.opts.ScopedKey != nil {
-			sc, err := s.opts.ScopedKey.Verify(tok, time.Now())
-			if err == nil {
-				if inScope(sc, r.URL.Path) {
-					if err := s.holds(r, sc); err != nil {
-						refuse(w, http.StatusForbidden, err)
-						return
-					}
-					next.ServeHTTP(w, r)
-					return
+		if sc, ok := s.verifyScoped(got); ok {
+			if err := s.checkScope(r.Context(), sc, scopedNeed(r.Method, r.URL.Path, sc)); err != nil {
+				var he *httpError
+				if errors.As(err, &he) {
+					refuse(w, he.code, he.err)
+				} else {
+					s.fail(w, r, err)
 				}
-				refuse(w, http.StatusForbidden, fmt.Errorf("this token reaches only sandbox %q and agent %q", sc.Sandbox, sc.Agent))
 				return
 			}
+			next.ServeHTTP(w, r.WithContext(withScope(r.Context(), sc)))
+			return
+		}
+		if s.opts.Token == "" {
+			next.ServeHTTP(w, r) // started with --insecure-no-token
+			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube"`)
 		refuse(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token: set HVKUBE_TOKEN"))
 	})
 }
 
-// holds checks that an agent's token reaches its sandbox only while the
-// agent holds it: once the agent is done, the sandbox may serve another.
-func (s *Server) holds(r *http.Request, sc authtoken.Scope) error {
-	if sc.Agent == "" || sc.Sandbox == "" || !strings.HasPrefix(r.URL.Path, "/api/v1/sandboxes/"+sc.Sandbox) {
-		return nil
-	}
-	o, err := s.opts.Store.Get(r.Context(), api.KindSandbox, sc.Sandbox)
-	if err != nil {
-		return nil // the handler answers 404
-	}
-	if cur := o.(*api.Sandbox).Status.CurrentAgent; cur != sc.Agent {
-		return fmt.Errorf("agent %s's token no longer reaches sandbox %s: the agent does not hold it", sc.Agent, sc.Sandbox)
-	}
-	return nil
-}
-
-// inScope reports whether a scoped token may reach path: its sandbox and
-// everything under it, its agent and everything under it, and MCP (whose
-// tools check the scope themselves); but not the sandbox's control, which
-// is a person's to take and hand back.
-func inScope(sc authtoken.Scope, path string) bool {
-	if path == "/mcp" {
-		return true
-	}
-	for _, p := range []struct{ prefix, name string }{{"/api/v1/sandboxes/", sc.Sandbox}, {"/api/v1/agents/", sc.Agent}} {
-		if p.name == "" {
-			continue
-		}
-		rest, ok := strings.CutPrefix(path, p.prefix+p.name)
-		if ok && p.prefix == "/api/v1/sandboxes/" && rest == "/control" {
-			return false
-		}
-		if ok && (rest == "" || strings.HasPrefix(rest, "/")) {
-			return true
-		}
-	}
-	return false
-}
-
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ok\n")
+	if s.opts.Token == "" {
+		io.WriteString(w, "auth: none: started with --insecure-no-token; anyone who reaches this address controls the server\n")
+	}
 	if b := s.opts.Backend; b.Name != "" {
 		fmt.Fprintf(w, "backend: %s on node %s", b.Name, b.Node)
 		if b.Accel != "" {

@@ -311,6 +311,9 @@ func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
 	nm.Finalizers, nm.OwnerReferences = m.Finalizers, m.OwnerReferences
 	specChanged := !jsonEqual(cur.GetSpec(), o.GetSpec())
 	if specChanged {
+		if err := api.ValidateUpdate(cur, o); err != nil {
+			return nil, false, err
+		}
 		setSpec(next, o)
 		nm.Generation++
 	}
