@@ -34,13 +34,14 @@ func newDisplayURLCmd(e *env) *cobra.Command {
 	var control string
 	var ws bool
 	cmd := &cobra.Command{
-		Use:   "url SANDBOX [--ttl 5m] [--control ID] [--ws]",
+		Use:   "url SANDBOX [--ttl 5m] [--control KEY] [--ws]",
 		Short: "Print a ready-to-open link to a sandbox's live display",
 		Long: `Print a link to the dashboard page of a sandbox with its live display. The
 link carries a display token that opens this sandbox's display only and
 expires after --ttl (at most 1h). With --control, the token also lets its
-viewer send keyboard and mouse input while ID is the sandbox's current
-take-over (status.control.id); other viewers only watch. With --ws, the raw
+viewer send keyboard and mouse input while KEY is the key of the sandbox's
+current take-over (what 'hvkube control take' printed); other viewers only
+watch. With --ws, the raw
 WebSocket URL (VNC over WebSocket, for noVNC and other viewers) is printed
 too.`,
 		Example: `  hvkube display url browser-agent-1
@@ -62,7 +63,7 @@ too.`,
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 5*time.Minute, "how long the link works (at most 1h)")
-	cmd.Flags().StringVar(&control, "control", "", "the sandbox's current take-over ID: the viewer may send input")
+	cmd.Flags().StringVar(&control, "control", "", "the key of the sandbox's current take-over: the viewer may send input")
 	cmd.Flags().BoolVar(&ws, "ws", false, "also print the display's WebSocket URL")
 	return cmd
 }

@@ -94,7 +94,7 @@ func TestDisplayURL(t *testing.T) {
 		t.Fatalf("claims %+v", c)
 	}
 
-	out = mustRun(t, srv, "display", "url", "desk", "--ttl", "30m", "--ws", "--control", "take-1")
+	out = mustRun(t, srv, "display", "url", "desk", "--ttl", "30m", "--ws", "--control", key.ControlKey("desk", "take-1"))
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	ws := "ws" + strings.TrimPrefix(srv, "http") + "/api/v1/sandboxes/desk/display?token="
 	if len(lines) != 2 || !strings.HasPrefix(lines[1], ws) {
@@ -132,7 +132,8 @@ func TestDisplayURL(t *testing.T) {
 		{[]string{"display", "url", "cold"}, "sandbox/cold has no display yet: it is Pending"},
 		{[]string{"console", "cold"}, "sandbox/cold has no display yet"},
 		{[]string{"display", "url", "nope"}, `sandbox "nope" not found`},
-		{[]string{"display", "url", "desk", "--control", "take-0"}, `control: "take-0" is not the current take-over`},
+		{[]string{"display", "url", "desk", "--control", key.ControlKey("desk", "take-0")}, `control: not the key of the current take-over`},
+		{[]string{"display", "url", "desk", "--control", "take-1"}, `control: not the key of the current take-over`},
 		{[]string{"display", "url", "desk", "--ttl", "2h"}, "--ttl 2h0m0s: want 1s to 1h0m0s"},
 	} {
 		out, errOut, code := run(t, srv, tt.args...)

@@ -19,8 +19,8 @@ type DisplayToken struct {
 }
 
 // DisplayToken asks for a display token for sandbox, valid for ttl (the
-// server's default when 0); control, when set, is the take-over ID whose
-// holder may send input through the display.
+// server's default when 0); control, when set, is the key of the current
+// take-over, whose holder may send input through the display.
 func (c *Client) DisplayToken(ctx context.Context, sandbox, control string, ttl time.Duration) (*DisplayToken, error) {
 	body, err := json.Marshal(struct {
 		Control    string `json:"control,omitempty"`

@@ -101,7 +101,7 @@ export function sandboxView(main, name) {
         const res = await postJSON(`${path}/control`, body);
         mine = res.control;
         // A display token carrying the take-over lets input through.
-        const tok = res.token || (await postJSON(`${path}/display/token`, { control: mine.id })).token;
+        const tok = res.token || (await postJSON(`${path}/display/token`, { control: res.key })).token;
         live.useControl(tok);
         say('You control the input: the agent waits until you hand it back.');
       } else if (act === 'release') {
