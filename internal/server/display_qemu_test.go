@@ -338,6 +338,47 @@ func TestDisplayQEMU(t *testing.T) {
 		}
 	})
 
+	t.Run("AgentViewEndsWithAttempt", func(t *testing.T) {
+		// An agent's view lasts while its attempt holds the sandbox: once
+		// the sandbox serves another agent, the open view is closed.
+		bindAgent(t, d.st, "watcher", "desk", 1)
+		tok := attemptToken(t, d.st, testKey, "watcher")
+		req, _ := http.NewRequest("POST", d.url+"/api/v1/sandboxes/desk/display/token", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dt DisplayTokenResponse
+		json.NewDecoder(resp.Body).Decode(&dt)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the agent's display token: %d", resp.StatusCode)
+		}
+		v := view(t, dt.URL)
+		if u := fullUpdate(t, v); u.Bytes != 1280*800*4 {
+			t.Fatalf("the agent's view: %+v", u)
+		}
+		bindAgent(t, d.st, "next", "desk", 1)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			err := v.RequestUpdate(true)
+			if err == nil {
+				_, err = v.ReadUpdate()
+			}
+			if err != nil {
+				break // closed by the server
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the agent's view stayed open after the sandbox went to another agent")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if code, msg := upgrade(t, d.url, "/api/v1/sandboxes/desk/display?token="+dt.Token, nil); code != http.StatusForbidden {
+			t.Fatalf("the agent's display token afterwards: %d %s", code, msg)
+		}
+	})
+
 	t.Run("CrossOriginRefused", func(t *testing.T) {
 		ws, resp, err := websocket.Dial(context.Background(), d.token(t, "").URL, &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"http://evil.example"}}})
 		if err == nil {
