@@ -81,6 +81,7 @@ func splitDocuments(data []byte) ([]any, error) {
 		return []any{v}, nil
 	}
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
+	sz := newYAMLSizer(len(data))
 	var docs []any
 	for {
 		var node yamlv3.Node
@@ -93,6 +94,10 @@ func splitDocuments(data []byte) ([]any, error) {
 		}
 		if len(node.Content) == 0 || (node.Content[0].Kind == yamlv3.ScalarNode && node.Content[0].Tag == "!!null") {
 			continue // an empty document between separators
+		}
+		// Before the aliases are expanded, into JSON and then objects.
+		if err := sz.add(node.Content[0]); err != nil {
+			return nil, err
 		}
 		b, err := yamlv3.Marshal(&node)
 		if err != nil {

@@ -2,11 +2,14 @@ package api
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 var (
@@ -27,6 +30,43 @@ const (
 	MaxCPU          = 256
 	MaxMemoryMB     = 4 << 20
 	MaxRetries      = 100
+)
+
+// Bounds on the durations and counts an object carries. Each keeps its
+// value far from where time.Duration arithmetic overflows (about 292
+// years), and bounds what one object may ask of the hosts; 0 keeps its
+// documented meaning (the default, or no limit).
+const (
+	// MaxAgentTimeoutMinutes bounds completion.timeoutMinutes (7 days):
+	// the longest one attempt of an agent runs, and so the longest a
+	// token minted for it stays valid.
+	MaxAgentTimeoutMinutes = 7 * 24 * 60
+	// MaxAgentTimeout is MaxAgentTimeoutMinutes as a duration.
+	MaxAgentTimeout = MaxAgentTimeoutMinutes * time.Minute
+	// MaxTaskTimeoutSeconds bounds task.timeoutSeconds (7 days).
+	MaxTaskTimeoutSeconds = MaxAgentTimeoutMinutes * 60
+	// MaxTTLSeconds bounds ttlSecondsAfterFinished (30 days).
+	MaxTTLSeconds = 30 * 24 * 60 * 60
+	// MaxArtifactPatterns bounds output.artifacts: each pattern is a
+	// search in the guest.
+	MaxArtifactPatterns = 100
+	// MaxLifetimeMinutes bounds a sandbox's lifecycle.timeoutMinutes and
+	// idleTimeoutMinutes (365 days; 0 is no limit).
+	MaxLifetimeMinutes = 365 * 24 * 60
+	// MaxHealthIntervalSeconds bounds healthCheck.intervalSeconds (1 hour).
+	MaxHealthIntervalSeconds = 3600
+	// MaxPoolSize bounds a pool's replicas, minReady, maxPerHost,
+	// scaling.scaleUpThreshold and scaling.maxReplicas.
+	MaxPoolSize = 10000
+	// MaxPoolAge bounds a pool's maxAge (365 days).
+	MaxPoolAge = MaxLifetimeMinutes * time.Minute
+	// MaxScaleDownDelaySeconds bounds scaling.scaleDownDelay (7 days).
+	MaxScaleDownDelaySeconds = 7 * 24 * 60 * 60
+	// MaxRefillRate bounds a pool's refillRate (sandboxes per second).
+	MaxRefillRate = 1000
+	// MaxServicePorts bounds a DisplayService's ports: each one is a
+	// listener on the host.
+	MaxServicePorts = 32
 )
 
 // Validate checks o and returns the first problem as a FieldError naming its
@@ -174,6 +214,26 @@ func ValidateHostPath(field, p string) error {
 	return nil
 }
 
+// ValidateRelPath checks p, a file's path inside a directory the server
+// keeps (an agent's attempt files): relative, slash-separated and clean
+// (no "..", "." or empty segment), valid UTF-8 without control characters
+// (NUL among them) or backslashes.
+func ValidateRelPath(field, p string) error {
+	switch {
+	case p == "":
+		return Invalid(field, "required")
+	case !utf8.ValidString(p):
+		return Invalid(field, "%q is not valid UTF-8", p)
+	case strings.ContainsFunc(p, unicode.IsControl):
+		return Invalid(field, "%q contains a control character", p)
+	case strings.ContainsRune(p, '\\'):
+		return Invalid(field, "%q contains a backslash: separate names with /", p)
+	case path.IsAbs(p) || path.Clean(p) != p || p == "." || p == ".." || strings.HasPrefix(p, "../"):
+		return Invalid(field, "%q is not a clean relative path (no leading /, no . or .. segment)", p)
+	}
+	return nil
+}
+
 func oneOf(field, v string, allowed ...string) error {
 	for _, a := range allowed {
 		if v == a {
@@ -183,11 +243,16 @@ func oneOf(field, v string, allowed ...string) error {
 	return Invalid(field, "unsupported value %q: want one of %s", v, strings.Join(allowed, ", "))
 }
 
-func nonNegative(field string, v int) error {
-	if v < 0 {
-		return Invalid(field, "%d is negative", v)
+// inRange checks 0 <= v <= max; unit, when set, says what max is in
+// words ("7 days").
+func inRange(field string, v, max int, unit string) error {
+	if v >= 0 && v <= max {
+		return nil
 	}
-	return nil
+	if unit != "" {
+		return Invalid(field, "%d is out of range 0..%d (%s)", v, max, unit)
+	}
+	return Invalid(field, "%d is out of range 0..%d", v, max)
 }
 
 func validatePort(field string, p int, allowZero bool) error {
@@ -313,27 +378,27 @@ func validateSandboxSpec(p string, s *SandboxSpec) error {
 			return err
 		}
 	}
-	if h.IntervalSeconds < 1 || h.IntervalSeconds > 3600 {
-		return Invalid(p+".healthCheck.intervalSeconds", "%d is out of range 1..3600", h.IntervalSeconds)
+	if h.IntervalSeconds < 1 || h.IntervalSeconds > MaxHealthIntervalSeconds {
+		return Invalid(p+".healthCheck.intervalSeconds", "%d is out of range 1..%d", h.IntervalSeconds, MaxHealthIntervalSeconds)
 	}
 	l := s.Lifecycle
-	if err := nonNegative(p+".lifecycle.timeoutMinutes", l.TimeoutMinutes); err != nil {
+	if err := inRange(p+".lifecycle.timeoutMinutes", l.TimeoutMinutes, MaxLifetimeMinutes, "365 days"); err != nil {
 		return err
 	}
-	return nonNegative(p+".lifecycle.idleTimeoutMinutes", l.IdleTimeoutMinutes)
+	return inRange(p+".lifecycle.idleTimeoutMinutes", l.IdleTimeoutMinutes, MaxLifetimeMinutes, "365 days")
 }
 
 func validatePool(s *SandboxPoolSpec) error {
-	if err := nonNegative("spec.replicas", s.Replicas); err != nil {
+	if err := inRange("spec.replicas", s.Replicas, MaxPoolSize, ""); err != nil {
 		return err
 	}
-	if err := nonNegative("spec.minReady", s.MinReady); err != nil {
+	if err := inRange("spec.minReady", s.MinReady, MaxPoolSize, ""); err != nil {
 		return err
 	}
 	if s.MinReady > s.Replicas {
 		return Invalid("spec.minReady", "%d is greater than spec.replicas (%d)", s.MinReady, s.Replicas)
 	}
-	if err := nonNegative("spec.maxPerHost", s.MaxPerHost); err != nil {
+	if err := inRange("spec.maxPerHost", s.MaxPerHost, MaxPoolSize, ""); err != nil {
 		return err
 	}
 	if err := validateLabels("spec.template.metadata.labels", s.Template.Metadata.Labels); err != nil {
@@ -352,10 +417,13 @@ func validatePool(s *SandboxPoolSpec) error {
 	if err := oneOf("spec.scaling.metric", sc.Metric, "pending-agents"); err != nil {
 		return err
 	}
-	if err := nonNegative("spec.scaling.scaleUpThreshold", sc.ScaleUpThreshold); err != nil {
+	if err := inRange("spec.scaling.scaleUpThreshold", sc.ScaleUpThreshold, MaxPoolSize, ""); err != nil {
 		return err
 	}
-	if err := nonNegative("spec.scaling.scaleDownDelay", sc.ScaleDownDelay); err != nil {
+	if err := inRange("spec.scaling.scaleDownDelay", sc.ScaleDownDelay, MaxScaleDownDelaySeconds, "7 days"); err != nil {
+		return err
+	}
+	if err := inRange("spec.scaling.maxReplicas", sc.MaxReplicas, MaxPoolSize, ""); err != nil {
 		return err
 	}
 	if sc.MaxReplicas != 0 && sc.MaxReplicas < s.Replicas {
@@ -369,8 +437,11 @@ func validatePool(s *SandboxPoolSpec) error {
 		if err != nil || d < 0 {
 			return Invalid("spec.maxAge", "%q is not a duration such as 30m or 2h", s.MaxAge)
 		}
+		if d > MaxPoolAge {
+			return Invalid("spec.maxAge", "%q is longer than %s (365 days)", s.MaxAge, MaxPoolAge)
+		}
 	}
-	if err := nonNegative("spec.refillRate", s.RefillRate); err != nil {
+	if err := inRange("spec.refillRate", s.RefillRate, MaxRefillRate, "sandboxes per second"); err != nil {
 		return err
 	}
 	return oneOf("spec.releasePolicy", s.ReleasePolicy, "reset", "save", "destroy")
@@ -426,10 +497,12 @@ func validateAgent(s *AgentSpec) error {
 	if err := validateArgv("spec.task.command", s.Task.Command); err != nil {
 		return err
 	}
-	if t := s.TTLSecondsAfterFinished; t != nil && *t < 0 {
-		return Invalid("spec.ttlSecondsAfterFinished", "%d is negative", *t)
+	if t := s.TTLSecondsAfterFinished; t != nil {
+		if err := inRange("spec.ttlSecondsAfterFinished", *t, MaxTTLSeconds, "30 days"); err != nil {
+			return err
+		}
 	}
-	if err := nonNegative("spec.task.timeoutSeconds", s.Task.TimeoutSeconds); err != nil {
+	if err := inRange("spec.task.timeoutSeconds", s.Task.TimeoutSeconds, MaxTaskTimeoutSeconds, "7 days"); err != nil {
 		return err
 	}
 	if m := s.MCP; m != nil && m.Endpoint != "" {
@@ -444,8 +517,11 @@ func validateAgent(s *AgentSpec) error {
 	if c.MaxRetries < 0 || c.MaxRetries > MaxRetries {
 		return Invalid("spec.completion.maxRetries", "%d is out of range 0..%d", c.MaxRetries, MaxRetries)
 	}
-	if c.TimeoutMinutes < 0 {
-		return Invalid("spec.completion.timeoutMinutes", "%d is negative", c.TimeoutMinutes)
+	if err := inRange("spec.completion.timeoutMinutes", c.TimeoutMinutes, MaxAgentTimeoutMinutes, "7 days"); err != nil {
+		return err
+	}
+	if n := len(s.Output.Artifacts); n > MaxArtifactPatterns {
+		return Invalid("spec.output.artifacts", "%d patterns: at most %d", n, MaxArtifactPatterns)
 	}
 	for i, a := range s.Output.Artifacts {
 		if strings.TrimSpace(a) == "" {
@@ -461,6 +537,9 @@ func validateDisplayService(s *DisplayServiceSpec) error {
 	}
 	if err := oneOf("spec.type", s.Type, "ClusterIP", "NodePort", "LoadBalancer"); err != nil {
 		return err
+	}
+	if n := len(s.Ports); n > MaxServicePorts {
+		return Invalid("spec.ports", "%d ports: at most %d", n, MaxServicePorts)
 	}
 	for i, p := range s.Ports {
 		pp := fmt.Sprintf("spec.ports[%d]", i)

@@ -9,7 +9,6 @@ import (
 	"mime"
 	"net/http"
 	"path"
-	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -124,8 +123,10 @@ func (s *Server) agentFile(fixed string) http.HandlerFunc {
 		rel := fixed
 		if rel == "" {
 			rel = r.PathValue("path")
-			if clean := path.Clean(rel); clean != rel || strings.HasPrefix(rel, "/") || strings.HasPrefix(rel, "..") {
-				s.fail(w, r, api.Invalid("path", "%q is not a path inside the attempt's files", rel))
+			// Checked here as well as by the node, so that no node sees a
+			// name that could not be a file of the attempt.
+			if err := api.ValidateRelPath("path", rel); err != nil {
+				s.fail(w, r, err)
 				return
 			}
 		}
@@ -144,7 +145,11 @@ func (s *Server) agentFile(fixed string) http.HandlerFunc {
 		}
 		w.Header().Set("Content-Type", ct)
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Content-Disposition", "attachment; filename="+fmt.Sprintf("%q", path.Base(rel)))
+		disposition := mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(rel)})
+		if disposition == "" {
+			disposition = "attachment"
+		}
+		w.Header().Set("Content-Disposition", disposition)
 		io.Copy(w, f)
 	}
 }

@@ -1,13 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -32,7 +35,8 @@ import (
 //
 // Clients that are not browsers (the CLI, curl, SDKs) send no Origin and
 // no Sec-Fetch-* headers and are not affected. Rejections close the
-// connection, so that a body nobody will read is not waited for.
+// connection right after the answer (refuse), so that a body nobody will
+// read is not waited for.
 
 // HostPolicy is the set of names a request's Host may carry.
 type HostPolicy struct {
@@ -206,12 +210,67 @@ func (s *Server) guardHosts(hosts HostPolicy, next http.Handler) http.Handler {
 	})
 }
 
-// refuse answers an early rejection and closes the connection, so that the
-// server does not wait for a body it will not read.
+// refuse answers an early rejection (the guard's, authentication's) and
+// closes the connection right after the answer, without reading the
+// request body: a Connection: close answer alone is not enough, as
+// net/http still reads up to 256 KB of an announced body before it closes,
+// for as long as a client takes to trickle it in. The answer carries its
+// length and is followed by a half-close, so the client sees all of it and
+// then the end of the connection at once; the connection is released when
+// the client closes its side, or after refuseLinger.
 func refuse(w http.ResponseWriter, code int, err error) {
 	w.Header().Set("Connection", "close")
-	writeError(w, code, err)
+	held := &heldAnswer{header: w.Header(), code: http.StatusOK}
+	writeError(held, code, err)
+	w.Header().Set("Content-Length", strconv.Itoa(held.body.Len()))
+	w.WriteHeader(held.code)
+	w.Write(held.body.Bytes())
+	rc := http.NewResponseController(w)
+	if rc.Flush() == nil {
+		if conn, _, err := rc.Hijack(); err == nil {
+			closeAfterAnswer(conn)
+			return
+		}
+	}
+	// Not a connection of its own to close (HTTP/2): the server closes
+	// after the answer, and a past deadline makes its read of the body
+	// end at once.
+	rc.SetReadDeadline(time.Now())
 }
+
+// refuseLinger is how long a refused connection stays half-open after the
+// answer, and refuseDrain how much of the client's body is discarded
+// meanwhile: closing a connection with unread data resets it, and a reset
+// can make the client lose the answer it has not read yet (net/http waits
+// as long for the same reason).
+const (
+	refuseLinger = 500 * time.Millisecond
+	refuseDrain  = 256 << 10
+)
+
+// closeAfterAnswer half-closes conn, whose answer is written, and closes it
+// once the client has closed its side, or after refuseLinger.
+func closeAfterAnswer(conn net.Conn) {
+	defer conn.Close()
+	hc, ok := conn.(interface{ CloseWrite() error })
+	if !ok || hc.CloseWrite() != nil {
+		return
+	}
+	conn.SetReadDeadline(time.Now().Add(refuseLinger))
+	io.CopyN(io.Discard, conn, refuseDrain)
+}
+
+// heldAnswer keeps an answer back so that its length is known before it
+// is sent.
+type heldAnswer struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (a *heldAnswer) Header() http.Header         { return a.header }
+func (a *heldAnswer) WriteHeader(code int)        { a.code = code }
+func (a *heldAnswer) Write(b []byte) (int, error) { return a.body.Write(b) }
 
 // bodyDeadline bounds the time a client may take to send its request body:
 // a body that trickles in holds a connection and a goroutine. Streams of

@@ -300,3 +300,62 @@ func TestShutdownClosesSlowClients(t *testing.T) {
 		t.Fatalf("shutdown took %s with a 500ms grace period", took)
 	}
 }
+
+// TestEarlyRefusalClosesAtOnce: a client that announces a body and
+// trickles it in gets its refusal (wrong Host, another site's page, a form
+// type, no token) and then the end of the connection, without the server
+// waiting for the body; the body deadline is far off.
+func TestEarlyRefusalClosesAtOnce(t *testing.T) {
+	srv := serveReal(t, Options{Token: "s3cret", BodyTimeout: time.Minute})
+	const body = "Content-Length: 100000\r\n\r\n{\"apiVersion\":"
+	tests := []struct {
+		name, head, status string
+	}{
+		{"wrong Host", "POST /api/v1/sandboxes HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\nAuthorization: Bearer s3cret\r\n", "421"},
+		{"cross-origin", "POST /api/v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\nContent-Type: application/json\r\nAuthorization: Bearer s3cret\r\n", "403"},
+		{"form type", "POST /api/v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nAuthorization: Bearer s3cret\r\n", "415"},
+		{"no token", "POST /api/v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n", "401"},
+		{"wrong token", "PUT /api/v1/sandboxes/desk HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer nope\r\n", "401"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := rawRequest(t, srv.addr, tt.head+body)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || !strings.HasPrefix(resp.Status, tt.status) || !strings.Contains(string(b), `"error"`) {
+				t.Fatalf("answer %q %s (%v); want %s with a JSON error", resp.Status, b, err, tt.status)
+			}
+			io.WriteString(c, `"hvkube/v1",`) // the body goes on trickling
+			n, err := br.Read(make([]byte, 1))
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the connection stayed open after the refusal, waiting for the body")
+			}
+			if err == nil {
+				t.Fatalf("read %d bytes after the answer", n)
+			}
+		})
+	}
+	if rv := rvOf(t, srv.st); rv != 0 {
+		t.Fatalf("store revision %d after refusals", rv)
+	}
+
+	// A client that sends its whole body at once still reads its answer
+	// (a close with the body unread must not reset the connection under
+	// it).
+	req, _ := http.NewRequest("POST", "http://"+srv.addr+"/api/v1/sandboxes", strings.NewReader(strings.Repeat(" ", 200<<10)+sandboxJSON))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("refused with a whole body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d, want 401", resp.StatusCode)
+	}
+}
