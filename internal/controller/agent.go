@@ -14,8 +14,8 @@ import (
 // Agents keeps the Job-like bookkeeping of agents that needs no VM: it
 // lets deleted agents go once nothing runs them, deletes finished ones
 // after ttlSecondsAfterFinished, and fails the attempt of an agent whose
-// sandbox is gone or whose node missed its deadline. Placing agents is the
-// Scheduler's; running them is the node's.
+// sandbox is gone (or, for an mcp-agent, broken) or whose node missed its
+// deadline. Placing agents is the Scheduler's; running them is the node's.
 type Agents struct {
 	st  store.Interface
 	log *slog.Logger
@@ -53,13 +53,16 @@ func Bound(a *api.Agent) bool {
 	return (a.Status.Phase == api.AgentScheduled || a.Status.Phase == api.AgentRunning) && a.Status.Sandbox != ""
 }
 
-// Timeout is how long one attempt of the agent may take.
+// Timeout is how long one attempt of the agent may take: at most
+// api.MaxAgentTimeout, even for an agent stored before that bound was
+// checked, so that neither the deadline nor a token's life computed from
+// it overflows.
 func Timeout(a *api.Agent) time.Duration {
 	m := a.Spec.Completion.TimeoutMinutes
 	if m <= 0 {
 		m = api.DefaultAgentTimeout
 	}
-	return time.Duration(m) * time.Minute
+	return time.Duration(min(m, api.MaxAgentTimeoutMinutes)) * time.Minute
 }
 
 // nodeGrace is how long past an attempt's deadline the controller waits
@@ -129,8 +132,14 @@ func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (R
 		return Result{}, err
 	default:
 		sb := so.(*api.Sandbox)
-		if sb.Status.CurrentAgent != a.Metadata.Name && a.Status.ScheduledAt != nil && now.Sub(*a.Status.ScheduledAt) > claimGrace {
+		switch {
+		case sb.Status.CurrentAgent != a.Metadata.Name && a.Status.ScheduledAt != nil && now.Sub(*a.Status.ScheduledAt) > claimGrace:
 			lost = fmt.Sprintf("sandbox %s is no longer claimed by this agent", a.Status.Sandbox)
+		case a.Spec.Type == "mcp-agent" && (sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated):
+			// The pool keeps a broken sandbox while its agent holds it,
+			// and the node ends the attempts it runs itself; an
+			// mcp-agent's attempt is the external agent's, and ends here.
+			lost = fmt.Sprintf("sandbox %s is %s (%s)", a.Status.Sandbox, sb.Status.Phase, orDefault(sb.Status.Message, sb.Status.Reason))
 		}
 	}
 	start := a.Status.StartedAt
@@ -171,10 +180,21 @@ func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (R
 // fresh sandbox while it has retries left (completion.maxRetries), and is
 // Failed after that.
 func FailAttempt(a *api.Agent, reason, msg string, now time.Time) {
+	failAttempt(a, reason, msg, now, true)
+}
+
+// FailFinally fails the running attempt of a and the agent with it,
+// whatever retries are left: for a failure that a retry would meet again
+// (the node refuses what the agent asks).
+func FailFinally(a *api.Agent, reason, msg string, now time.Time) {
+	failAttempt(a, reason, msg, now, false)
+}
+
+func failAttempt(a *api.Agent, reason, msg string, now time.Time, retry bool) {
 	notRunning(a, reason, now)
 	a.Status.Failures++
 	a.Status.ObservedGeneration = a.Metadata.Generation
-	if a.Status.Failures <= a.Spec.Completion.MaxRetries {
+	if retry && a.Status.Failures <= a.Spec.Completion.MaxRetries {
 		a.Status.Phase, a.Status.Reason = api.AgentPending, reason
 		a.Status.Message = fmt.Sprintf("attempt %d failed: %s; retrying on a fresh sandbox (%d of %d retries used)", a.Status.Attempts, msg, a.Status.Failures, a.Spec.Completion.MaxRetries)
 		a.Status.Sandbox, a.Status.Node = "", ""
@@ -184,7 +204,7 @@ func FailAttempt(a *api.Agent, reason, msg string, now time.Time) {
 	}
 	a.Status.Phase, a.Status.Reason = api.AgentFailed, reason
 	a.Status.Message = fmt.Sprintf("attempt %d failed: %s", a.Status.Attempts, msg)
-	if a.Spec.Completion.MaxRetries > 0 {
+	if retry && a.Spec.Completion.MaxRetries > 0 {
 		a.Status.Message += fmt.Sprintf(" (no retries left of %d)", a.Spec.Completion.MaxRetries)
 	}
 	a.Status.CompletedAt = &now

@@ -95,6 +95,18 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 	}
 	now := p.now()
 	s := p.count(pool, members, now)
+	if s.live > s.desired && s.unstarted > 0 {
+		// Sandboxes that have not started go at once, before any
+		// scaleDownDelay: they hold no desktop, and may never get one.
+		left, err := p.removeUnstarted(ctx, pool, members, s.live, s.desired)
+		if err != nil {
+			return Result{}, err
+		}
+		if len(left) < len(members) {
+			members = left
+			s = p.count(pool, members, now)
+		}
+	}
 	var requeue time.Duration
 	soon := func(d time.Duration) {
 		if d > 0 && (requeue == 0 || d < requeue) {
@@ -109,6 +121,11 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 		}
 		reason, msg := "", ""
 		switch {
+		case (sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated) && p.heldByItsAgent(sb):
+			// The attempt on it ends first (failed, or interrupted by a
+			// restart of its node) and its node releases it: replaced now,
+			// the agent would lose its sandbox and fail as SandboxLost
+			// before its node could say what happened.
 		case sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated:
 			reason, msg = "Replaced", fmt.Sprintf("sandbox %s is %s (%s): replacing it", sb.Metadata.Name, sb.Status.Phase, orDefault(sb.Status.Message, sb.Status.Reason))
 		case sb.Status.Reason == "Unhealthy" && sb.Status.CurrentAgent == "":
@@ -129,12 +146,12 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 		s.live--
 	}
 
-	// Grow.
+	// Grow, no faster than sandboxes start.
 	switch {
 	case s.live < s.desired && s.blocked != "":
 		// Adding sandboxes would not start them either.
 	case s.live < s.desired:
-		n := s.desired - s.live
+		n := min(s.desired-s.live, max(maxUnstarted(s.started)-s.unstarted, 0))
 		if rate := pool.Spec.RefillRate; rate > 0 {
 			recent := 0
 			for _, sb := range members {
@@ -195,8 +212,45 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 // poolState is what Reconcile counted.
 type poolState struct {
 	live, desired, ready, warm, busy, pendingAgents int
-	blocked, blockedMsg                             string
-	maxAge                                          time.Duration
+	// started have run (Running, Paused or Saved); unstarted wait to
+	// (no phase yet, Pending or Creating), unplaceable among them for a
+	// reason more sandboxes would not fix.
+	started, unstarted, unplaceable int
+	blocked, blockedMsg             string
+	maxAge                          time.Duration
+}
+
+// maxUnstarted bounds how many of a pool's sandboxes may wait to start at
+// once, given how many have started: 4 (as many as a node clones at
+// once), or a tenth of those started when that is more. A pool grows only
+// as its sandboxes start, so a pool far larger than its hosts can hold
+// stops at what they hold plus this margin, instead of filling the store
+// with sandboxes that will never run.
+func maxUnstarted(started int) int {
+	return max(4, started/10)
+}
+
+// unstarted reports whether a sandbox waits for its VM.
+func unstarted(sb *api.Sandbox) bool {
+	switch sb.Status.Phase {
+	case "", api.SandboxPending, api.SandboxCreating:
+		return true
+	}
+	return false
+}
+
+// heldByItsAgent reports whether the agent sb's claim names is still bound
+// to sb (scheduled or running on it, and not being deleted).
+func (p *Pools) heldByItsAgent(sb *api.Sandbox) bool {
+	if sb.Status.CurrentAgent == "" {
+		return false
+	}
+	o, ok := p.agents.Get(sb.Status.CurrentAgent)
+	if !ok {
+		return false
+	}
+	a := o.(*api.Agent)
+	return Bound(a) && a.Status.Sandbox == sb.Metadata.Name && a.Metadata.DeletionTimestamp == nil
 }
 
 func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Time) poolState {
@@ -214,15 +268,20 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 		}
 		switch sb.Status.Phase {
 		case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
+			s.started++
 			if sb.Status.Reason != "Unhealthy" {
 				s.ready++
 				if sb.Status.CurrentAgent == "" && sb.Status.Phase != api.SandboxRunning {
 					s.warm++
 				}
 			}
-		case "", api.SandboxPending:
-			if api.Unsatisfiable(sb.Status.Reason) && s.blocked == "" {
-				s.blocked, s.blockedMsg = sb.Status.Reason, fmt.Sprintf("sandbox %s cannot start: %s", sb.Metadata.Name, sb.Status.Message)
+		case "", api.SandboxPending, api.SandboxCreating:
+			s.unstarted++
+			if sb.Status.Phase != api.SandboxCreating && api.Unsatisfiable(sb.Status.Reason) {
+				s.unplaceable++
+				if s.blocked == "" {
+					s.blocked, s.blockedMsg = sb.Status.Reason, fmt.Sprintf("sandbox %s: %s", sb.Metadata.Name, sb.Status.Message)
+				}
 			}
 		}
 	}
@@ -245,7 +304,44 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 	if m := pool.Spec.MaxPerHost; m > 0 {
 		s.desired = min(s.desired, m)
 	}
+	if s.blocked != "" {
+		s.blockedMsg = fmt.Sprintf("%d of %d sandboxes started; %d cannot start (%s), so no more are added; %s",
+			s.started, s.desired, s.unplaceable, s.blocked, s.blockedMsg)
+	}
 	return s
+}
+
+// removeUnstarted brings a pool of live sandboxes towards desired by
+// deleting members that have not started and no agent holds, newest
+// first, and returns the members left.
+func (p *Pools) removeUnstarted(ctx context.Context, pool *api.SandboxPool, members []*api.Sandbox, live, desired int) ([]*api.Sandbox, error) {
+	var cands []*api.Sandbox
+	for _, sb := range members {
+		if sb.Metadata.DeletionTimestamp == nil && sb.Status.CurrentAgent == "" && unstarted(sb) {
+			cands = append(cands, sb)
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		return cands[i].Metadata.CreationTimestamp.After(cands[j].Metadata.CreationTimestamp)
+	})
+	gone := map[string]bool{}
+	for _, sb := range cands[:min(live-desired, len(cands))] {
+		if err := p.deleteMember(ctx, sb); err != nil {
+			return nil, err
+		}
+		gone[sb.Metadata.Name] = true
+	}
+	if len(gone) == 0 {
+		return members, nil
+	}
+	left := make([]*api.Sandbox, 0, len(members)-len(gone))
+	for _, sb := range members {
+		if !gone[sb.Metadata.Name] {
+			left = append(left, sb)
+		}
+	}
+	Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledDown", fmt.Sprintf("removed %d sandbox(es) that had not started: %d of %d", len(gone), live-len(gone), desired))
+	return left, nil
 }
 
 // idleFirst orders the members a scale-down may remove: idle ones only,

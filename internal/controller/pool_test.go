@@ -336,6 +336,52 @@ func TestPoolRefillRate(t *testing.T) {
 		if got := len(e.live("web")); got < 5 && (res.RequeueAfter <= 0 || res.RequeueAfter > time.Second) {
 			t.Errorf("step %d: requeue after %s while refilling, want within a second", i, res.RequeueAfter)
 		}
+		// They start at once: only the rate holds the pool back.
+		e.ready(e.live("web")...)
+	}
+}
+
+// TestPoolGrowsAsSandboxesStart: a pool has at most maxUnstarted members
+// waiting to start; each that starts makes room for one more.
+func TestPoolGrowsAsSandboxesStart(t *testing.T) {
+	e := newPoolEnv(t)
+	e.create(newPool(t, "web", func(p *api.SandboxPool) { p.Spec.Replicas = 30 }))
+	e.reconcile("web")
+	if got, want := len(e.live("web")), maxUnstarted(0); got != want {
+		t.Fatalf("%d sandboxes at first, want %d", got, want)
+	}
+	e.reconcile("web")
+	if got, want := len(e.live("web")), maxUnstarted(0); got != want {
+		t.Fatalf("a second look with none started: %d sandboxes, want %d", got, want)
+	}
+	// One starts: one more.
+	e.ready(e.live("web")[0])
+	e.reconcile("web")
+	if got, want := len(e.live("web")), maxUnstarted(0)+1; got != want {
+		t.Fatalf("one started: %d sandboxes, want %d", got, want)
+	}
+	// All start, round after round: the pool reaches its size, never
+	// with more than the margin waiting.
+	for round := 0; len(e.live("web")) < 30; round++ {
+		if round > 30 {
+			t.Fatalf("the pool stopped at %d sandboxes", len(e.live("web")))
+		}
+		var started []string
+		waiting := 0
+		for _, sb := range e.members("web") {
+			if sb.Status.Phase == api.SandboxPending {
+				started = append(started, sb.Metadata.Name)
+				waiting++
+			}
+		}
+		if limit := maxUnstarted(len(e.live("web")) - waiting); waiting > limit {
+			t.Fatalf("%d sandboxes waiting to start, want at most %d", waiting, limit)
+		}
+		e.ready(started...)
+		e.reconcile("web")
+	}
+	if got, want := len(e.live("web")), 30; got != want {
+		t.Errorf("%d sandboxes, want %d", got, want)
 	}
 }
 
@@ -531,6 +577,67 @@ func TestPoolReplacesBrokenSandboxes(t *testing.T) {
 	}
 }
 
+// TestPoolKeepsABrokenSandboxItsAgentHolds: a failed sandbox whose claim
+// names an agent still bound to it stays until the attempt ends and the
+// claim goes (the agent would otherwise fail as SandboxLost before its
+// node could mark the attempt Interrupted); any other failed one is
+// replaced.
+func TestPoolKeepsABrokenSandboxItsAgentHolds(t *testing.T) {
+	tests := []struct {
+		name  string
+		phase string
+		// agent edits the agent the claim names; nil: there is none.
+		agent   func(a *api.Agent, sandbox string)
+		replace bool
+	}{
+		{"running on it", api.SandboxError, func(a *api.Agent, sb string) { a.Status.Phase, a.Status.Sandbox = api.AgentRunning, sb }, false},
+		{"scheduled on it", api.SandboxError, func(a *api.Agent, sb string) { a.Status.Phase, a.Status.Sandbox = api.AgentScheduled, sb }, false},
+		{"running on it, terminated", api.SandboxTerminated, func(a *api.Agent, sb string) { a.Status.Phase, a.Status.Sandbox = api.AgentRunning, sb }, false},
+		{"interrupted", api.SandboxError, func(a *api.Agent, sb string) { a.Status.Phase, a.Status.Reason = api.AgentPending, "Interrupted" }, true},
+		{"running elsewhere", api.SandboxError, func(a *api.Agent, sb string) { a.Status.Phase, a.Status.Sandbox = api.AgentRunning, "other" }, true},
+		{"finished", api.SandboxError, func(a *api.Agent, sb string) { a.Status.Phase, a.Status.Sandbox = api.AgentFailed, sb }, true},
+		{"no such agent", api.SandboxError, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newPoolEnv(t)
+			e.create(newPool(t, "web", func(p *api.SandboxPool) { p.Spec.Replicas = 2 }))
+			e.reconcile("web")
+			names := e.live("web")
+			e.ready(names...)
+			if tt.agent != nil {
+				a := newAgent(t, "job", nil)
+				tt.agent(a, names[0])
+				e.create(a)
+			}
+			e.editSandbox(names[0], func(s *api.SandboxStatus) {
+				at := e.clk.Now()
+				s.Phase, s.Reason, s.CurrentAgent, s.ClaimedAt = tt.phase, "VMNotFound", "job", &at
+			})
+			e.reconcile("web")
+			if got := !slices.Contains(e.live("web"), names[0]); got != tt.replace {
+				t.Fatalf("replaced %v, want %v", got, tt.replace)
+			}
+			if tt.replace {
+				return
+			}
+			if got, want := len(e.live("web")), 2; got != want {
+				t.Errorf("%d sandboxes, want %d: the held one counts", got, want)
+			}
+			// Its node releases it once the attempt is put back: then it
+			// is replaced.
+			e.editSandbox(names[0], func(s *api.SandboxStatus) { s.CurrentAgent, s.ClaimedAt = "", nil })
+			e.reconcile("web")
+			if slices.Contains(e.live("web"), names[0]) {
+				t.Errorf("the released broken sandbox %s is still there", names[0])
+			}
+			if got, want := len(e.live("web")), 2; got != want {
+				t.Errorf("after the release: %d sandboxes, want %d", got, want)
+			}
+		})
+	}
+}
+
 // TestPoolReplacesOnceOnAStaleCache reconciles twice before the watch
 // brings the deletion of a replaced sandbox: the second look must not
 // replace (and announce) it again.
@@ -680,6 +787,92 @@ func TestPoolUnsatisfiable(t *testing.T) {
 				t.Errorf("after recovery: Satisfiable condition %+v, want True", c)
 			}
 		})
+	}
+}
+
+// fakeHost plays the node of a FAKE host with room for fit sandboxes: it
+// starts the pool's waiting sandboxes, oldest first, while there is room,
+// and marks the others Pending for lack of memory, as a node does.
+func (e *poolEnv) fakeHost(pool string, fit int) {
+	e.t.Helper()
+	members := e.members(pool)
+	slices.SortStableFunc(members, func(a, b *api.Sandbox) int {
+		return a.Metadata.CreationTimestamp.Compare(b.Metadata.CreationTimestamp)
+	})
+	started := 0
+	for _, sb := range members {
+		if sb.Metadata.DeletionTimestamp == nil && !unstarted(sb) {
+			started++
+		}
+	}
+	for _, sb := range members {
+		if sb.Metadata.DeletionTimestamp != nil || !unstarted(sb) || sb.Status.Reason == "InsufficientMemory" {
+			continue
+		}
+		if started < fit {
+			e.ready(sb.Metadata.Name)
+			started++
+			continue
+		}
+		e.editSandbox(sb.Metadata.Name, func(s *api.SandboxStatus) {
+			s.Phase, s.Reason = api.SandboxPending, "InsufficientMemory"
+			s.Message = fmt.Sprintf("not enough host memory: %d MB asked, %d MB committed of %d MB allowed", 512, fit*512, fit*512+100)
+		})
+	}
+}
+
+// TestPoolFarBeyondItsHost asks 10,000 sandboxes of a host with room for
+// 17: the pool stops at what runs plus its margin, says why with numbers,
+// and is satisfiable again once scaled to what fits.
+func TestPoolFarBeyondItsHost(t *testing.T) {
+	const fit, replicas = 17, 10000
+	e := newPoolEnv(t)
+	e.create(newPool(t, "web", func(p *api.SandboxPool) { p.Spec.Replicas = replicas }))
+	limit := fit + maxUnstarted(fit)
+	for round := 0; round < 20; round++ {
+		e.reconcile("web")
+		if got := len(e.live("web")); got > limit {
+			t.Fatalf("round %d: %d sandboxes, want at most %d (%d fit, and the margin)", round, got, limit, fit)
+		}
+		e.fakeHost("web", fit)
+		e.clk.Advance(time.Second)
+	}
+	if got := len(e.live("web")); got <= fit {
+		t.Errorf("%d sandboxes, want more than the %d that fit: the pool tries", got, fit)
+	}
+	p := e.pool("web")
+	c := api.FindCondition(p.Status.Conditions, "Satisfiable")
+	if c == nil || c.Status != api.ConditionFalse || c.Reason != "InsufficientMemory" {
+		t.Fatalf("Satisfiable condition %+v, want False/InsufficientMemory", c)
+	}
+	for _, want := range []string{fmt.Sprintf("%d of %d sandboxes started", fit, replicas), "not enough host memory"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("Satisfiable message %q, want it to say %q", c.Message, want)
+		}
+	}
+	if got, want := [2]int{p.Status.Ready, p.Status.Desired}, [2]int{fit, replicas}; got != want {
+		t.Errorf("status ready/desired %v, want %v", got, want)
+	}
+	if got, want := len(e.events(api.KindSandboxPool, "web", "InsufficientMemory")), 1; got != want {
+		t.Errorf("%d InsufficientMemory events, want %d", got, want)
+	}
+
+	// Scaled to what fits, the sandboxes that could not start go at
+	// once (no scaleDownDelay: they hold nothing), and the pool is
+	// satisfiable again.
+	p.Spec.Replicas = fit
+	if _, _, err := e.st.Update(e.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile("web")
+	e.fakeHost("web", fit)
+	e.reconcile("web")
+	if got := len(e.live("web")); got != fit {
+		t.Errorf("scaled to %d: %d sandboxes", fit, got)
+	}
+	c = api.FindCondition(e.pool("web").Status.Conditions, "Satisfiable")
+	if c == nil || c.Status != api.ConditionTrue {
+		t.Errorf("scaled to what fits: Satisfiable condition %+v, want True", c)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -88,21 +89,37 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (controller.Resu
 		// Running here, but not by this process: the server restarted
 		// during the attempt. Run it again from the start on a clean
 		// sandbox; it is not the agent's failure.
-		if err := n.release(ctx, a.Status.Sandbox, name); err != nil {
-			return controller.Result{}, err
+		return n.interrupt(ctx, a, now)
+	}
+	return controller.Result{}, nil
+}
+
+// interrupt puts back an agent whose attempt a restart of this node cut
+// short, then releases its sandbox. The order matters: while the claim
+// stands, the pool keeps the sandbox (even one whose VM did not survive
+// the restart) and the agent controller sees the agent hold it; a claim
+// released first would let the sandbox be replaced and the attempt be
+// failed as SandboxLost before it is marked Interrupted.
+func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (controller.Result, error) {
+	name, sandbox, attempt := a.Metadata.Name, a.Status.Sandbox, a.Status.Attempts
+	interrupted := false
+	out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
+		interrupted = false
+		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt || cur.Status.Sandbox != sandbox {
+			return false // ended meanwhile: its claim goes as any ended attempt's does
 		}
-		attempt := a.Status.Attempts
-		out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
-			if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
-				return false
-			}
-			controller.Interrupt(cur, fmt.Sprintf("attempt %d was cut short when node %s restarted; it runs again on a clean sandbox", attempt, n.name), now)
-			return true
-		})
-		if err != nil {
-			return controller.Result{}, err
-		}
-		n.event(ctx, out, api.EventWarning, "Interrupted", out.Status.Message)
+		controller.Interrupt(cur, fmt.Sprintf("attempt %d was cut short when node %s restarted; it runs again on a clean sandbox", attempt, n.name), now)
+		interrupted = true
+		return true
+	})
+	if err != nil || !interrupted {
+		return controller.Result{}, err
+	}
+	n.event(ctx, out, api.EventWarning, "Interrupted", out.Status.Message)
+	if err := n.release(ctx, sandbox, name); err != nil {
+		// A retry would find the agent Pending and do nothing: the claim
+		// left is checkClaim's, and a sandbox whose VM is gone the pool's.
+		n.log.Warn("release the sandbox of an interrupted attempt", "agent", name, "sandbox", sandbox, "err", err)
 	}
 	return controller.Result{}, nil
 }
@@ -313,19 +330,64 @@ func (n *Node) removeAgentFiles(agent string) {
 	}
 }
 
-// AgentFile opens the file rel of the agent's latest attempt on this node.
+// AgentFile opens the file rel of the agent's latest attempt on this
+// node: a slash-separated path such as "agent.log" or "artifacts/out.txt"
+// (api.ValidateRelPath), which must stay inside the attempt's directory,
+// symbolic links included. A name that is no regular file there (missing,
+// a directory, a link out of it) is ErrNotFound. Errors name rel, never
+// the node's own paths.
 func (n *Node) AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser, error) {
+	if err := api.ValidateRelPath("path", rel); err != nil {
+		return nil, err
+	}
 	o, err := n.st.Get(ctx, api.KindAgent, agent)
 	if err != nil {
 		return nil, err
 	}
-	a := o.(*api.Agent)
-	if a.Status.Attempts == 0 {
+	attempt := o.(*api.Agent).Status.Attempts
+	if attempt == 0 {
 		return nil, fmt.Errorf("agent %s has not run yet: %w", agent, api.ErrNotFound)
 	}
-	f, err := os.Open(filepath.Join(n.attemptDir(agent, a.Status.Attempts), filepath.FromSlash(rel)))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("agent %s has no file %s in attempt %d: %w", agent, rel, a.Status.Attempts, api.ErrNotFound)
+	notFound := func(why string) error {
+		return fmt.Errorf("agent %s has no file %s in attempt %d%s: %w", agent, rel, attempt, why, api.ErrNotFound)
 	}
-	return f, err
+	// failed says why rel cannot be opened without the path in err, which
+	// is the node's: ErrNotFound when the name is at fault, else the
+	// system's error (too many open files, an I/O error).
+	failed := func(err error) error {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		var errno syscall.Errno
+		switch {
+		case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.ENAMETOOLONG):
+			return notFound("")
+		case !errors.As(err, &errno):
+			return notFound(" (" + err.Error() + ")") // the root refused it: a link out of the directory
+		}
+		return fmt.Errorf("agent %s: open %s of attempt %d: %w", agent, rel, attempt, err)
+	}
+	root, err := os.OpenRoot(n.attemptDir(agent, attempt))
+	if err != nil {
+		return nil, failed(err)
+	}
+	defer root.Close() // files opened through it stay open
+	f, err := root.Open(filepath.FromSlash(rel))
+	if err != nil {
+		return nil, failed(err)
+	}
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, failed(err)
+	case st.IsDir():
+		f.Close()
+		return nil, notFound(" (it is a directory)")
+	case !st.Mode().IsRegular():
+		f.Close()
+		return nil, notFound(" (it is not a regular file)")
+	}
+	return f, nil
 }
