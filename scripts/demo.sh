@@ -10,6 +10,19 @@ server="${HVKUBE_SERVER:-http://127.0.0.1:8080}"
 out="${HVKUBE_DEMO_DIR:-${TMPDIR:-/tmp}/hvkube-demo}"
 mkdir -p "$out"
 
+# The API token for curl: HVKUBE_TOKEN, else, for a server on this machine,
+# the token file in the server's default data directory (the CLI finds it
+# the same way).
+token="${HVKUBE_TOKEN-}"
+if [ -z "${HVKUBE_TOKEN+set}" ]; then
+  case "$server" in
+    http://127.*|http://localhost[:/]*|http://localhost|http://\[::1\]*)
+      token_file="${HVKUBE_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/hvkube}/token"
+      if [ -r "$token_file" ]; then token=$(tr -d '[:space:]' <"$token_file"); fi
+      ;;
+  esac
+fi
+
 step() { printf '\n\033[1m$ hvkube %s\033[0m\n' "$*"; "$hv" "$@"; }
 
 # A desktop template: the first build cold-boots the image once and takes
@@ -52,7 +65,7 @@ wait $watcher 2>/dev/null || true
 step get agents -o wide
 printf '\n\033[1mResults\033[0m\n'
 for a in "${agents[@]}"; do
-  curl -fsS ${HVKUBE_TOKEN:+-H "Authorization: Bearer $HVKUBE_TOKEN"} -o "$out/$a-result.txt" "$server/api/v1/agents/$a/files/artifacts/result.txt"
+  curl -fsS ${token:+-H "Authorization: Bearer $token"} -o "$out/$a-result.txt" "$server/api/v1/agents/$a/files/artifacts/result.txt"
   printf '%-15s artifacts/result.txt: %s\n' "$a" "$(cat "$out/$a-result.txt")"
 done
 step agent result "${agents[0]}"

@@ -13,8 +13,11 @@ if curl -fsS "${HVKUBE_SERVER}/healthz" >/dev/null 2>&1; then
   exit 1
 fi
 
+# The server's default data directory, named here so that the token it
+# creates there on its first start can be read back.
+data_dir="${HVKUBE_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/hvkube}"
 log="${TMPDIR:-/tmp}/hvkube-serve.log"
-"$bin" serve --addr "$addr" >"$log" 2>&1 &
+"$bin" serve --addr "$addr" --data-dir "$data_dir" >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 trap 'exit 130' INT TERM
@@ -24,10 +27,23 @@ for _ in $(seq 1 100); do
   kill -0 "$server" 2>/dev/null || { echo "run: the server did not start:" >&2; cat "$log" >&2; exit 1; }
   sleep 0.1
 done
+# The token: the one given in HVKUBE_TOKEN, else the one the server keeps
+# in its data directory. The demo and the CLI below use it.
+if [ -z "${HVKUBE_TOKEN-}" ]; then
+  [ -r "${data_dir}/token" ] || { echo "run: the server left no token in ${data_dir}/token:" >&2; cat "$log" >&2; exit 1; }
+  HVKUBE_TOKEN=$(tr -d '[:space:]' <"${data_dir}/token")
+fi
+export HVKUBE_TOKEN
+dashboard="${HVKUBE_SERVER}/#token=${HVKUBE_TOKEN}"
+
 echo "hvkube server running at ${HVKUBE_SERVER} (log: ${log})"
+echo "    To open the dashboard, copy and paste this URL into a browser:"
+echo "        ${dashboard}"
 
 scripts/demo.sh
 
 echo
-echo "The server keeps running at ${HVKUBE_SERVER}; try 'bin/hvkube get sandboxes'. Press Ctrl-C to stop it."
+echo "The server keeps running at ${HVKUBE_SERVER}; try 'bin/hvkube get sandboxes'."
+echo "    Dashboard: ${dashboard}"
+echo "Press Ctrl-C to stop it."
 wait "$server"

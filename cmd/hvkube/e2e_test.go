@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,11 +52,35 @@ type proc struct {
 var listenRE = regexp.MustCompile(`hvkube server listening" addr=(\S+)`)
 
 // startServe runs `hvkube serve` on a free loopback port and waits until it
-// listens.
+// listens. Given no token (--token-file or HVKUBE_TOKEN), it runs with
+// --insecure-no-token, as the tests' clients send none.
 func startServe(t *testing.T, dataDir string, extraEnv []string, args ...string) *proc {
 	t.Helper()
+	env := append(os.Environ(), extraEnv...)
+	if !slices.Contains(args, "--token-file") && envValue(env, "HVKUBE_TOKEN") == "" {
+		args = append(args, "--insecure-no-token")
+	}
+	return startServeAs(t, dataDir, env, args...)
+}
+
+// envValue is the value of name in env, the last one when it is there
+// more than once (as exec.Cmd does).
+func envValue(env []string, name string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
+}
+
+// startServeAs runs `hvkube serve` with exactly env and args (after the
+// loopback address and the data directory) and waits until it listens.
+func startServeAs(t *testing.T, dataDir string, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, args...)...)
-	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.Env = env
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -155,7 +180,7 @@ func TestKillDuringWritesLosesNothing(t *testing.T) {
 }
 
 func TestServeRefusesOpenAddressWithoutToken(t *testing.T) {
-	cmd := exec.Command(binary, "serve", "--addr", "0.0.0.0:0", "--data-dir", t.TempDir())
+	cmd := exec.Command(binary, "serve", "--addr", "0.0.0.0:0", "--data-dir", t.TempDir(), "--insecure-no-token")
 	cmd.Env = append(os.Environ(), "HVKUBE_TOKEN=")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "refusing to listen on 0.0.0.0:0 without a token") {

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,10 +20,12 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/hyperv"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/datadir"
 	"github.com/hvkube/hvkube/internal/gateway"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/secretenv"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -34,6 +34,7 @@ type serveConfig struct {
 	addr            string
 	dataDir         string
 	tokenFile       string
+	insecureNoToken bool
 	logLevel        string
 	backend         string
 	imageDir        string
@@ -45,6 +46,10 @@ type serveConfig struct {
 	hypervDir       string
 	hypervSwitch    string
 	credentialFile  string
+	// allowHostCommands lets custom agents run commands on this host, as
+	// hostCommandUser ("" is nobody).
+	allowHostCommands bool
+	hostCommandUser   string
 }
 
 func newServeCmd() *cobra.Command {
@@ -56,15 +61,30 @@ func newServeCmd() *cobra.Command {
 address in a browser), the live view (VNC over WebSocket), MCP at /mcp,
 Prometheus metrics at /metrics, the store and the controllers.
 
-The server listens on 127.0.0.1:8080 by default. Listening on any other
-address needs a token (--token-file or HVKUBE_TOKEN); with a token set, every
-API call must carry "Authorization: Bearer TOKEN". A token file must not be
-readable by group or others (chmod 600).
+The server listens on 127.0.0.1:8080 by default. Every API call must carry
+"Authorization: Bearer TOKEN". The token comes from --token-file (not
+readable by group or others: chmod 600), else from HVKUBE_TOKEN (which the
+server then clears from its environment, on Linux from /proc/PID/environ
+too), else from the file "token" in --data-dir, created with a random token
+on the first start; the CLI on this machine reads that file by itself.
+Open the dashboard with http://ADDR/#token=TOKEN. --insecure-no-token runs
+without a token, on a loopback address only, and says so in the log and
+/healthz.
+
+Custom agents' commands run on this host (spec.task.in: host) only with
+--allow-host-commands, which needs a Linux server running as root: they
+run as --host-command-user (default nobody), with no supplementary groups,
+in a fresh working directory that is removed afterwards. The data
+directory is kept at mode 0700, so they cannot read the store, the token or
+the signing key. Without the flag such agents fail with the reason
+HostCommandsDisabled; commands in the sandbox (spec.task.in: guest) run
+either way.
 
 Pages of other sites cannot use the server: requests must name it in their
 Host header (127.0.0.1, localhost, the --addr host, or an --allowed-hosts
 name), and requests that change state from a page of another origin are
-refused. The dashboard's page asks for the token when one is set.
+refused. The dashboard's page asks for the token unless its address
+carries it.
 
 Objects may name host files (template image files, volume host folders) only
 under --image-dir and the --allow-host-path directories.
@@ -74,7 +94,7 @@ Windows desktops on Hyper-V: VM files under --hyperv-dir, sandboxes on
 --hyperv-switch, guest programs and files through PowerShell Direct with
 the account in --guest-credential-file. See docs/windows.md.
 
-State lives in a SQLite database in --data-dir (default: ` + defaultDataDir() + `).
+State lives in a SQLite database in --data-dir (default: ` + datadir.Default() + `).
 SIGINT or SIGTERM shuts the server down gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -83,8 +103,11 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on")
-	f.StringVar(&cfg.dataDir, "data-dir", defaultDataDir(), "directory for the database and sandbox files (env HVKUBE_DATA_DIR)")
-	f.StringVar(&cfg.tokenFile, "token-file", "", "file holding the API bearer token (or set HVKUBE_TOKEN)")
+	f.StringVar(&cfg.dataDir, "data-dir", datadir.Default(), "directory for the database, the token and sandbox files; kept at mode 0700 (env HVKUBE_DATA_DIR)")
+	f.StringVar(&cfg.tokenFile, "token-file", "", "file holding the API bearer token (or set HVKUBE_TOKEN; default: DATA-DIR/token, created when missing)")
+	f.BoolVar(&cfg.insecureNoToken, "insecure-no-token", false, "run without a token: any program or page that reaches the address controls the server (loopback addresses only)")
+	f.BoolVar(&cfg.allowHostCommands, "allow-host-commands", false, "let custom agents run commands on this host (spec.task.in: host); Linux, server as root")
+	f.StringVar(&cfg.hostCommandUser, "host-command-user", "", "the unprivileged account host commands run as (default nobody)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, hyperv, none, or auto (hyperv on Windows, qemu elsewhere, when installed)")
 	f.StringVar(&cfg.imageDir, "image-dir", qemu.DefaultImageDir(), "where `make image` leaves guest images (templates name them in spec.qemu.image)")
@@ -97,57 +120,6 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.credentialFile, "guest-credential-file", "", "hyperv: JSON file {\"user\", \"password\"} of the guest account PowerShell Direct logs on with (readable only by the server's account)")
 	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
 	return cmd
-}
-
-// defaultDataDir is HVKUBE_DATA_DIR, else the user's data directory.
-func defaultDataDir() string {
-	if d := os.Getenv("HVKUBE_DATA_DIR"); d != "" {
-		return d
-	}
-	if runtime.GOOS == "windows" {
-		if d := os.Getenv("LOCALAPPDATA"); d != "" {
-			return filepath.Join(d, "hvkube")
-		}
-	}
-	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
-		return filepath.Join(d, "hvkube")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "share", "hvkube")
-	}
-	return "hvkube-data"
-}
-
-// loadToken reads the API token from tokenFile, or else HVKUBE_TOKEN. The
-// variable is then removed from the environment, so that no child process
-// (QEMU, qemu-img) inherits it.
-func loadToken(tokenFile string) (string, error) {
-	env := strings.TrimSpace(os.Getenv("HVKUBE_TOKEN"))
-	os.Unsetenv("HVKUBE_TOKEN")
-	if tokenFile == "" {
-		return env, nil
-	}
-	f, err := os.Open(tokenFile)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	if err := checkSecretMode("--token-file", tokenFile, fi); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", fmt.Errorf("--token-file: %s is empty", tokenFile)
-	}
-	return t, nil
 }
 
 // isLoopback reports whether addr only listens on the loopback interface.
@@ -225,16 +197,24 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	token, err := loadToken(cfg.tokenFile)
+	// Before anything else: no process the server starts may see it.
+	envToken, err := secretenv.Take("HVKUBE_TOKEN")
 	if err != nil {
+		return fmt.Errorf("%w: give the token in --token-file instead", err)
+	}
+	if err := checkTokenFlags(cfg, envToken); err != nil {
 		return err
 	}
 	loop, err := isLoopback(cfg.addr)
 	if err != nil {
 		return err
 	}
-	if !loop && token == "" {
-		return fmt.Errorf("refusing to listen on %s without a token: set --token-file or HVKUBE_TOKEN, or listen on 127.0.0.1", cfg.addr)
+	if !loop && cfg.insecureNoToken {
+		return fmt.Errorf("refusing to listen on %s without a token: drop --insecure-no-token, or listen on 127.0.0.1", cfg.addr)
+	}
+	hostCommands, err := hostCommandPolicy(cfg.allowHostCommands, cfg.hostCommandUser, os.Geteuid(), cfg.dataDir)
+	if err != nil {
+		return err
 	}
 	hosts, err := server.NewHostPolicy(cfg.addr, cfg.allowedHosts)
 	if err != nil {
@@ -253,11 +233,25 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return fmt.Errorf("--shutdown-grace %s: must be positive", cfg.shutdownGrace)
 	}
 
+	if err := privateDataDir(cfg.dataDir, log); err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, cfg.dataDir, store.Options{Logger: log})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	tok, err := resolveToken(cfg, envToken)
+	if err != nil {
+		return err
+	}
+	token := tok.token
+	logToken(log, tok)
+	if hostCommands != nil {
+		if err := checkNotOwnedBy(hostCommands.User, cfg.dataDir, cfg.tokenFile); err != nil {
+			return err
+		}
+	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -287,7 +281,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			DataDir: cfg.dataDir, ServerURL: "http://" + ln.Addr().String(),
 			Tokens: func(a *api.Agent, ttl time.Duration) string {
 				return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
-			}, ObserveAcquire: mx.ObserveAcquire})
+			}, ObserveAcquire: mx.ObserveAcquire, HostCommands: hostCommands})
 		if err := nd.Start(ctx); err != nil {
 			return err
 		}
@@ -315,6 +309,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	defer lst.Close()
 	if err := mgr.Start(ctx); err != nil {
 		return err
+	}
+	if hostCommands != nil {
+		log.Warn("custom agents may run commands on this host (--allow-host-commands)", "user", hostCommands.User.String(), "workRoot", hostCommands.WorkRoot)
 	}
 	log.Info("hvkube server listening", "addr", ln.Addr().String(), "dataDir", cfg.dataDir, "auth", token != "", "hostPaths", roots.String(), "version", version)
 	if err := srv.Serve(ctx, ln); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/datadir"
 )
 
 // Options wire the CLI.
@@ -32,13 +33,19 @@ type env struct {
 	opts   Options
 	server string
 	token  string
-	out    io.Writer
-	errOut io.Writer
-	in     io.Reader
-	now    func() time.Time
+	// tokenSet: HVKUBE_TOKEN was set (even to ""), or the token was
+	// looked up already; otherwise client looks for a local server's.
+	tokenSet bool
+	out      io.Writer
+	errOut   io.Writer
+	in       io.Reader
+	now      func() time.Time
 }
 
 func (e *env) client() (*client.Client, error) {
+	if !e.tokenSet {
+		e.token, e.tokenSet = localToken(e.server), true
+	}
 	return client.New(e.server, e.token)
 }
 
@@ -66,7 +73,10 @@ clipboard and a live view (VNC over WebSocket).
 
 Start a server with 'hvkube serve', then use the other commands against it.
 The server address comes from --server or HVKUBE_SERVER (default ` + client.DefaultServer + `);
-a token, when the server needs one, from HVKUBE_TOKEN.`,
+the token from HVKUBE_TOKEN, or else, for a server on this machine (a
+loopback address), from the token file 'hvkube serve' keeps in its default
+data directory (` + datadir.TokenPath(datadir.Default()) + `), when this user may read it.
+HVKUBE_TOKEN set to nothing sends no token.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -78,7 +88,7 @@ a token, when the server needs one, from HVKUBE_TOKEN.`,
 		defServer = client.DefaultServer
 	}
 	root.PersistentFlags().StringVarP(&e.server, "server", "s", defServer, "hvkube server URL (env HVKUBE_SERVER)")
-	e.token = os.Getenv("HVKUBE_TOKEN")
+	e.token, e.tokenSet = os.LookupEnv("HVKUBE_TOKEN")
 	root.AddCommand(
 		newApplyCmd(e),
 		newGetCmd(e),

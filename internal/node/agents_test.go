@@ -278,7 +278,7 @@ func TestCustomAgent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCluster(t)
+			c := newClusterWith(t, clusterOptions{hostCommands: &HostCommands{}})
 			c.runningBox(t)
 			c.be.WriteFile("box", "/home/agent/answer.json", []byte(`{"answer": 42}`+"\n"))
 			c.be.WriteFile("box", "/home/agent/notes.txt", []byte("plain text\n"))

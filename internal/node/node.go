@@ -45,6 +45,9 @@ type Options struct {
 	// that reaches only that attempt's agent and sandbox, valid for ttl;
 	// nil gives none.
 	Tokens func(a *api.Agent, ttl time.Duration) string
+	// HostCommands lets custom agents run commands on this host, as it
+	// says; nil refuses them (spec.task.in: guest is unaffected).
+	HostCommands *HostCommands
 	// ObserveAcquire, when set, hears how long each acquire took and how
 	// it went: resume, restore (the clean snapshot) or clone.
 	ObserveAcquire func(how string, d time.Duration)

@@ -30,6 +30,8 @@ type cluster struct {
 	dir string
 	log *slog.Logger
 	now func() time.Time
+	// hostCommands is the node's Options.HostCommands.
+	hostCommands *HostCommands
 }
 
 // clusterOptions change what newClusterWith builds.
@@ -39,6 +41,8 @@ type clusterOptions struct {
 	now func() time.Time
 	// fake configures the fake backend.
 	fake fake.Options
+	// hostCommands lets custom agents run on the host (nil: refused).
+	hostCommands *HostCommands
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -55,7 +59,7 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now}
+	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands}
 	c.nd, c.mgr = c.startNode(t)
 	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
 kind: Template
@@ -72,7 +76,7 @@ spec:
 func (c *cluster) startNode(t *testing.T) (*Node, *controller.Manager) {
 	t.Helper()
 	mgr := controller.NewManager(c.st, c.log, time.Second)
-	nd := New(Options{Store: c.st, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now})
+	nd := New(Options{Store: c.st, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands})
 	if err := nd.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

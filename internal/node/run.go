@@ -236,9 +236,9 @@ func taskEnv(a *api.Agent) []string {
 }
 
 // runCustom runs a custom agent's command, on the host (with the API's
-// address and a token scoped to its sandbox in its environment) or in the
-// guest. Its exit code decides success; its standard output, when it is
-// JSON, is the result's output.
+// address and a token scoped to its sandbox in its environment) when the
+// node allows host commands, or in the guest. Its exit code decides
+// success; its standard output, when it is JSON, is the result's output.
 func (n *Node) runCustom(ctx context.Context, a *api.Agent, dir string, lg *runLog) (*api.AgentResult, error) {
 	argv := a.Spec.Task.Command
 	var stdout []byte
@@ -251,8 +251,11 @@ func (n *Node) runCustom(ctx context.Context, a *api.Agent, dir string, lg *runL
 		stdout, code = res.Stdout, res.ExitCode
 		lg.printf("guest command %s: exit %d\n--- stdout\n%s--- stderr\n%s", argv[0], code, truncate(string(res.Stdout), maxStepOutput), truncate(string(res.Stderr), maxStepOutput))
 	} else {
+		if n.opt.HostCommands == nil {
+			return nil, n.refuseHostCommand(ctx, a, lg)
+		}
 		var err error
-		stdout, code, err = n.runHost(ctx, a, dir, lg)
+		stdout, code, err = n.runHost(ctx, a, lg)
 		if err != nil {
 			return nil, err
 		}
@@ -272,17 +275,32 @@ func (n *Node) runCustom(ctx context.Context, a *api.Agent, dir string, lg *runL
 }
 
 // runHost runs a custom agent's command on the host: an argument list, no
-// shell; in the attempt's directory; with a minimal environment.
-func (n *Node) runHost(ctx context.Context, a *api.Agent, dir string, lg *runLog) ([]byte, int, error) {
+// shell; as the user n.opt.HostCommands names, in a fresh working
+// directory outside the data directory (also its HOME and TMPDIR), with a
+// minimal environment. The directory, and whatever the command left
+// running in its process group, go when it ends; its standard output is
+// the result's, and its output streams are in the attempt's log.
+func (n *Node) runHost(ctx context.Context, a *api.Agent, lg *runLog) ([]byte, int, error) {
+	hc := n.opt.HostCommands
 	argv := a.Spec.Task.Command
+	work, err := hc.workDir(n.opt.DataDir, a.Metadata.Name, a.Status.Attempts)
+	if err != nil {
+		return nil, -1, err
+	}
+	defer func() {
+		if err := os.RemoveAll(work); err != nil {
+			lg.printf("remove the working directory %s: %v", work, err)
+		}
+	}()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
+	cmd.Dir = work
 	env := taskEnv(a)
-	for _, k := range []string{"PATH", "HOME", "LANG", "TMPDIR"} {
+	for _, k := range []string{"PATH", "LANG"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
+	env = append(env, "HOME="+work, "TMPDIR="+work)
 	if n.opt.ServerURL != "" {
 		env = append(env, "HVKUBE_SERVER="+n.opt.ServerURL)
 	}
@@ -294,9 +312,15 @@ func (n *Node) runHost(ctx context.Context, a *api.Agent, dir string, lg *runLog
 	stdout.max = maxOutput
 	cmd.Stdout = io.MultiWriter(&stdout, lg.writer("stdout"))
 	cmd.Stderr = lg.writer("stderr")
-	setChildAttrs(cmd)
+	if err := setHostCommandAttrs(cmd, hc.User); err != nil {
+		return nil, -1, err
+	}
 	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
+	lg.printf("host command %s as %s in %s", argv[0], hc.User, work)
+	if err := cmd.Start(); err != nil {
+		return nil, -1, fmt.Errorf("run %s: %w", argv[0], err)
+	}
+	err = waitHostCommand(cmd)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ctx.Err() == nil {
 		return stdout.Bytes(), ee.ExitCode(), nil
