@@ -66,15 +66,7 @@ func TestBoundsOnDurationsAndCounts(t *testing.T) {
 				}
 			}
 			_, err := decodeValid(tt.bad, DecodeOptions{})
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("error %v is not ErrInvalid", err)
-			}
-			if got := FieldOf(err); got != tt.field {
-				t.Fatalf("field %q, want %q (error: %v)", got, tt.field, err)
-			}
+			wantInvalid(t, err, tt.field)
 		})
 	}
 }

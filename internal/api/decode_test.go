@@ -155,15 +155,7 @@ func TestBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := decodeValid(tt.in, DecodeOptions{})
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("error %v is not ErrInvalid", err)
-			}
-			if got := FieldOf(err); got != tt.field {
-				t.Fatalf("field %q, want %q (error: %v)", got, tt.field, err)
-			}
+			wantInvalid(t, err, tt.field)
 		})
 	}
 }
@@ -188,4 +180,18 @@ func FuzzDecode(f *testing.F) {
 			Validate(o) // must not panic
 		}
 	})
+}
+
+// wantInvalid fails t unless err is a validation error naming field.
+func wantInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("error %v is not ErrInvalid", err)
+	}
+	if got := FieldOf(err); got != field {
+		t.Fatalf("field %q, want %q (error: %v)", got, field, err)
+	}
 }

@@ -162,12 +162,8 @@ func TestScopedTokenIsNarrow(t *testing.T) {
 				}
 			}
 			// It never sends input on a person's behalf.
-			req, _ := http.NewRequest("POST", ts.URL+"/api/v1/sandboxes/desk/input", strings.NewReader(`{"action":"left_click","coordinate":[1,1]}`))
-			req.Header.Set("Authorization", "Bearer "+tok)
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set(api.ControlHeader, testKey.ControlKey("desk", "x"))
-			if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
-				t.Errorf("input with %s from the agent's token: %v %v, want 403", api.ControlHeader, resp.StatusCode, err)
+			if code := ts.doControl(t, tok, "POST", "/api/v1/sandboxes/desk/input", `{"action":"left_click","coordinate":[1,1]}`, testKey.ControlKey("desk", "x")); code != http.StatusForbidden {
+				t.Errorf("input with %s from the agent's token: %d, want 403", api.ControlHeader, code)
 			}
 			if code, _, body := ts.doAuth(t, tok, "POST", "/api/v1/agents/loop1/hitl", `{"question":"ok?"}`); code != http.StatusCreated {
 				t.Errorf("ask a person: %d %s", code, body)
@@ -352,21 +348,8 @@ func TestTakeOverHolds(t *testing.T) {
 		{"DELETE", "/api/v1/sandboxes/desk", "", "", http.StatusForbidden},
 		{"POST", "/api/v1/sandboxes/desk/display/token", `{"control":"` + took.Key + `"}`, "", http.StatusForbidden},
 	} {
-		req, _ := http.NewRequest(tt.method, ts.URL+tt.path, strings.NewReader(tt.body))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if tt.body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if tt.control != "" {
-			req.Header.Set(api.ControlHeader, tt.control)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != tt.want {
-			t.Errorf("%s %s (control %q) with the agent's token while ana holds it: %d, want %d", tt.method, tt.path, tt.control, resp.StatusCode, tt.want)
+		if code := ts.doControl(t, tok, tt.method, tt.path, tt.body, tt.control); code != tt.want {
+			t.Errorf("%s %s (control %q) with the agent's token while ana holds it: %d, want %d", tt.method, tt.path, tt.control, code, tt.want)
 		}
 	}
 	if calls := desk.seen(); len(calls) != 0 {
@@ -382,17 +365,8 @@ func TestTakeOverHolds(t *testing.T) {
 		control string
 		want    int
 	}{{took.Control.ID, http.StatusConflict}, {took.Key, http.StatusOK}} {
-		req, _ := http.NewRequest("POST", ts.URL+"/api/v1/sandboxes/desk/input", strings.NewReader(input))
-		req.Header.Set("Authorization", "Bearer admin")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(api.ControlHeader, tt.control)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != tt.want {
-			t.Errorf("the person's input with %q: %d, want %d", tt.control, resp.StatusCode, tt.want)
+		if code := ts.doControl(t, "admin", "POST", "/api/v1/sandboxes/desk/input", input, tt.control); code != tt.want {
+			t.Errorf("the person's input with %q: %d, want %d", tt.control, code, tt.want)
 		}
 	}
 	desk.mu.Lock()
@@ -424,4 +398,24 @@ func TestMCPSessionShare(t *testing.T) {
 	if _, err := mcpConnect(t, ts.URL, tok, "2026-07-28"); err != nil {
 		t.Fatalf("stateless with the agent's token: %v", err)
 	}
+}
+
+// doControl sends a request with token and, when set, the take-over key
+// or id control in X-Hvkube-Control, and returns the status.
+func (ts *testServer) doControl(t *testing.T, token, method, path, body, control string) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if control != "" {
+		req.Header.Set(api.ControlHeader, control)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
