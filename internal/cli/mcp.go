@@ -105,7 +105,7 @@ The output is KEY=value lines, ready for env(1) or a .env file:
 
   HVKUBE_SERVER=http://127.0.0.1:8080
   HVKUBE_MCP_URL=http://127.0.0.1:8080/mcp
-  HVKUBE_TOKEN=hvks1....
+  HVKUBE_TOKEN=hvks2....
   HVKUBE_AGENT=NAME
   HVKUBE_SANDBOX=the sandbox
 
