@@ -281,7 +281,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			DataDir: cfg.dataDir, ServerURL: "http://" + ln.Addr().String(),
 			Tokens: func(a *api.Agent, ttl time.Duration) string {
 				return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
-			}, ObserveAcquire: mx.ObserveAcquire, HostCommands: hostCommands})
+			}, ObserveAcquire: mx.ObserveAcquire, HostCommands: hostCommands, AllowedRoots: roots})
 		if err := nd.Start(ctx); err != nil {
 			return err
 		}

@@ -231,10 +231,11 @@ type Lifecycle struct {
 }
 
 // Unsatisfiable reports whether a sandbox that waits for reason waits for
-// something more sandboxes would not fix (host memory, a template, a GPU).
+// something more sandboxes would not fix (host memory, a template, a GPU,
+// a host path).
 func Unsatisfiable(reason string) bool {
 	switch reason {
-	case "InsufficientMemory", "NoGPU", "TemplateNotFound", "NoTemplate":
+	case "InsufficientMemory", "NoGPU", "TemplateNotFound", "NoTemplate", "HostPathUnavailable":
 		return true
 	}
 	return false

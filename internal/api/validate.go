@@ -18,6 +18,7 @@ var (
 	labelValue = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`)
 	dnsPrefix  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 	winAbs     = regexp.MustCompile(`^([A-Za-z]:[\\/]|\\\\[^\\/]+[\\/][^\\/]+)`)
+	winDevice  = regexp.MustCompile(`^[\\/][\\/][.?][\\/]`)
 )
 
 // Size limits.
@@ -194,17 +195,31 @@ func validateResources(field string, r Resources) error {
 	return nil
 }
 
-// ValidateHostPath checks an absolute host path: POSIX (/srv/x) or Windows
-// (C:\x, \\server\share\x), with no ".." segment.
+// MaxHostPathLength bounds a host path, in bytes (Linux's PATH_MAX).
+const MaxHostPathLength = 4096
+
+// ValidateHostPath checks what is true of a host path on every host: it is
+// absolute in some host's syntax, POSIX (/srv/x) or Windows (C:\x,
+// \\server\share\x), valid UTF-8 without control characters, with no ".."
+// segment, and at most MaxHostPathLength bytes. Windows device and verbatim
+// paths (\\.\x, \\?\x) are refused: they skip the checks Windows makes on
+// a path. Whether the path may be used is for the host that would use it:
+// the server checks a path in its own syntax against its allowed roots, and
+// a node checks every path it would use against its own.
 func ValidateHostPath(field, p string) error {
-	if p == "" {
+	switch {
+	case p == "":
 		return Invalid(field, "required")
-	}
-	if strings.ContainsRune(p, 0) {
-		return Invalid(field, "contains a NUL byte")
-	}
-	if !strings.HasPrefix(p, "/") && !winAbs.MatchString(p) {
-		return Invalid(field, "%q is not an absolute path", p)
+	case len(p) > MaxHostPathLength:
+		return Invalid(field, "%d bytes long: at most %d", len(p), MaxHostPathLength)
+	case !utf8.ValidString(p):
+		return Invalid(field, "%q is not valid UTF-8", p)
+	case strings.ContainsFunc(p, unicode.IsControl):
+		return Invalid(field, "%q contains a control character", p)
+	case winDevice.MatchString(p):
+		return Invalid(field, "%q is a Windows device or verbatim path: name a drive (C:\\x) or a share (\\\\server\\share\\x)", p)
+	case !strings.HasPrefix(p, "/") && !winAbs.MatchString(p):
+		return Invalid(field, "%q is not an absolute path (/srv/x, C:\\x or \\\\server\\share\\x)", p)
 	}
 	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
 		if seg == ".." {
@@ -585,7 +600,8 @@ type HostPath struct {
 }
 
 // HostPaths lists the host paths o names: template image files and volume
-// host folders. The server allows them only under its allowed roots.
+// host folders. The server allows those in its own syntax only under its
+// allowed roots; the node that would use one checks it against its own.
 func HostPaths(o Object) []HostPath {
 	var out []HostPath
 	add := func(field, p string) {

@@ -59,6 +59,15 @@ func (rs Roots) String() string {
 	return strings.Join(rs, ", ")
 }
 
+// Native reports whether p, a host path in some host's syntax (see
+// api.ValidateHostPath), is absolute in this host's own: /srv/x on Linux,
+// C:\x or \\server\share\x on Windows. Only a native path can be checked
+// against this host's roots; another is for a host of the other kind, which
+// checks it against its own.
+func Native(p string) bool {
+	return filepath.IsAbs(p)
+}
+
 // Check returns nil if p, an absolute path, lies under one of the roots once
 // its symlinks are resolved, and otherwise an api.ErrInvalid error naming
 // field and the roots. A path that does not exist yet is resolved as far as

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -72,5 +73,26 @@ func TestCheck(t *testing.T) {
 	}
 	if err := (Roots{}).Check("f", filepath.Join(root, "linux")); err == nil || !strings.Contains(err.Error(), "(none)") {
 		t.Errorf("no roots: %v", err)
+	}
+}
+
+// TestNative: only a path in this host's own syntax is checked against
+// its roots; a path of the other OS's is for a host of that kind.
+func TestNative(t *testing.T) {
+	posix := []string{"/srv/workflows", "/"}
+	windows := []string{`C:\workflows`, `c:/workflows`, `\\server\share\x`}
+	native, foreign := posix, windows
+	if runtime.GOOS == "windows" {
+		native, foreign = windows, posix
+	}
+	for _, p := range native {
+		if !Native(p) {
+			t.Errorf("Native(%q) = false on %s", p, runtime.GOOS)
+		}
+	}
+	for _, p := range foreign {
+		if Native(p) {
+			t.Errorf("Native(%q) = true on %s", p, runtime.GOOS)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -48,6 +49,9 @@ type Options struct {
 	// HostCommands lets custom agents run commands on this host, as it
 	// says; nil refuses them (spec.task.in: guest is unaffected).
 	HostCommands *HostCommands
+	// AllowedRoots are the host directories the sandboxes' host paths
+	// must lie under on this node; the zero Roots allows none.
+	AllowedRoots hostpath.Roots
 	// ObserveAcquire, when set, hears how long each acquire took and how
 	// it went: resume, restore (the clean snapshot) or clone.
 	ObserveAcquire func(how string, d time.Duration)

@@ -104,6 +104,9 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		n.event(ctx, sb, api.EventWarning, "Unsupported", err.Error())
 		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", err.Error())
 	}
+	if msg := n.hostPathProblem(sb); msg != "" {
+		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, reasonHostPath, msg)
+	}
 	if sb.Spec.Resources.GPU {
 		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "NoGPU", "the sandbox asks for a GPU and this host has none for sandboxes")
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -203,7 +204,10 @@ func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, k api.KindInf
 
 // admit readies a new or applied object for the store: status cleared,
 // defaults set, an agent's run finalizer added, validated, host paths
-// checked.
+// checked. A host path in this server's own syntax must lie under its
+// allowed roots; one in another OS's syntax (C:\x on Linux) is stored as it
+// is, for the node that would use it to check (nothing on this host can
+// use it, and a node of the other kind may).
 func (s *Server) admit(o api.Object) error {
 	clearStatus(o)
 	api.Default(o)
@@ -216,6 +220,9 @@ func (s *Server) admit(o api.Object) error {
 		return err
 	}
 	for _, hp := range api.HostPaths(o) {
+		if !hostpath.Native(hp.Path) {
+			continue
+		}
 		if err := s.opts.AllowedRoots.Check(hp.Field, hp.Path); err != nil {
 			return err
 		}
