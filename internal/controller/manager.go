@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -57,13 +58,42 @@ type Manager struct {
 	log    *slog.Logger
 	resync time.Duration
 
+	// retry is how long a watch that the store refused waits before it
+	// tries again.
+	retry time.Duration
+
 	mu          sync.Mutex // guards the following fields
 	observe     ObserveFunc
 	controllers []*registered
 	caches      map[string]*Cache
 	started     bool
+	ctx         context.Context // Start's, ended by Stop
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
+
+	healthMu sync.Mutex // guards the following field
+	down     map[string]watchDown
+}
+
+// watchDown is why a kind's watch is not running, and since when.
+type watchDown struct {
+	err   error
+	since time.Time
+}
+
+// informer is the Manager's watch of one kind: the cache it keeps (the
+// one asked for with Cache, or its own) and the handlers that hear of
+// each changed object.
+type informer struct {
+	kind     string
+	cache    *Cache
+	handlers []func(api.Object)
+}
+
+func (in *informer) deliver(o api.Object) {
+	for _, h := range in.handlers {
+		h(o)
+	}
 }
 
 type registered struct {
@@ -80,7 +110,7 @@ func NewManager(st store.Interface, log *slog.Logger, resync time.Duration) *Man
 	if resync == 0 {
 		resync = time.Minute
 	}
-	return &Manager{st: st, log: log, resync: resync}
+	return &Manager{st: st, log: log, resync: resync, retry: time.Second, down: map[string]watchDown{}}
 }
 
 // Cache returns the cache of kind, which Start fills and keeps current. It
@@ -166,30 +196,25 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 	}
 	for kind, handlers := range kinds {
+		in := &informer{kind: kind, cache: m.caches[kind], handlers: handlers}
+		if in.cache == nil {
+			// Kept even when no controller reads it: a relist diffs
+			// against it to find the deletions it missed.
+			in.cache = newCache(kind)
+		}
 		items, wt, err := m.st.ListAndWatch(ctx, kind, api.Selector{})
 		if err != nil {
 			m.cancel()
 			return fmt.Errorf("watch %s: %w", kind, err)
 		}
-		cache := m.caches[kind]
-		if cache != nil {
-			cache.reset(items)
-		}
-		dispatch := func(typ string, o api.Object) {
-			if cache != nil {
-				cache.apply(typ, o)
-			}
-			for _, h := range handlers {
-				h(o)
-			}
-		}
+		in.cache.relist(items, wt.From())
 		for _, it := range items {
-			dispatch(store.Added, it)
+			in.deliver(it)
 		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			m.follow(ctx, kind, wt, cache, dispatch)
+			m.follow(ctx, in, wt)
 		}()
 	}
 	for _, c := range m.controllers {
@@ -205,6 +230,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.resyncLoop(ctx)
 	}()
 	m.started = true
+	m.ctx = ctx
 	return nil
 }
 
@@ -220,52 +246,105 @@ func (m *Manager) Stop() {
 	m.wg.Wait()
 }
 
-// Ready reports whether the controllers run.
+// Ready reports whether the controllers run on a current view: an error
+// before Start, after Stop, and while the watch of a kind is down (it
+// ended and the store has not yet let it resume or list again), naming
+// the kinds, since when and why.
 func (m *Manager) Ready(ctx context.Context) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.started {
+	started, mctx := m.started, m.ctx
+	m.mu.Unlock()
+	if !started {
 		return errors.New("controllers not started")
 	}
-	return nil
+	if mctx.Err() != nil {
+		return errors.New("controllers stopped")
+	}
+	m.healthMu.Lock()
+	defer m.healthMu.Unlock()
+	if len(m.down) == 0 {
+		return nil
+	}
+	kinds := make([]string, 0, len(m.down))
+	for k := range m.down {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	errs := make([]error, 0, len(kinds))
+	for _, k := range kinds {
+		d := m.down[k]
+		errs = append(errs, fmt.Errorf("watch of %s down since %s: %w", k, d.since.UTC().Format(time.RFC3339), d.err))
+	}
+	return errors.Join(errs...)
 }
 
-// follow feeds a watch to its handlers. When the watch ends early it
-// resumes after the last change it saw, or lists again (refilling the
-// cache) when the store cannot resume from there.
-func (m *Manager) follow(ctx context.Context, kind string, wt *store.Watcher, cache *Cache, dispatch func(string, api.Object)) {
+func (m *Manager) setDown(kind string, err error) {
+	m.healthMu.Lock()
+	defer m.healthMu.Unlock()
+	if err == nil {
+		delete(m.down, kind)
+		return
+	}
+	d, ok := m.down[kind]
+	if !ok {
+		d.since = time.Now()
+	}
+	d.err = err
+	m.down[kind] = d
+}
+
+// follow feeds a watch to its informer. When the watch ends early it
+// resumes after the last change it saw, or, when the store cannot resume
+// from there, lists again: the cache is replaced by the list, and the
+// objects it held that the list lacks (deleted in the gap) are delivered
+// as deletions, in their last known state.
+func (m *Manager) follow(ctx context.Context, in *informer, wt *store.Watcher) {
 	last := wt.From()
 	for {
 		for ev := range wt.Events() {
-			dispatch(ev.Type, ev.Object)
+			in.cache.apply(ev.Type, ev.Object)
+			in.deliver(ev.Object)
 			last = store.ParseRV(ev.Object.GetMeta().ResourceVersion)
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		m.log.Warn("watch ended; resuming", "kind", kind, "after", last, "err", wt.Err())
+		cause := wt.Err()
+		if cause == nil {
+			cause = errors.New("the store ended the watch")
+		}
+		m.setDown(in.kind, cause)
+		m.log.Warn("watch ended; resuming", "kind", in.kind, "after", last, "err", cause)
 		for ctx.Err() == nil {
-			next, err := m.st.WatchFrom(ctx, kind, api.Selector{}, last)
+			next, err := m.st.WatchFrom(ctx, in.kind, api.Selector{}, last)
 			if errors.Is(err, api.ErrGone) {
+				m.log.Info("cannot resume the watch; listing again", "kind", in.kind, "after", last, "err", err)
 				var items []api.Object
-				items, next, err = m.st.ListAndWatch(ctx, kind, api.Selector{})
+				items, next, err = m.st.ListAndWatch(ctx, in.kind, api.Selector{})
 				if err == nil {
-					if cache != nil {
-						cache.reset(items)
+					deleted := in.cache.relist(items, next.From())
+					for _, o := range deleted {
+						in.deliver(o)
 					}
 					for _, it := range items {
-						dispatch(store.Added, it)
+						in.deliver(it)
 					}
+					m.log.Info("listed again", "kind", in.kind, "objects", len(items), "deleted", len(deleted))
 				}
 			}
 			if err == nil {
 				wt, last = next, next.From()
+				m.setDown(in.kind, nil)
 				break
 			}
-			m.log.Warn("watch again", "kind", kind, "err", err)
+			if ctx.Err() != nil {
+				return
+			}
+			m.setDown(in.kind, err)
+			m.log.Warn("watch again", "kind", in.kind, "err", err)
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+			case <-time.After(m.retry):
 			}
 		}
 	}
@@ -294,6 +373,9 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 func (m *Manager) EnqueueAll(ctx context.Context, kind string, q *Queue) {
 	items, _, err := m.st.List(ctx, kind, api.Selector{})
 	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("resync: list", "kind", kind, "err", err)
+		}
 		return
 	}
 	for _, it := range items {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -21,8 +22,12 @@ import (
 //
 // With "Accept: text/event-stream" the same events come as server-sent
 // events (event: ADDED / data: {...}). A reader that falls too far behind
-// gets {"type":"ERROR","object":{"error":...}} and the stream ends; it should
-// list and watch again.
+// gets the events buffered for it, then the stream ends, as it does when
+// the server stops: the reader watches again from the last resourceVersion
+// it received, which replays what it missed, or answers 410 Gone when that
+// is too much or too old; then it lists and watches again. Any other
+// failure of the watch ends the stream with
+// {"type":"ERROR","object":{"error":...}}: list and watch again.
 type streamWriter struct {
 	w   http.ResponseWriter
 	rc  *http.ResponseController
@@ -162,7 +167,10 @@ func (s *Server) pumpFiltered(r *http.Request, sw *streamWriter, wt *store.Watch
 			}
 		case ev, ok := <-wt.Events():
 			if !ok {
-				if err := wt.Err(); err != nil {
+				// A watcher the store dropped for falling behind has
+				// delivered all it buffered: the client resumes after
+				// the last event it got.
+				if err := wt.Err(); err != nil && !errors.Is(err, store.ErrWatchOverflow) {
 					sw.send("ERROR", errorBody{Error: err.Error()}, true)
 				}
 				return

@@ -173,21 +173,26 @@ type eventRecord struct {
 }
 
 // flushEvents returns once every event queued before it is written, so
-// that a reader of the log sees the events recorded before its read.
+// that a reader of the log sees the events recorded before its read, or
+// once ctx ends. With the queue full it waits for room without holding
+// s.mu: the writer takes s.mu (to publish) inside its transaction, and
+// every write waits for that transaction.
 func (s *Store) flushEvents(ctx context.Context) {
-	done := make(chan struct{})
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return
 	}
+	s.flushers.Add(1)
+	s.mu.Unlock()
+	done := make(chan struct{})
 	select {
 	case s.events <- eventRecord{done: done}:
+		s.flushers.Done()
 	case <-ctx.Done():
-		s.mu.Unlock()
+		s.flushers.Done()
 		return
 	}
-	s.mu.Unlock()
 	select {
 	case <-done:
 	case <-ctx.Done():

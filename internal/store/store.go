@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,9 @@ type Options struct {
 	// MaxChanges bounds the change log that watches resume from; older
 	// changes are compacted away. 0 means 100,000.
 	MaxChanges int
+	// WatchBuffer is how many unread events a watcher may have before
+	// it is dropped. 0 means WatchBuffer.
+	WatchBuffer int
 }
 
 // Store is the SQLite-backed object store. It is safe for concurrent use.
@@ -50,17 +54,21 @@ type Store struct {
 	now  func() time.Time
 	log  *slog.Logger
 
-	maxEvents  int
-	maxChanges int
+	maxEvents   int
+	maxChanges  int
+	watchBuffer int
 
 	// writeMu serialises write transactions so that watchers see changes in
 	// commit order.
 	writeMu sync.Mutex
 
 	// events queues RecordEvent's events for writeEvents; eventsDone
-	// closes when it has written the last.
+	// closes when it has written the last. flushers counts the
+	// flushEvents calls that may still send to events, which Close waits
+	// for before it closes the queue.
 	events     chan eventRecord
 	eventsDone chan struct{}
+	flushers   sync.WaitGroup
 
 	mu       sync.Mutex // guards the following fields
 	watchers map[*Watcher]struct{}
@@ -68,6 +76,10 @@ type Store struct {
 	inserted int // events since the last prune
 	logged   int // changes since the last compaction
 }
+
+// ErrNewerSchema is why Open refuses a database that a newer hvkube
+// migrated past the versions this binary knows.
+var ErrNewerSchema = errors.New("database schema is newer than this hvkube")
 
 // DBFile is the database's file name inside the data directory.
 const DBFile = "hvkube.db"
@@ -99,7 +111,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
-	s := &Store{w: w, r: r, path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, maxChanges: opts.MaxChanges, watchers: map[*Watcher]struct{}{}}
+	s := &Store{w: w, r: r, path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, maxChanges: opts.MaxChanges, watchBuffer: opts.WatchBuffer, watchers: map[*Watcher]struct{}{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -111,6 +123,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	if s.maxChanges == 0 {
 		s.maxChanges = 100000
+	}
+	if s.watchBuffer <= 0 {
+		s.watchBuffer = WatchBuffer
 	}
 	s.events, s.eventsDone = make(chan eventRecord, 10000), make(chan struct{})
 	go s.writeEvents()
@@ -141,7 +156,10 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	// RecordEvent no longer queues (it saw closed under mu, or queued
-	// before): the queue can be closed and drained.
+	// before), and no new flushEvents starts; once those already started
+	// have queued their marker (the writer keeps draining meanwhile), the
+	// queue can be closed and drained.
+	s.flushers.Wait()
 	close(s.events)
 	<-s.eventsDone
 	s.mu.Lock()
@@ -168,13 +186,25 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	}
 	sort.Strings(entries)
-	for _, e := range entries {
-		base := filepath.Base(e)
-		num, _, _ := strings.Cut(base, "_")
-		version, err := strconv.Atoi(num)
-		if err != nil {
-			return fmt.Errorf("migration %s: bad name", base)
+	versions := make([]int, len(entries))
+	for i, e := range entries {
+		num, _, _ := strings.Cut(filepath.Base(e), "_")
+		if versions[i], err = strconv.Atoi(num); err != nil {
+			return fmt.Errorf("migration %s: bad name", filepath.Base(e))
 		}
+	}
+	// A database a newer hvkube migrated has tables and rows this binary
+	// does not know: writing to it could lose what they hold.
+	var have int
+	if err := s.w.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if known := slices.Max(versions); have > known {
+		return fmt.Errorf("store: the database %s is at schema version %d, but this hvkube knows versions up to %d: a newer hvkube wrote it (run that version, or choose another --data-dir): %w",
+			s.path, have, known, ErrNewerSchema)
+	}
+	for i, e := range entries {
+		version := versions[i]
 		var n int
 		if err := s.w.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
 			return fmt.Errorf("migration %d: %w", version, err)

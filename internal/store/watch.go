@@ -31,12 +31,16 @@ type WatchEvent struct {
 	prevLabels map[string]string
 }
 
-// ErrWatchOverflow ends a watch whose reader fell too far behind; the reader
-// must list again.
-var ErrWatchOverflow = errors.New("watch: reader fell behind; list and watch again")
+// ErrWatchOverflow ends a watch whose reader fell too far behind. The
+// events buffered before it was dropped are still delivered; the reader
+// then watches again from the last revision it saw (WatchFrom), which
+// replays what it missed or, if that is too much, answers api.ErrGone:
+// then it lists again.
+var ErrWatchOverflow = errors.New("watch: reader fell behind; watch again from the last revision seen")
 
-// WatchBuffer is how many unread events a watcher may have before it is
-// stopped with ErrWatchOverflow.
+// WatchBuffer is how many unread events a watcher may have unless
+// Options.WatchBuffer says otherwise. A transaction whose changes do not
+// fit in the room left drops the watcher with ErrWatchOverflow.
 const WatchBuffer = 4096
 
 // Watcher delivers committed changes of one kind (or events).
@@ -69,6 +73,9 @@ func (w *Watcher) Err() error {
 	}
 }
 
+// stop ends the watch with err (nil: a clean stop). The caller has taken w
+// out of s.watchers first, or holds s.mu: nothing sends to a stopped
+// watcher.
 func (w *Watcher) stop(err error) {
 	w.once.Do(func() {
 		w.err = err
@@ -98,7 +105,7 @@ func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv
 // listAndWatch registers a watcher; from < 0 lists first, otherwise from
 // must be the current revision.
 func (s *Store) listAndWatch(ctx context.Context, kind string, sel api.Selector, from int64) ([]api.Object, *Watcher, error) {
-	w := &Watcher{kind: kind, sel: sel, ch: make(chan WatchEvent, WatchBuffer), done: make(chan struct{})}
+	w := &Watcher{kind: kind, sel: sel, ch: make(chan WatchEvent, s.watchBuffer), done: make(chan struct{})}
 	// Holding the write lock means nothing commits between the list (or
 	// the revision check) and the registration.
 	s.writeMu.Lock()
@@ -179,42 +186,62 @@ func (s *Store) replay(ctx context.Context, w *Watcher, from int64) error {
 			select {
 			case w.ch <- WatchEvent{Type: typ, Object: o}:
 			default:
-				return fmt.Errorf("more than %d changes since resourceVersion %d: list again: %w", WatchBuffer, from, api.ErrGone)
+				return fmt.Errorf("more than %d changes since resourceVersion %d: list again: %w", cap(w.ch), from, api.ErrGone)
 			}
 		}
 	}
 	return rows.Err()
 }
 
-// publish hands committed changes to watchers. It never blocks: a watcher
-// whose buffer is full is stopped with ErrWatchOverflow.
+// publish hands one transaction's committed changes to the watchers. It
+// never blocks, and a watcher gets the transaction whole or not at all:
+// one whose buffer cannot take all of its share is dropped (removed, then
+// stopped with ErrWatchOverflow, which closes its channel once) and never
+// sent to again. Its reader still gets what was buffered before, and
+// resumes after the last of it.
+//
+// publish is the only sender once a watcher is registered, and it runs
+// under s.mu; the reader only takes from the buffer, so the room counted
+// here can only grow before the sends.
 func (s *Store) publish(evs []WatchEvent) {
 	if len(evs) == 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var batch []WatchEvent
 	for w := range s.watchers {
-		for _, ev := range evs {
-			if ev.Object.GetTypeMeta().Kind != w.kind {
-				continue
-			}
-			typ := ev.Type
-			if ev.Object.GetTypeMeta().Kind != api.KindEvent {
-				typ = w.view(ev)
-				if typ == "" {
-					continue
-				}
-			}
-			select {
-			case <-w.done:
-			case w.ch <- WatchEvent{Type: typ, Object: ev.Object}:
-			default:
-				delete(s.watchers, w)
-				w.stop(ErrWatchOverflow)
-			}
+		batch = w.share(evs, batch[:0])
+		if len(batch) == 0 {
+			continue
+		}
+		if cap(w.ch)-len(w.ch) < len(batch) {
+			delete(s.watchers, w)
+			w.stop(ErrWatchOverflow)
+			continue
+		}
+		for _, ev := range batch {
+			w.ch <- ev
 		}
 	}
+}
+
+// share appends to dst the events of evs that w sees, typed as w sees
+// them.
+func (w *Watcher) share(evs, dst []WatchEvent) []WatchEvent {
+	for _, ev := range evs {
+		if ev.Object.GetTypeMeta().Kind != w.kind {
+			continue
+		}
+		typ := ev.Type
+		if w.kind != api.KindEvent {
+			if typ = w.view(ev); typ == "" {
+				continue
+			}
+		}
+		dst = append(dst, WatchEvent{Type: typ, Object: ev.Object})
+	}
+	return dst
 }
 
 // view is the type of ev as this watcher's selector sees it, or "" if the
