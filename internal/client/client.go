@@ -76,6 +76,8 @@ func (e *Error) Is(target error) bool {
 		return e.Code == http.StatusGone
 	case api.ErrNoSpace:
 		return e.Code == http.StatusInsufficientStorage
+	case api.ErrUnavailable:
+		return e.Code == http.StatusServiceUnavailable
 	}
 	return false
 }

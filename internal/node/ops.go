@@ -80,6 +80,15 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 	phase := api.SandboxPaused
 	if sb.Status.Phase == api.SandboxRunning || sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated {
 		if err := n.be.Resume(ctx, name); err != nil {
+			// The VM is clean and paused: say so, so that a resume asked
+			// for next runs it rather than trusting a Running record.
+			msg := fmt.Sprintf("reset to the clean snapshot, but the resume after it failed: %v", err)
+			n.event(ctx, sb, api.EventWarning, "ResetIncomplete", msg)
+			if uerr := n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+				s.Phase, s.Reason, s.Message = api.SandboxPaused, "ResetIncomplete", msg
+			}); uerr != nil {
+				n.log.Warn("record a reset whose resume failed", "sandbox", name, "err", uerr)
+			}
 			return err
 		}
 		phase = api.SandboxRunning
