@@ -12,8 +12,16 @@
 # environment, then stops the VM and exits with COMMAND's status. Without,
 # keeps the VM running until interrupted (Ctrl-C).
 #
+# The waiting is done by `hvkube debug wait-ready`; the hvkube binary is
+# $HVKUBE_BIN, else bin/hvkube of this repository, else hvkube on PATH
+# (make build, or go build -o bin/hvkube ./cmd/hvkube), and COMMAND finds
+# its path in HVKUBE_BIN too:
+#
+#   boot.sh DIR bin/hvkube debug selftest /tmp/selftest
+#
 # Variables: HVKUBE_BOOT_MEMORY_MB, HVKUBE_BOOT_CPUS (default: image.json),
 # HVKUBE_BOOT_MACHINE (q35), HVKUBE_BOOT_TIMEOUT (180 s),
+# HVKUBE_BOOT_ACCEL (kvm or tcg; default kvm when /dev/kvm is writable),
 # HVKUBE_BOOT_QEMU_ARGS (extra QEMU arguments, split on blanks),
 # HVKUBE_BOOT_KEEP=1 (keep the temporary directory).
 set -euo pipefail
@@ -28,7 +36,20 @@ dir=$(readlink -f "$1")
 shift
 [[ -f $dir/image.json ]] || die "$dir/image.json not found (run build.sh first)"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"
-command -v python3 >/dev/null || die "python3 not found"
+hvkube=${HVKUBE_BIN:-}
+if [[ -z $hvkube ]]; then
+	if [[ -x $here/../../bin/hvkube ]]; then
+		hvkube=$(readlink -f "$here/../../bin/hvkube")
+	else
+		hvkube=$(command -v hvkube) ||
+			die "the hvkube binary is not found: build it (make build, or go build -o bin/hvkube ./cmd/hvkube in the repository) or set HVKUBE_BIN"
+	fi
+fi
+[[ -x $hvkube ]] || die "$hvkube is not an executable"
+"$hvkube" debug wait-ready --help >/dev/null 2>&1 ||
+	die "$hvkube has no 'debug wait-ready' (built before it had): rebuild it (make build, or go build -o bin/hvkube ./cmd/hvkube)"
+timeout=${HVKUBE_BOOT_TIMEOUT:-180}
+[[ $timeout =~ ^[0-9]+$ ]] || die "HVKUBE_BOOT_TIMEOUT=$timeout: want a number of seconds"
 
 # json_value KEY: a number or string value from image.json (flat keys only).
 json_value() {
@@ -41,10 +62,16 @@ machine=${HVKUBE_BOOT_MACHINE:-q35}
 extra=()
 read -r -a extra <<<"${HVKUBE_BOOT_QEMU_ARGS:-}"
 
-accel=(-accel tcg)
-if [[ -w /dev/kvm ]]; then
-	accel=(-accel kvm -cpu host)
+accel=${HVKUBE_BOOT_ACCEL:-}
+if [[ -z $accel ]]; then
+	accel=tcg
+	[[ -w /dev/kvm ]] && accel=kvm
 fi
+case $accel in
+kvm) accel=(-accel kvm -cpu host) ;;
+tcg) accel=(-accel tcg) ;;
+*) die "HVKUBE_BOOT_ACCEL=$accel: want kvm or tcg" ;;
+esac
 if [[ $machine == pc* ]]; then
 	usb=(-device piix3-usb-uhci -device usb-tablet)
 else
@@ -103,11 +130,10 @@ setsid qemu-system-x86_64 \
 qpid=$!
 
 echo "booting $dir (machine $machine, ${memory} MB, $cpus vCPU, ${accel[1]}) in $run"
-python3 "$here/vmctl.py" wait-ready "$run/qga.sock" --since "$start" \
-	--timeout "${HVKUBE_BOOT_TIMEOUT:-180}" --pid "$qpid"
+"$hvkube" debug wait-ready --qga "$run/qga.sock" --since "$start" --timeout "${timeout}s" --pid "$qpid"
 
 export HVKUBE_IMAGE_DIR=$dir HVKUBE_VM_DIR=$run QMP_SOCKET=$run/qmp.sock QGA_SOCKET=$run/qga.sock \
-	VNC_SOCKET=$run/vnc.sock SERIAL_LOG=$run/serial.log
+	VNC_SOCKET=$run/vnc.sock SERIAL_LOG=$run/serial.log HVKUBE_BIN=$hvkube
 if [[ $# -gt 0 ]]; then
 	status=0
 	"$@" || status=$?

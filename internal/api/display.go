@@ -9,15 +9,7 @@ import "fmt"
 // An empty selector selects nothing, so that a service never exposes
 // every display by accident.
 func (s *DisplayServiceSpec) Selects(labels map[string]string) bool {
-	if len(s.Selector) == 0 {
-		return false
-	}
-	for k, v := range s.Selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
+	return len(s.Selector) > 0 && MatchLabels(s.Selector, labels)
 }
 
 // HostWide reports whether the service listens on the host's address

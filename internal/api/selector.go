@@ -66,6 +66,19 @@ func SelectorFromMap(m map[string]string) Selector {
 	return sel
 }
 
+// MatchLabels reports whether labels carry every key of want with its
+// value: a matchLabels selector (a pool's agents, a DisplayService's
+// sandboxes), checked without building a Selector. An empty want matches
+// everything; SelectorFromMap(want).Matches(labels) says the same.
+func MatchLabels(want, labels map[string]string) bool {
+	for k, v := range want {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
 // Equalities returns the key=value terms; a store can use them to narrow a
 // query before Matches checks the whole selector.
 func (s Selector) Equalities() map[string]string {

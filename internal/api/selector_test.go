@@ -35,3 +35,28 @@ func TestSelector(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchLabels: the one matchLabels rule, as pools count the agents
+// waiting for them and DisplayServices pick sandboxes, agrees with the
+// Selector the scheduler places agents by: a key must be there, even
+// with an empty value.
+func TestMatchLabels(t *testing.T) {
+	labels := map[string]string{"pool": "web", "tier": ""}
+	for _, want := range []map[string]string{
+		nil,
+		{"pool": "web"},
+		{"pool": "web", "tier": ""},
+		{"pool": "db"},
+		{"zone": ""},
+		{"pool": "web", "zone": ""},
+	} {
+		got := MatchLabels(want, labels)
+		if sel := SelectorFromMap(want).Matches(labels); got != sel {
+			t.Errorf("MatchLabels(%v) = %v, the selector %q says %v", want, got, SelectorFromMap(want), sel)
+		}
+		ds := DisplayServiceSpec{Selector: want}
+		if sel := ds.Selects(labels); sel != (got && len(want) > 0) {
+			t.Errorf("a DisplayService selecting %v selects %v: %v", want, labels, sel)
+		}
+	}
+}

@@ -113,6 +113,7 @@ HVKUBE_TOKEN set to nothing sends no token.`,
 		newVMCmd(e),
 		newVersionCmd(e),
 		newMCPCmd(e),
+		newDebugCmd(e),
 	)
 	root.AddCommand(opts.Extra...)
 	return root

@@ -288,7 +288,7 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 	labels := pool.Spec.Template.Metadata.Labels
 	p.agents.Range(func(ao api.Object) bool {
 		a := ao.(*api.Agent)
-		if Pending(a) && a.Spec.SandboxSelector != nil && matchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
+		if Pending(a) && a.Spec.SandboxSelector != nil && api.MatchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
 			s.pendingAgents++
 		}
 		return true
@@ -509,15 +509,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// matchLabels reports whether labels has every key and value of want (a
-// matchLabels selector), without building a Selector.
-func matchLabels(want, labels map[string]string) bool {
-	for k, v := range want {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image"
 	"image/draw"
+	"slices"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -158,16 +159,108 @@ func (s scaler) toCaller(x, y int) (int, int) {
 
 // Do runs one action on sandbox, with coordinates in sp. Screenshot and
 // zoom return images; cursor_position a coordinate; wait sleeps. The
-// workflow-only actions (exec, assert) are not the layer's.
+// workflow-only actions (exec, assert) are not the layer's. On an error,
+// whatever the action pressed is released (see Run).
 func (a *Actions) Do(ctx context.Context, sandbox string, act api.Action, sp Space) (Result, error) {
+	return a.Run(ctx, sandbox, []api.Action{act}, sp)
+}
+
+// Run runs acts in order on sandbox, with coordinates in sp, as one input:
+// the sandbox's screen is read once, every action is checked before any
+// is sent, and actions that are only input (clicks, moves, keys, typing)
+// next to each other go to the desktop in one SendInput. It stops at the
+// first error, and then releases every key and button the actions pressed
+// and had not released (a drag cut short leaves no button down), even
+// when ctx has ended. The Result carries the last image and the last
+// coordinate the actions returned.
+func (a *Actions) Run(ctx context.Context, sandbox string, acts []api.Action, sp Space) (res Result, err error) {
 	s, err := a.scaler(ctx, sandbox, sp)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := api.ValidateAction("", act, s.sw, s.sh, false); err != nil {
-		return Result{}, err
+	steps := make([]step, len(acts))
+	for i, act := range acts {
+		if err := api.ValidateAction("", act, s.sw, s.sh, false); err != nil {
+			return Result{}, err
+		}
+		if steps[i], err = plan(act, s); err != nil {
+			return Result{}, err
+		}
 	}
+	in := &held{d: a.d, sandbox: sandbox}
+	defer func() {
+		if err != nil {
+			err = in.releaseAll(ctx, err)
+		}
+	}()
+	for i := 0; i < len(steps); i++ {
+		if steps[i].input {
+			evs := slices.Clone(steps[i].evs)
+			for i+1 < len(steps) && steps[i+1].input {
+				i++
+				evs = append(evs, steps[i].evs...)
+			}
+			if err := in.send(ctx, evs); err != nil {
+				return Result{}, err
+			}
+			continue
+		}
+		r, err := a.run(ctx, in, s, steps[i])
+		if err != nil {
+			return Result{}, err
+		}
+		if r.Image != nil {
+			res.Image, res.ContentType = r.Image, r.ContentType
+		}
+		if r.Coordinate != nil {
+			res.Coordinate = r.Coordinate
+		}
+	}
+	return res, nil
+}
+
+// step is a checked action: its events when it is only input.
+type step struct {
+	act   api.Action
+	input bool
+	evs   []backend.InputEvent
+	// strokes are hold_key's keys.
+	strokes []KeyStroke
+}
+
+// plan checks what the action's text says and turns an action that is
+// only input into its events.
+func plan(act api.Action, s scaler) (step, error) {
+	st := step{act: act}
 	switch act.Action {
+	case "screenshot", "zoom", "wait", "cursor_position":
+		return st, nil
+	case "hold_key":
+		var err error
+		st.strokes, err = keysField("text", act.Text)
+		return st, err
+	case "type":
+		strokes, err := TypeText(act.Text)
+		if errors.Is(err, ErrNotASCII) {
+			return st, nil // typed by the guest
+		}
+		if err != nil {
+			return st, api.Invalid("text", "%v", err)
+		}
+		st.input = true
+		for _, k := range strokes {
+			st.evs = appendKeys(st.evs, k.Events())
+		}
+		return st, nil
+	}
+	evs, err := events(act, s)
+	return step{act: act, input: true, evs: evs}, err
+}
+
+// run runs a step that is not only input.
+func (a *Actions) run(ctx context.Context, in *held, s scaler, st step) (Result, error) {
+	sandbox := in.sandbox
+	switch st.act.Action {
 	case "screenshot":
 		opts := ShotOptions{}
 		if s.scaled() {
@@ -176,10 +269,10 @@ func (a *Actions) Do(ctx context.Context, sandbox string, act api.Action, sp Spa
 		img, ctype, err := a.Screenshot(ctx, sandbox, opts)
 		return Result{Image: img, ContentType: ctype}, err
 	case "zoom":
-		img, err := a.zoom(ctx, sandbox, s, act.Region)
+		img, err := a.zoom(ctx, sandbox, s, st.act.Region)
 		return Result{Image: img, ContentType: PNG.ContentType()}, err
 	case "wait":
-		return Result{}, a.sleep(ctx, seconds(act.Duration))
+		return Result{}, a.sleep(ctx, seconds(st.act.Duration))
 	case "cursor_position":
 		x, y, err := a.d.CursorPosition(ctx, sandbox)
 		if err != nil {
@@ -188,19 +281,11 @@ func (a *Actions) Do(ctx context.Context, sandbox string, act api.Action, sp Spa
 		x, y = s.toCaller(x, y)
 		return Result{Coordinate: []int{x, y}}, nil
 	case "type":
-		return Result{}, a.typeText(ctx, sandbox, act.Text)
+		return Result{}, a.d.TypeText(ctx, sandbox, st.act.Text)
 	case "hold_key":
-		strokes, err := keysField("text", act.Text)
-		if err != nil {
-			return Result{}, err
-		}
-		return Result{}, a.hold(ctx, sandbox, strokes, seconds(act.Duration))
+		return Result{}, a.hold(ctx, in, st.strokes, seconds(st.act.Duration))
 	}
-	evs, err := events(act, s)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{}, a.d.SendInput(ctx, sandbox, evs)
+	return Result{}, api.Invalid("action", "%q is not an action of this layer", st.act.Action)
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
@@ -211,6 +296,13 @@ func keysField(field, text string) ([]KeyStroke, error) {
 		return nil, api.Invalid(field, "%v", err)
 	}
 	return strokes, nil
+}
+
+func appendKeys(evs []backend.InputEvent, ks []KeyEvent) []backend.InputEvent {
+	for _, k := range ks {
+		evs = append(evs, backend.InputEvent{Kind: backend.EventKey, Key: k.QCode, Down: k.Down})
+	}
+	return evs
 }
 
 // events turns an action that is only input into its raw events.
@@ -225,27 +317,23 @@ func events(act api.Action, s scaler) ([]backend.InputEvent, error) {
 	button := func(b string, down bool) {
 		evs = append(evs, backend.InputEvent{Kind: backend.EventButton, Button: b, Down: down})
 	}
-	keys := func(ks []KeyEvent) {
-		for _, k := range ks {
-			evs = append(evs, backend.InputEvent{Kind: backend.EventKey, Key: k.QCode, Down: k.Down})
-		}
-	}
+	keys := func(ks []KeyEvent) { evs = appendKeys(evs, ks) }
 	// Clicks and scrolls take modifier keys to hold in text ("shift").
-	var held []KeyStroke
+	var mods []KeyStroke
 	if act.Text != "" && act.Action != "key" {
 		var err error
-		if held, err = keysField("text", act.Text); err != nil {
+		if mods, err = keysField("text", act.Text); err != nil {
 			return nil, err
 		}
 	}
 	press := func() {
-		for _, k := range held {
+		for _, k := range mods {
 			keys(k.Press())
 		}
 	}
 	release := func() {
-		for i := len(held) - 1; i >= 0; i-- {
-			keys(held[i].Release())
+		for i := len(mods) - 1; i >= 0; i-- {
+			keys(mods[i].Release())
 		}
 	}
 	switch act.Action {
@@ -313,46 +401,80 @@ func events(act api.Action, s scaler) ([]backend.InputEvent, error) {
 	return evs, nil
 }
 
-// typeText types text as key strokes, or through the guest when the key
-// map cannot type it.
-func (a *Actions) typeText(ctx context.Context, sandbox, text string) error {
-	strokes, err := TypeText(text)
-	if errors.Is(err, ErrNotASCII) {
-		return a.d.TypeText(ctx, sandbox, text)
-	}
-	if err != nil {
-		return api.Invalid("text", "%v", err)
-	}
-	evs := make([]backend.InputEvent, 0, 4*len(strokes))
-	for _, k := range strokes {
-		for _, e := range k.Events() {
-			evs = append(evs, backend.InputEvent{Kind: backend.EventKey, Key: e.QCode, Down: e.Down})
+// releaseTimeout bounds the release of what an input held, which is sent
+// on a context of its own: the request's may have ended.
+const releaseTimeout = 10 * time.Second
+
+// held tracks what a run of actions holds down on one sandbox: the keys
+// and buttons it pressed and has not released, in the order pressed.
+type held struct {
+	d       Desktop
+	sandbox string
+	down    []backend.InputEvent
+}
+
+// send delivers evs. When it fails, nobody knows how far delivery got:
+// every press in evs counts as held, and no release in them as done.
+func (h *held) send(ctx context.Context, evs []backend.InputEvent) error {
+	err := h.d.SendInput(ctx, h.sandbox, evs)
+	for _, e := range evs {
+		if e.Kind == backend.EventMove {
+			continue
+		}
+		i := slices.IndexFunc(h.down, func(d backend.InputEvent) bool { return d.Kind == e.Kind && d.Key == e.Key && d.Button == e.Button })
+		switch {
+		case e.Down && i < 0:
+			h.down = append(h.down, e)
+		case !e.Down && i >= 0 && err == nil:
+			h.down = slices.Delete(h.down, i, i+1)
 		}
 	}
-	return a.d.SendInput(ctx, sandbox, evs)
+	return err
+}
+
+// releaseAll releases whatever is held, last pressed first, on a context
+// of its own, and returns cause (with the release's failure, if any).
+func (h *held) releaseAll(ctx context.Context, cause error) error {
+	if len(h.down) == 0 {
+		return cause
+	}
+	up := make([]backend.InputEvent, 0, len(h.down))
+	for i := len(h.down) - 1; i >= 0; i-- {
+		e := h.down[i]
+		e.Down = false
+		up = append(up, e)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	err := h.d.SendInput(rctx, h.sandbox, up)
+	switch {
+	case err == nil:
+		h.down = nil
+	case !errors.Is(err, api.ErrConflict) && !errors.Is(err, api.ErrNotFound):
+		return fmt.Errorf("%w (and releasing the keys and buttons it held failed: %v)", cause, err)
+	}
+	// A sandbox that refuses input (gone, stopped, taken over by a
+	// person) refused what cause says: it needs no second word.
+	return cause
 }
 
 // hold presses strokes, waits d and releases them; the release is sent even
 // when ctx ends first, so that no key stays down.
-func (a *Actions) hold(ctx context.Context, sandbox string, strokes []KeyStroke, d time.Duration) error {
+func (a *Actions) hold(ctx context.Context, in *held, strokes []KeyStroke, d time.Duration) error {
 	var down, up []backend.InputEvent
 	for _, k := range strokes {
-		for _, e := range k.Press() {
-			down = append(down, backend.InputEvent{Kind: backend.EventKey, Key: e.QCode, Down: true})
-		}
+		down = appendKeys(down, k.Press())
 	}
 	for i := len(strokes) - 1; i >= 0; i-- {
-		for _, e := range strokes[i].Release() {
-			up = append(up, backend.InputEvent{Kind: backend.EventKey, Key: e.QCode})
-		}
+		up = appendKeys(up, strokes[i].Release())
 	}
-	if err := a.d.SendInput(ctx, sandbox, down); err != nil {
+	if err := in.send(ctx, down); err != nil {
 		return err
 	}
 	werr := a.sleep(ctx, d)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if err := a.d.SendInput(rctx, sandbox, up); err != nil {
+	if err := in.send(rctx, up); err != nil {
 		return err
 	}
 	return werr

@@ -8,6 +8,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,14 @@ type recorder struct {
 	// frames are the screenshots served in turn (the last one repeats).
 	frames [][]byte
 	shots  int
+	// failAt, when not 0, makes the failAt-th event sent (counting from 1
+	// over all calls) fail: the events before it are delivered, and
+	// onFail (if set) runs, as when the request ends mid-way.
+	failAt int
+	onFail func()
+	sent   int // events delivered or failed so far
+	sizes  int // ScreenSize calls
+	sends  int // SendInput calls
 }
 
 func (r *recorder) Screenshot(ctx context.Context, _ string, opts backend.ScreenshotOptions) ([]byte, string, error) {
@@ -50,18 +59,64 @@ func (r *recorder) Screenshot(ctx context.Context, _ string, opts backend.Screen
 	return f, "image/png", nil
 }
 
-func (r *recorder) ScreenSize(context.Context, string) (int, int, error) { return r.w, r.h, nil }
-
-func (r *recorder) SendInput(_ context.Context, _ string, evs []backend.InputEvent) error {
+func (r *recorder) ScreenSize(context.Context, string) (int, int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.sizes++
+	return r.w, r.h, nil
+}
+
+var errInjected = errors.New("injected failure")
+
+func (r *recorder) SendInput(ctx context.Context, _ string, evs []backend.InputEvent) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sends++
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var err error
+	if r.failAt > r.sent && r.failAt <= r.sent+len(evs) {
+		evs = evs[:r.failAt-r.sent-1]
+		err = errInjected
+		if r.onFail != nil {
+			r.onFail()
+		}
+	}
+	r.sent += len(evs)
+	if err != nil {
+		r.sent++ // the failed event
+	}
 	r.events = append(r.events, evs)
 	for _, e := range evs {
 		if e.Kind == backend.EventMove {
 			r.x, r.y = e.X, e.Y
 		}
 	}
-	return nil
+	return err
+}
+
+// down lists the keys and buttons the delivered events leave pressed.
+func (r *recorder) down() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var held []string
+	for _, evs := range r.events {
+		for _, e := range evs {
+			name := e.Key + e.Button
+			if e.Kind == backend.EventMove {
+				continue
+			}
+			i := slices.Index(held, name)
+			switch {
+			case e.Down && i < 0:
+				held = append(held, name)
+			case !e.Down && i >= 0:
+				held = slices.Delete(held, i, i+1)
+			}
+		}
+	}
+	return held
 }
 
 func (r *recorder) TypeText(_ context.Context, _ string, text string) error {
@@ -316,4 +371,111 @@ func TestFromOpenAI(t *testing.T) {
 	if !IsOpenAI([]byte(`{"type":"click","x":1,"y":1}`)) || IsOpenAI([]byte(`{"action":"left_click"}`)) {
 		t.Fatal("IsOpenAI tells the two apart")
 	}
+}
+
+// TestInputReleasedOnError fails every event of inputs that press keys or
+// buttons in turn, with the request's context ending at the failure:
+// afterwards nothing is held.
+func TestInputReleasedOnError(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		acts []api.Action
+	}{
+		{"shift click", []api.Action{{Action: "left_click", Coordinate: []int{1, 2}, Text: "shift"}}},
+		{"ctrl+alt double click", []api.Action{{Action: "double_click", Text: "ctrl+alt"}}},
+		{"drag", []api.Action{{Action: "left_click_drag", StartCoordinate: []int{0, 0}, Coordinate: []int{80, 8}, Text: "shift"}}},
+		{"ctrl scroll", []api.Action{{Action: "scroll", ScrollDirection: "up", ScrollAmount: 2, Text: "ctrl"}}},
+		{"key combo", []api.Action{{Action: "key", Text: "ctrl+shift+t ctrl+w"}}},
+		{"type", []api.Action{{Action: "type", Text: "aBC d"}}},
+		{"hold_key", []api.Action{{Action: "hold_key", Text: "ctrl+alt+shift", Duration: 0.01}}},
+		{"mouse down", []api.Action{{Action: "left_mouse_down", Coordinate: []int{3, 3}}}},
+		{"OpenAI drag", mustOpenAI(t, `{"type":"drag","path":[{"x":1,"y":1},{"x":5,"y":5},{"x":7,"y":5},{"x":9,"y":9}]}`)},
+		{"batch", []api.Action{{Action: "left_mouse_down", Coordinate: []int{3, 3}}, {Action: "hold_key", Text: "shift", Duration: 0.01},
+			{Action: "mouse_move", Coordinate: []int{9, 9}}, {Action: "left_mouse_up"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// A run that succeeds counts the events.
+			ok := &recorder{w: 100, h: 100}
+			if _, err := NewActions(ok).Run(context.Background(), "sb", tt.acts, Space{}); err != nil {
+				t.Fatal(err)
+			}
+			if ok.sent < 2 {
+				t.Fatalf("%d events: nothing to fail part way", ok.sent)
+			}
+			for n := 1; n <= ok.sent; n++ {
+				ctx, cancel := context.WithCancel(context.Background())
+				r := &recorder{w: 100, h: 100, failAt: n, onFail: cancel}
+				_, err := NewActions(r).Run(ctx, "sb", tt.acts, Space{})
+				cancel()
+				if !errors.Is(err, errInjected) {
+					t.Fatalf("event %d failed: got %v", n, err)
+				}
+				if d := r.down(); len(d) > 0 {
+					t.Errorf("event %d of %d failed: %v still held", n, ok.sent, d)
+				}
+			}
+		})
+	}
+}
+
+// TestInputReleasedOnErrorOneByOne is the same for inputs sent one action
+// at a time (Do), as the MCP tools and workflows send them.
+func TestInputReleasedOnErrorOneByOne(t *testing.T) {
+	for _, a := range []api.Action{
+		{Action: "left_click", Coordinate: []int{1, 2}, Text: "shift"},
+		{Action: "left_click_drag", StartCoordinate: []int{0, 0}, Coordinate: []int{80, 8}},
+		{Action: "scroll", ScrollDirection: "down", ScrollAmount: 1, Text: "ctrl"},
+		{Action: "type", Text: "Ab"},
+		{Action: "hold_key", Text: "ctrl+shift", Duration: 0.01},
+	} {
+		for n := 1; n <= 4; n++ {
+			ctx, cancel := context.WithCancel(context.Background())
+			r := &recorder{w: 100, h: 100, failAt: n, onFail: cancel}
+			_, err := NewActions(r).Do(ctx, "sb", a, Space{})
+			cancel()
+			if err == nil {
+				t.Fatalf("%s: event %d failed, yet no error", a.Action, n)
+			}
+			if d := r.down(); len(d) > 0 {
+				t.Errorf("%s %q: event %d failed: %v still held", a.Action, a.Text, n, d)
+			}
+		}
+	}
+}
+
+// TestRunReadsOnce: a batch reads the screen size once and sends its
+// input in one call, in order.
+func TestRunReadsOnce(t *testing.T) {
+	acts := mustOpenAI(t, `{"type":"drag","path":[{"x":1,"y":1},{"x":5,"y":5},{"x":7,"y":5},{"x":9,"y":9}]}`)
+	r := &recorder{w: 100, h: 100}
+	if _, err := NewActions(r).Run(context.Background(), "sb", acts, Space{}); err != nil {
+		t.Fatal(err)
+	}
+	if r.sizes != 1 || r.sends != 1 {
+		t.Fatalf("a drag of %d actions read the screen size %d times and sent %d times, want 1 and 1", len(acts), r.sizes, r.sends)
+	}
+	if got, want := short(r.events[0]), "m1,1 b+left m5,5 m7,5 m9,9 b-left"; got != want {
+		t.Fatalf("events\n got %s\nwant %s", got, want)
+	}
+	// A bad action anywhere sends nothing.
+	r = &recorder{w: 100, h: 100}
+	acts = append(acts, api.Action{Action: "mouse_move", Coordinate: []int{100, 1}})
+	if _, err := NewActions(r).Run(context.Background(), "sb", acts, Space{}); !errors.Is(err, api.ErrInvalid) || len(r.events) != 0 {
+		t.Fatalf("a batch with a bad action: %v, sent %v", err, r.events)
+	}
+	// Results: the last coordinate and image.
+	r = &recorder{w: 100, h: 100, x: 4, y: 5}
+	res, err := NewActions(r).Run(context.Background(), "sb", []api.Action{{Action: "cursor_position"}, {Action: "screenshot"}, {Action: "mouse_move", Coordinate: []int{1, 1}}}, Space{})
+	if err != nil || fmt.Sprint(res.Coordinate) != "[4 5]" || res.Image == nil || r.sizes != 1 {
+		t.Fatalf("batch result %v %d bytes, %d size reads: %v", res.Coordinate, len(res.Image), r.sizes, err)
+	}
+}
+
+func mustOpenAI(t *testing.T, s string) []api.Action {
+	t.Helper()
+	acts, err := FromOpenAI([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acts
 }

@@ -23,16 +23,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/display"
 )
 
-// Result is what an action returns.
-type Result struct {
-	// Coordinate answers cursor_position, in the caller's space.
-	Coordinate []int
-	// Image and ContentType answer screenshot and zoom.
-	Image       []byte
-	ContentType string
-}
+// Result is what an action returns: the action layer's own.
+type Result = display.Result
 
 // Completion ends an mcp-agent's attempt (POST /agents/NAME/complete).
 type Completion struct {

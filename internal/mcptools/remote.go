@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -72,19 +73,25 @@ type remoteHuman struct{ c *client.Client }
 
 func (h remoteHuman) Ask(ctx context.Context, agent, question string) (*api.HumanRequest, error) {
 	hr, err := h.c.AskHuman(ctx, agent, question)
-	return hr, notServed(err)
+	return hr, h.notServed(ctx, agent, err)
 }
 
 func (h remoteHuman) Latest(ctx context.Context, agent string, wait time.Duration) (*api.HumanRequest, error) {
 	hr, err := h.c.HumanRequest(ctx, agent, wait)
-	return hr, notServed(err)
+	return hr, h.notServed(ctx, agent, err)
 }
 
-// notServed names a server without the human-in-the-loop API.
-func notServed(err error) error {
+// notServed tells a server without the human-in-the-loop API by its
+// status codes: a 404 for the questions of an agent that the same server
+// answers 200 for is a route it lacks, whatever its message says (older
+// servers word it differently, or answer in plain text).
+func (h remoteHuman) notServed(ctx context.Context, agent string, err error) error {
 	var ce *client.Error
-	if errors.As(err, &ce) && ce.Code == 404 && ce.Field == "" && len(ce.Message) > 12 && ce.Message[:12] == "no API route" {
-		return fmt.Errorf("this server does not serve questions to people (POST /api/v1/agents/NAME/hitl): %w", api.ErrUnsupported)
+	if !errors.As(err, &ce) || ce.Code != http.StatusNotFound {
+		return err
 	}
-	return err
+	if _, gerr := h.c.Get(ctx, api.KindAgent, agent); gerr != nil {
+		return err // the agent is missing, or the server cannot say: the 404 stands
+	}
+	return fmt.Errorf("this server does not serve questions to people (POST /api/v1/agents/NAME/hitl): %w", api.ErrUnsupported)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/client"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/mcptools"
@@ -333,8 +334,7 @@ func (d *serverDesktops) Do(ctx context.Context, sandbox string, a api.Action, w
 	if d.s.opts.Actions == nil {
 		return mcptools.Result{}, fmt.Errorf("this server runs without a VM backend (start it with --backend qemu): %w", api.ErrUnsupported)
 	}
-	res, err := d.s.opts.Actions.Do(ctx, sandbox, a, display.Space{Width: width})
-	return mcptools.Result{Coordinate: res.Coordinate, Image: res.Image, ContentType: res.ContentType}, err
+	return d.s.opts.Actions.Do(ctx, sandbox, a, display.Space{Width: width})
 }
 
 func (d *serverDesktops) Complete(ctx context.Context, agent string, c mcptools.Completion) error {
@@ -377,17 +377,12 @@ func (h serverHuman) call(ctx context.Context, method, path string, body []byte)
 	if rec.code >= 300 {
 		var e errorBody
 		json.Unmarshal(rec.buf.Bytes(), &e)
-		switch {
-		case rec.code == http.StatusNotFound && strings.HasPrefix(e.Error, "no API route"):
-			return nil, fmt.Errorf("this server does not serve questions to people: %w", api.ErrUnsupported)
-		case rec.code == http.StatusBadRequest:
+		if rec.code == http.StatusBadRequest {
 			return nil, &api.FieldError{Field: e.Field, Detail: strings.TrimPrefix(e.Error, e.Field+": ")}
-		case rec.code == http.StatusNotFound:
-			return nil, fmt.Errorf("%s: %w", e.Error, api.ErrNotFound)
-		case rec.code == http.StatusConflict:
-			return nil, fmt.Errorf("%s: %w", e.Error, api.ErrConflict)
 		}
-		return nil, fmt.Errorf("%s %s: %d: %s", method, path, rec.code, e.Error)
+		// The routes are this server's own, none missing: a status maps
+		// back to its category as it does for any client of the API.
+		return nil, &client.Error{Code: rec.code, Message: e.Error, Field: e.Field}
 	}
 	var hr api.HumanRequest
 	if err := json.Unmarshal(rec.buf.Bytes(), &hr); err != nil {

@@ -310,22 +310,19 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) {
 		s.failBody(w, r, err)
 		return
 	}
-	out := InputResponse{OK: true}
-	for _, a := range acts {
-		res, err := s.opts.Actions.Do(ctx, r.PathValue("name"), a, sp)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if res.Image != nil {
-			writeImage(w, res.Image, res.ContentType)
-			return
-		}
-		if res.Coordinate != nil {
-			out.Coordinate = res.Coordinate
-		}
+	// One OpenAI action may be several of the layer's (a drag is a press,
+	// moves and a release): they run as one input, which releases what it
+	// pressed if it fails part way.
+	res, err := s.opts.Actions.Run(ctx, r.PathValue("name"), acts, sp)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	if res.Image != nil {
+		writeImage(w, res.Image, res.ContentType)
+		return
+	}
+	writeJSON(w, http.StatusOK, InputResponse{OK: true, Coordinate: res.Coordinate})
 }
 
 // inputControl reads the X-Hvkube-Control header of an input request: the

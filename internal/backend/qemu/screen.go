@@ -221,7 +221,7 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 		var ev []qmp.InputEvent
 		switch e.Kind {
 		case backend.EventMove:
-			ax, ay := display.PixelToAbs(e.X, e.Y, w, h)
+			ax, ay := qmp.PixelToAbs(e.X, e.Y, w, h)
 			ev = qmp.AbsMove(ax, ay)
 		case backend.EventButton:
 			ev = []qmp.InputEvent{qmp.ButtonUp(qmp.Button(qemuButton(e.Button)))}

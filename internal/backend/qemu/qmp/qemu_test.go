@@ -222,7 +222,7 @@ func TestQEMUInput(t *testing.T) {
 	if err := m.Cont(ctx); err != nil {
 		t.Fatal(err)
 	}
-	x, y := display.PixelToAbs(640, 400, 1280, 800)
+	x, y := PixelToAbs(640, 400, 1280, 800)
 	batches := [][]InputEvent{
 		AbsMove(x, y),
 		AbsMove(0, 0),
