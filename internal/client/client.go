@@ -319,8 +319,10 @@ type WatchEvent struct {
 // breaks (the server restarted, a proxy cut it) Watch reconnects and
 // resumes after the last change it delivered; when the server can no
 // longer resume from there (410 Gone) it lists again, delivering the
-// current objects as ADDED once more. A watch that cannot reconnect within
-// ReconnectFor ends with a final WatchEvent with Err set.
+// current objects as ADDED once more and, as DELETED in their last known
+// state, those it had delivered that are gone from the new list. A watch
+// that cannot reconnect within ReconnectFor ends with a final WatchEvent
+// with Err set.
 func (c *Client) Watch(ctx context.Context, kind, selector string) (<-chan WatchEvent, error) {
 	k, p, err := resourcePath(kind)
 	if err != nil {
@@ -340,14 +342,16 @@ func (c *Client) Watch(ctx context.Context, kind, selector string) (<-chan Watch
 	ch := make(chan WatchEvent, 64)
 	go func() {
 		defer close(ch)
-		last := ""
+		ws := &watchState{known: map[string]api.Object{}}
 		for {
-			var err error
-			last, err = c.readWatch(ctx, k.Kind, resp, last, ch)
+			if ws.last == "" && k.Kind != api.KindEvent {
+				ws.listing = map[string]bool{} // until the list's bookmark
+			}
+			err := c.readWatch(ctx, k.Kind, resp, ws, ch)
 			if ctx.Err() != nil {
 				return
 			}
-			resp, err = c.rewatch(ctx, p, q, &last, err)
+			resp, err = c.rewatch(ctx, p, q, &ws.last, err)
 			if err != nil {
 				select {
 				case ch <- WatchEvent{Err: err}:
@@ -406,9 +410,39 @@ func (c *Client) rewatch(ctx context.Context, p string, q url.Values, last *stri
 	}
 }
 
-// readWatch delivers one watch stream's events to ch until it ends, and
-// returns the resourceVersion of the last one delivered.
-func (c *Client) readWatch(ctx context.Context, kind string, resp *http.Response, last string, ch chan<- WatchEvent) (string, error) {
+// watchState is what a Watch remembers across its streams.
+type watchState struct {
+	// last is the resourceVersion of the last change delivered.
+	last string
+	// known are the objects delivered and not deleted, by name.
+	known map[string]api.Object
+	// listing, while a stream's initial list arrives (until its bookmark),
+	// holds the names it listed; nil otherwise.
+	listing map[string]bool
+}
+
+// listed ends the initial list of a stream: what the watch knew and the
+// list lacks was deleted meanwhile.
+func (ws *watchState) listed(ctx context.Context, ch chan<- WatchEvent) error {
+	seen := ws.listing
+	ws.listing = nil
+	for name, o := range ws.known {
+		if seen[name] {
+			continue
+		}
+		delete(ws.known, name)
+		select {
+		case ch <- WatchEvent{Type: "DELETED", Object: o}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// readWatch delivers one watch stream's events to ch until it ends,
+// keeping ws up to date.
+func (c *Client) readWatch(ctx context.Context, kind string, resp *http.Response, ws *watchState, ch chan<- WatchEvent) error {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -422,32 +456,49 @@ func (c *Client) readWatch(ctx context.Context, kind string, resp *http.Response
 			Object json.RawMessage `json:"object"`
 		}
 		if err := json.Unmarshal(line, &raw); err != nil {
-			return last, fmt.Errorf("watch: %w", err)
+			return fmt.Errorf("watch: %w", err)
 		}
 		if raw.Type == "ERROR" {
-			return last, errWatchGone
+			return errWatchGone
 		}
 		if raw.Type == "BOOKMARK" {
 			var b struct {
 				Metadata api.ObjectMeta `json:"metadata"`
 			}
 			if json.Unmarshal(raw.Object, &b) == nil && b.Metadata.ResourceVersion != "" {
-				last = b.Metadata.ResourceVersion
+				ws.last = b.Metadata.ResourceVersion
+			}
+			if ws.listing != nil {
+				if err := ws.listed(ctx, ch); err != nil {
+					return err
+				}
 			}
 			continue
 		}
 		o, err := decodeObject(kind, raw.Object)
 		if err != nil {
-			return last, err
+			return err
+		}
+		if kind != api.KindEvent {
+			name := o.GetMeta().Name
+			switch raw.Type {
+			case "DELETED":
+				delete(ws.known, name)
+			default:
+				ws.known[name] = o
+				if ws.listing != nil {
+					ws.listing[name] = true
+				}
+			}
 		}
 		select {
 		case ch <- WatchEvent{Type: raw.Type, Object: o}:
 		case <-ctx.Done():
-			return last, ctx.Err()
+			return ctx.Err()
 		}
-		last = o.GetMeta().ResourceVersion
+		ws.last = o.GetMeta().ResourceVersion
 	}
-	return last, sc.Err()
+	return sc.Err()
 }
 
 // WaitReady polls /readyz until the server answers or timeout passes.

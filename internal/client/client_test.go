@@ -746,6 +746,19 @@ func TestWatchListsAgainWhenTheServerCannotResume(t *testing.T) {
 	r.h.Store(&h2)
 	r.srv.CloseClientConnections()
 	expect(t, ch, "ADDED z")
+	// What the watch had delivered and the new list lacks was deleted
+	// meanwhile: it says so, in any order.
+	gone := map[string]bool{}
+	for range 4 {
+		ev := next(t, ch)
+		if ev.Err != nil || ev.Type != "DELETED" {
+			t.Fatalf("after the relist: %s %v, want DELETED", ev.Type, ev.Err)
+		}
+		gone[ev.Object.GetMeta().Name] = true
+	}
+	if len(gone) != 4 || !gone["a"] || !gone["b"] || !gone["c"] || !gone["d"] {
+		t.Fatalf("deleted %v, want a b c d", gone)
+	}
 	z2 := sandbox("z2", nil)
 	api.Default(z2)
 	if _, err := st2.Create(r.ctx, z2); err != nil {
