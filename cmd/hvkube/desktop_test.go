@@ -132,7 +132,7 @@ func TestDesktopEndToEnd(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if alive := syscall.Kill(before, 0) == nil; alive {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", before)); strings.Contains(string(b), "hvkube-sandbox:") {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", before)); strings.Contains(string(b), "hvkube-sandbox:") || strings.Contains(string(b), "hvkube-spare:") {
 			t.Fatalf("QEMU %d still runs after the sandbox was deleted", before)
 		}
 	}

@@ -241,6 +241,13 @@ func Unsatisfiable(reason string) bool {
 	return false
 }
 
+// Healthy reports whether a sandbox that has started can serve: its guest
+// answers its health check (reason Unhealthy otherwise) and its VM is not
+// stopped on a disk error (reason IOError).
+func (s SandboxStatus) Healthy() bool {
+	return s.Reason != "Unhealthy" && s.Reason != "IOError"
+}
+
 // Sandbox phases.
 const (
 	SandboxPending     = "Pending"

@@ -12,6 +12,11 @@
 // stopped: resume takes milliseconds), Saved (on disk, no process: restore
 // takes about a second) or Stopped (no process and no saved state; only
 // Reset or Delete apply). Creating a sandbox from a template lands it Paused.
+// A running sandbox whose disk write failed (its host file system is full)
+// is IOError: the hypervisor stopped its vCPUs so that the guest does not
+// see the failure; Resume runs it again once writes can succeed, and fails
+// (wrapping api.ErrUnavailable, the sandbox left IOError) while they
+// cannot. Pause turns it Paused.
 //
 // Every method takes a context that bounds the call only: a VM's life is
 // never tied to a request's context. Methods are safe for concurrent use;
@@ -35,6 +40,10 @@ const (
 	StatePaused  = "Paused"
 	StateSaved   = "Saved"
 	StateStopped = "Stopped"
+	// StateIOError: the hypervisor stopped a running sandbox after a
+	// failed disk write (QEMU's io-error run state; Hyper-V's
+	// Paused-Critical).
+	StateIOError = "IOError"
 )
 
 // TemplateSpec is what a backend needs to build a template.

@@ -2,8 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hvkube/hvkube/internal/api"
 )
 
 func newVMCmd(e *env) *cobra.Command {
@@ -60,14 +65,53 @@ func newVMListCmd(e *env) *cobra.Command {
 
 func newVMInfoCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:     "info NAME",
-		Short:   "Show a sandbox in detail, with its recent events (same as describe sandbox)",
+		Use:   "info NAME",
+		Short: "Show a sandbox's VM (its process and display), then the sandbox in detail with its recent events",
+		Long: `Show a sandbox's VM: its status, the node it runs on, the PID of its VM's
+process on that node (its QEMU, or Hyper-V's worker process) and where its
+screen is served; then the sandbox in detail with its recent events, as
+'hvkube describe sandbox' shows it.
+
+A QEMU process is named after what it was started for: hvkube-sandbox:NAME:N
+for a sandbox, hvkube-spare:TEMPLATE:N for a spare made ahead of need. A
+sandbox that took a spare runs that QEMU, which keeps the spare's name: the
+PID shown here (and by 'hvkube get sandboxes -o wide') is what ties a
+process to its sandbox.`,
 		Example: "  hvkube vm info browser-pool-x7k2p",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return e.runCommand(cmd, newDescribeCmd(e), []string{"--", "sandbox", args[0]})
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			o, err := c.Get(cmd.Context(), api.KindSandbox, args[0])
+			if err != nil {
+				return err
+			}
+			evs, err := c.Events(cmd.Context(), api.KindSandbox, args[0])
+			if err != nil {
+				return err
+			}
+			vmSummary(e.out, o.(*api.Sandbox))
+			fmt.Fprintln(e.out)
+			describe(e.out, o, evs, e.now())
+			return nil
 		},
 	}
+}
+
+// vmSummary writes what vm info shows first: the sandbox's VM.
+func vmSummary(w io.Writer, s *api.Sandbox) {
+	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
+	fmt.Fprintf(tw, "VM:\t%s (%s)\n", s.Metadata.Name, sandboxStatus(s))
+	fmt.Fprintf(tw, "Node:\t%s\n", orDash(s.Status.Node))
+	pid := "-"
+	if s.Status.PID > 0 {
+		pid = strconv.Itoa(s.Status.PID)
+	}
+	fmt.Fprintf(tw, "Process:\t%s\n", pid)
+	fmt.Fprintf(tw, "Display:\t%s\n", orDash(s.Status.Display))
+	tw.Flush()
 }
 
 // newVMScreenshotCmd is the screen command under vm, with -o/--output as

@@ -57,7 +57,7 @@ func tableFor(kind string) table {
 					pid = strconv.Itoa(s.Status.PID)
 				}
 				res := orDefault(s.Status.Resolution, s.Spec.Display.Resolution)
-				return []string{s.Metadata.Name, orDefault(phaseOf(o, s.Status.Phase), api.SandboxPending), orDash(api.OwnerOf(o, api.KindSandboxPool)),
+				return []string{s.Metadata.Name, sandboxStatus(s), orDash(api.OwnerOf(o, api.KindSandboxPool)),
 						orDash(s.Status.CurrentAgent), age(s.Metadata.CreationTimestamp, now)},
 					[]string{orDash(orDefault(s.Status.Template, s.Spec.TemplateRef)), orDash(res), orDash(s.Status.Display), pid}
 			},
@@ -120,6 +120,17 @@ func tableFor(kind string) table {
 		}
 	}
 	return table{headers: []string{"NAME"}, row: func(o api.Object, _ time.Time) ([]string, []string) { return []string{o.GetMeta().Name}, nil }}
+}
+
+// sandboxStatus is a sandbox's STATUS: its phase, or IOError while its
+// guest, meant to run, is stopped on a failed disk write (kubectl shows a
+// pod's reason in its place in the same way).
+func sandboxStatus(s *api.Sandbox) string {
+	phase := orDefault(phaseOf(s, s.Status.Phase), api.SandboxPending)
+	if phase == api.SandboxRunning && s.Status.Reason == "IOError" {
+		return "IOError"
+	}
+	return phase
 }
 
 func phaseOf(o api.Object, phase string) string {

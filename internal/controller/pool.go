@@ -269,7 +269,7 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 		switch sb.Status.Phase {
 		case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
 			s.started++
-			if sb.Status.Reason != "Unhealthy" {
+			if sb.Status.Healthy() {
 				s.ready++
 				if sb.Status.CurrentAgent == "" && sb.Status.Phase != api.SandboxRunning {
 					s.warm++

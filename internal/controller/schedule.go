@@ -121,7 +121,7 @@ func ViewOf(sb *api.Sandbox) scheduler.Sandbox {
 	// A sandbox a person holds (status.control) takes no new agent: its
 	// input would be refused.
 	v := scheduler.Sandbox{Name: sb.Metadata.Name, Labels: sb.Metadata.Labels, Phase: sb.Status.Phase,
-		Agent: sb.Status.CurrentAgent, Healthy: sb.Status.Reason != "Unhealthy" && sb.Status.Control == nil,
+		Agent: sb.Status.CurrentAgent, Healthy: sb.Status.Healthy() && sb.Status.Control == nil,
 		Deleting: sb.Metadata.DeletionTimestamp != nil, GPU: sb.Spec.Resources.GPU}
 	if idle != nil {
 		v.IdleSince = *idle

@@ -210,7 +210,7 @@ func sandboxReady(sb *api.Sandbox) api.Condition {
 	c := api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: sb.Status.Reason, Message: sb.Status.Message, ObservedGeneration: sb.Metadata.Generation}
 	switch sb.Status.Phase {
 	case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
-		if sb.Status.Reason != "Unhealthy" {
+		if sb.Status.Healthy() {
 			c.Status, c.Reason, c.Message = api.ConditionTrue, sb.Status.Phase, ""
 		}
 	}

@@ -361,6 +361,9 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 	if err != nil {
 		return controller.Result{}, err
 	}
+	if info.State == backend.StateIOError {
+		return n.observeIOError(ctx, sb, info)
+	}
 	phase, known := phaseOf(info.State)
 	if !known {
 		msg := "the VM's process is gone (it crashed or was killed)"
@@ -368,6 +371,11 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMGone", msg)
 	}
 	reason, msg := sb.Status.Reason, sb.Status.Message
+	if reason == reasonIOError {
+		// No longer stopped on a failed write: reset, saved or resumed
+		// by an operation since.
+		reason, msg = phaseReason(phase), ""
+	}
 	var beat *time.Time
 	if phase == api.SandboxRunning && checked {
 		if health != nil {
@@ -387,6 +395,7 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message = phase, reason, msg
 		s.PID = info.PID
+		clearIOError(s, sb.Metadata.Generation, n.now())
 		// The heartbeat is refreshed only now and then: a write per health
 		// check would wake every watcher of sandboxes for nothing.
 		if beat != nil && (s.LastHeartbeat == nil || beat.Sub(*s.LastHeartbeat) >= heartbeatEvery(sb)) {
@@ -528,10 +537,11 @@ func orDefault(s, def string) string {
 }
 
 // phaseOf is the sandbox phase of a backend run state; known is false for
-// a state with none (the VM's process is gone).
+// a state with none (the VM's process is gone). A guest stopped on a failed
+// disk write is meant to run: observeIOError runs it again.
 func phaseOf(state string) (phase string, known bool) {
 	switch state {
-	case backend.StateRunning:
+	case backend.StateRunning, backend.StateIOError:
 		return api.SandboxRunning, true
 	case backend.StatePaused:
 		return api.SandboxPaused, true

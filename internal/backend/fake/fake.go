@@ -9,7 +9,8 @@
 // ErrConflict, ErrUnavailable, ErrInvalid) and the same memory limit as the
 // qemu backend. Every call is instant unless Options.Delay asks otherwise.
 // On top of the contract it offers what tests need to steer and observe it:
-// failure injection (FailNext), a crash (Kill), a call log (Calls, Count),
+// failure injection (FailNext), a crash (Kill), a full disk (StopOnWriteError,
+// SetDiskFull), a call log (Calls, Count),
 // and what a sandbox was sent (Actions, Typed, Execs, ReadFile).
 //
 // A Backend is safe for concurrent use.
@@ -135,6 +136,7 @@ type Backend struct {
 	counts    map[string]int
 	failures  []failure
 	nextPID   int
+	diskFull  bool // see SetDiskFull
 }
 
 type failure struct {
@@ -254,6 +256,28 @@ func (b *Backend) Kill(id string) {
 	b.transitionLocked(s, "kill", StateGone)
 	s.pid = 0
 	s.clipboard = ""
+}
+
+// StopOnWriteError simulates a disk write of a Running sandbox that found
+// no room: as QEMU does, the hypervisor stops the sandbox, which is then
+// backend.StateIOError with its process kept. Resume runs it again unless
+// the disk is still full (SetDiskFull); Pause makes it Paused. A sandbox
+// that is not Running, or a missing one, is left alone.
+func (b *Backend) StopOnWriteError(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.sandboxes[id]; ok && s.state == backend.StateRunning {
+		b.transitionLocked(s, "write error", backend.StateIOError)
+	}
+}
+
+// SetDiskFull says whether the fake host's disk is full: while it is,
+// resuming a sandbox stopped on a write error (StopOnWriteError) fails with
+// ErrUnavailable and leaves it stopped, as its retried write fails again.
+func (b *Backend) SetDiskFull(full bool) {
+	b.mu.Lock()
+	b.diskFull = full
+	b.mu.Unlock()
 }
 
 // begin records a call, takes a failure queued for it, and waits out the
@@ -403,12 +427,13 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 	return s.infoLocked(), nil
 }
 
-// Pause implements backend.Backend: Running becomes Paused; pausing a
-// paused sandbox does nothing; a sandbox without a process is ErrConflict.
+// Pause implements backend.Backend: Running (or IOError) becomes Paused;
+// pausing a paused sandbox does nothing; a sandbox without a process is
+// ErrConflict.
 func (b *Backend) Pause(ctx context.Context, id string) error {
 	return b.lifecycle(ctx, OpPause, id, func(s *sandbox) error {
 		switch s.state {
-		case backend.StateRunning:
+		case backend.StateRunning, backend.StateIOError:
 			b.transitionLocked(s, OpPause, backend.StatePaused)
 		case backend.StatePaused:
 		default:
@@ -419,13 +444,19 @@ func (b *Backend) Pause(ctx context.Context, id string) error {
 }
 
 // Resume implements backend.Backend: Paused becomes Running, Saved is
-// restored (within the memory limit) and runs; resuming a running sandbox
-// does nothing; Stopped and Gone are ErrConflict.
+// restored (within the memory limit) and runs, IOError runs unless the
+// disk is full (SetDiskFull: then ErrUnavailable); resuming a running
+// sandbox does nothing; Stopped and Gone are ErrConflict.
 func (b *Backend) Resume(ctx context.Context, id string) error {
 	return b.lifecycle(ctx, OpResume, id, func(s *sandbox) error {
 		switch s.state {
 		case backend.StateRunning:
 		case backend.StatePaused:
+			b.transitionLocked(s, OpResume, backend.StateRunning)
+		case backend.StateIOError:
+			if b.diskFull {
+				return fmt.Errorf("resume %s: the guest stopped on a failed disk write and the (fake) disk is still full: %w", s.id, api.ErrUnavailable)
+			}
 			b.transitionLocked(s, OpResume, backend.StateRunning)
 		case backend.StateSaved:
 			if err := b.reserveLocked(s.memoryMB, nil); err != nil {
@@ -440,13 +471,13 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	})
 }
 
-// Save implements backend.Backend: a Running or Paused sandbox becomes
-// Saved, with no process; its files and clipboard are kept. Saving a saved
-// sandbox does nothing; Stopped and Gone are ErrConflict.
+// Save implements backend.Backend: a Running, Paused or IOError sandbox
+// becomes Saved, with no process; its files and clipboard are kept. Saving
+// a saved sandbox does nothing; Stopped and Gone are ErrConflict.
 func (b *Backend) Save(ctx context.Context, id string) error {
 	return b.lifecycle(ctx, OpSave, id, func(s *sandbox) error {
 		switch s.state {
-		case backend.StateRunning, backend.StatePaused:
+		case backend.StateRunning, backend.StatePaused, backend.StateIOError:
 			s.pid = 0
 			b.transitionLocked(s, OpSave, backend.StateSaved)
 		case backend.StateSaved:
@@ -463,7 +494,7 @@ func (b *Backend) Save(ctx context.Context, id string) error {
 func (b *Backend) Restore(ctx context.Context, id string) error {
 	return b.lifecycle(ctx, OpRestore, id, func(s *sandbox) error {
 		switch s.state {
-		case backend.StateRunning, backend.StatePaused:
+		case backend.StateRunning, backend.StatePaused, backend.StateIOError:
 		case backend.StateSaved:
 			if err := b.reserveLocked(s.memoryMB, nil); err != nil {
 				return fmt.Errorf("restore %s: %w", s.id, err)
@@ -662,7 +693,7 @@ func (b *Backend) transitionLocked(s *sandbox, op, to string) {
 }
 
 func (s *sandbox) hasProcess() bool {
-	return s.state == backend.StateRunning || s.state == backend.StatePaused
+	return s.state == backend.StateRunning || s.state == backend.StatePaused || s.state == backend.StateIOError
 }
 
 func (s *sandbox) infoLocked() backend.Info {
@@ -684,6 +715,8 @@ func (s *sandbox) conflict(op string) error {
 		why = "it is stopped: reset it to start it again"
 	case StateGone:
 		why = "it has no process (it exited or was killed): reset or delete it"
+	case backend.StateIOError:
+		why = "it stopped on a failed disk write: resume it when the disk has room"
 	default:
 		why = "it is " + s.state
 	}

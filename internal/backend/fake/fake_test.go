@@ -50,6 +50,9 @@ func inState(t *testing.T, b *Backend, id, state string) {
 	case StateGone:
 		err = b.Resume(ctx, id)
 		b.Kill(id)
+	case backend.StateIOError:
+		err = b.Resume(ctx, id)
+		b.StopOnWriteError(id)
 	default:
 		t.Fatalf("unknown state %q", state)
 	}
@@ -86,6 +89,7 @@ func TestStateMachine(t *testing.T) {
 		pause = backend.StatePaused
 		saved = backend.StateSaved
 		stop  = backend.StateStopped
+		ioerr = backend.StateIOError
 	)
 	tests := []struct {
 		from, op string
@@ -131,6 +135,14 @@ func TestStateMachine(t *testing.T) {
 		{StateGone, OpReset, pause, nil},
 		{StateGone, OpStop, stop, nil},
 		{StateGone, OpDelete, deleted, nil},
+
+		{ioerr, OpPause, pause, nil},
+		{ioerr, OpResume, run, nil},
+		{ioerr, OpSave, saved, nil},
+		{ioerr, OpRestore, ioerr, nil},
+		{ioerr, OpReset, pause, nil},
+		{ioerr, OpStop, stop, nil},
+		{ioerr, OpDelete, deleted, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.from+"/"+tt.op, func(t *testing.T) {
@@ -162,7 +174,7 @@ func TestStateMachine(t *testing.T) {
 			if info.State != tt.want {
 				t.Fatalf("%s from %s: state %s, want %s", tt.op, tt.from, info.State, tt.want)
 			}
-			hasProc := tt.want == run || tt.want == pause
+			hasProc := tt.want == run || tt.want == pause || tt.want == ioerr
 			if (info.PID != 0) != hasProc {
 				t.Fatalf("state %s with PID %d", info.State, info.PID)
 			}
@@ -488,6 +500,41 @@ func TestKill(t *testing.T) {
 	}
 	if _, ok := b.ReadFile("a", "/home/agent/f"); ok {
 		t.Error("a file survived reset")
+	}
+}
+
+func TestStopOnWriteError(t *testing.T) {
+	b := newBackend(t, Options{})
+	ctx := context.Background()
+	inState(t, b, "a", backend.StateRunning)
+	inState(t, b, "p", backend.StatePaused)
+	b.SetDiskFull(true)
+	b.StopOnWriteError("a")
+	b.StopOnWriteError("p")    // paused: writes nothing
+	b.StopOnWriteError("nope") // nothing at all
+	before, _ := b.Inspect(ctx, "a")
+	if before.State != backend.StateIOError || before.PID == 0 {
+		t.Fatalf("after a failed write: %+v, want IOError with its process", before)
+	}
+	if got := state0(t, b, "p"); got != backend.StatePaused {
+		t.Fatalf("a paused sandbox became %s", got)
+	}
+	if err := b.Resume(ctx, "a"); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("resume while the disk is full: %v, want ErrUnavailable", err)
+	}
+	if got := state0(t, b, "a"); got != backend.StateIOError {
+		t.Fatalf("after a failed resume: %s, want IOError", got)
+	}
+	if _, err := b.Exec(ctx, "a", backend.ExecRequest{Path: "true"}); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("exec in a stopped guest: %v, want ErrConflict", err)
+	}
+	b.SetDiskFull(false)
+	if err := b.Resume(ctx, "a"); err != nil {
+		t.Fatalf("resume once there is room: %v", err)
+	}
+	after, _ := b.Inspect(ctx, "a")
+	if after.State != backend.StateRunning || after.PID != before.PID {
+		t.Fatalf("after the resume: %+v, want Running in the same process %d", after, before.PID)
 	}
 }
 

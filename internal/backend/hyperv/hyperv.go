@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/atomicfile"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/guest"
 	"github.com/hvkube/hvkube/internal/hostpath"
@@ -587,16 +588,14 @@ func dialTCP(ctx context.Context, addr string) error {
 	return c.Close()
 }
 
+// writeJSON writes v to path as JSON, whole and on disk (atomicfile): a
+// crash leaves the old file or the new one, never an empty one.
 func writeJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, data, 0o600)
 }
 
 func fileSize(p string) int64 {

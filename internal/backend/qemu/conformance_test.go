@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) {
 			}
 			syscall.Kill(info.PID, syscall.SIGKILL)
 			deadline := time.Now().Add(10 * time.Second)
-			for processAlive(info.PID, sandboxNamePrefix) && time.Now().Before(deadline) {
+			for clonePrefix(info.PID) != "" && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		},
@@ -66,7 +66,7 @@ func TestConformance(t *testing.T) {
 					left = append(left, p)
 				}
 			}
-			if processAlive(before.PID, sandboxNamePrefix) {
+			if clonePrefix(before.PID) != "" {
 				left = append(left, fmt.Sprintf("process %d", before.PID))
 			}
 			return left
@@ -123,6 +123,15 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 		defer b.Delete(ctx, "spare-a")
 		if info.PID != sp.p.pid {
 			t.Fatalf("the clone runs QEMU %d, not the spare's %d", info.PID, sp.p.pid)
+		}
+		// The QEMU keeps the name it started with, which says it was
+		// made as a spare, and of which template; the sandbox's PID is
+		// what ties the two.
+		if got, want := qemuName(t, info.PID), spareNamePrefix+tplID+":"; !strings.HasPrefix(got, want) {
+			t.Errorf("the spare's QEMU is named %q, want %s…", got, want)
+		}
+		if got := readPIDFile(t, b.sbDir("spare-a")); got != info.PID {
+			t.Errorf("the sandbox's pid file says %d, want %d", got, info.PID)
 		}
 		if _, err := os.Stat(sp.dir); !os.IsNotExist(err) {
 			t.Fatalf("the spare's directory is still there: %v", err)
@@ -211,7 +220,7 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 			t.Fatalf("after the reset: %+v, want the spare's QEMU %d, paused", after, sp.p.pid)
 		}
 		deadline := time.Now().Add(10 * time.Second)
-		for processAlive(before.PID, sandboxNamePrefix) {
+		for clonePrefix(before.PID) != "" {
 			if time.Now().After(deadline) {
 				t.Fatalf("the QEMU the reset replaced (%d) still runs", before.PID)
 			}
@@ -292,6 +301,33 @@ func testSpares(t *testing.T, bb backend.Backend, tplID string) {
 			t.Fatalf("hostname after a restart: %q", got)
 		}
 	})
+}
+
+// qemuName is the -name on the command line of process pid.
+func qemuName(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatalf("process %d: %v", pid, err)
+	}
+	args := strings.Split(string(b), "\x00")
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-name" {
+			return args[i+1]
+		}
+	}
+	t.Fatalf("process %d has no -name: %q", pid, args)
+	return ""
+}
+
+// readPIDFile is the pid in a sandbox directory's pid file.
+func readPIDFile(t *testing.T, dir string) int {
+	t.Helper()
+	pid, err := readPID(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 // hostnameOf is the guest's hostname, read by the first guest call.

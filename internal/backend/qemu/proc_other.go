@@ -20,4 +20,6 @@ func hostMemory() (int, int, error)                                 { return 0, 
 
 func diskUsage(path string) int64 { return 0 }
 
+func freeSpace(dir string) (int64, error) { return 0, errNoQEMU }
+
 func ownProcesses(dir string) []procRef { return nil }

@@ -136,6 +136,16 @@ func diskUsage(path string) int64 {
 	return st.Blocks * 512
 }
 
+// freeSpace is the room an unprivileged writer has on the file system of
+// dir, in bytes.
+func freeSpace(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
 // ownProcesses lists the QEMU processes started by a backend whose
 // directory is dir: their -pidfile lies under it and their -name is one of
 // hvkube's.

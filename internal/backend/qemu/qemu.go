@@ -18,6 +18,7 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -36,6 +37,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/atomicfile"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
@@ -260,14 +262,14 @@ func (b *Backend) tplDir(id string) string { return filepath.Join(b.cfg.Dir, "te
 
 func (b *Backend) loadTemplate(id string) (tplMeta, error) {
 	var t tplMeta
-	data, err := os.ReadFile(filepath.Join(b.tplDir(id), "template.json"))
+	err := readJSON(filepath.Join(b.tplDir(id), "template.json"), &t)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, fmt.Errorf("template snapshot %q %w", id, api.ErrNotFound)
 	}
 	if err != nil {
-		return t, err
+		return t, fmt.Errorf("template snapshot %s: %w: build it again", id, err)
 	}
-	return t, json.Unmarshal(data, &t)
+	return t, nil
 }
 
 func (b *Backend) tplLock(id string) *sync.Mutex {
@@ -614,16 +616,32 @@ func checkID(id string) error {
 	return nil
 }
 
+// writeJSON writes v to path as JSON, whole and on disk (atomicfile): a
+// crash leaves the old file or the new one, never an empty one.
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	return atomicfile.WriteFile(path, b, 0o600)
+}
+
+// readJSON decodes a file that writeJSON wrote. An empty or cut-short file
+// (left by a crash under a server that did not sync its writes) is an
+// error that says so, naming the file but not the directory.
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	name := filepath.Base(path)
+	if len(bytes.TrimSpace(data)) == 0 {
+		return fmt.Errorf("%s is empty (a write cut short by a crash?)", name)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s is damaged or cut short (%d bytes: %v)", name, len(data), err)
+	}
+	return nil
 }
 
 // copySparse copies a file, leaving holes where src has blocks of zeros

@@ -2,7 +2,7 @@ package qemu
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,10 +42,32 @@ type vmMeta struct {
 	Pending string `json:"pending,omitempty"`
 }
 
-// sandboxNamePrefix starts the -name of every sandbox's QEMU; the rest is
-// the sandbox id (or, for a clone that was a spare, "+" and its template
-// id) and a nonce.
+// sandboxNamePrefix starts the -name of the QEMU a sandbox started for
+// itself; the rest is the sandbox id and a nonce. A sandbox that took a
+// spare runs the spare's QEMU, named as a spare (spareNamePrefix): a
+// process's name is fixed when it starts. Its PID (Info.PID, vm.json, the
+// pid file in its directory) is what ties a sandbox to its QEMU.
 const sandboxNamePrefix = "hvkube-sandbox:"
+
+// clonePrefix is the name prefix pid runs under if it is the QEMU of a
+// sandbox or of a spare, else "". (Sandboxes made before spares had a name
+// of their own run as "hvkube-sandbox:+TEMPLATE:NONCE", which the first
+// prefix covers.)
+func clonePrefix(pid int) string {
+	for _, prefix := range []string{sandboxNamePrefix, spareNamePrefix} {
+		if processAlive(pid, prefix) {
+			return prefix
+		}
+	}
+	return ""
+}
+
+// killClone kills pid if it is the QEMU of a sandbox or of a spare.
+func killClone(pid int) {
+	if prefix := clonePrefix(pid); prefix != "" {
+		killProcess(pid, prefix, 10*time.Second)
+	}
+}
 
 // vm is one sandbox.
 type vm struct {
@@ -70,6 +92,9 @@ type vm struct {
 	// paused: the backend stopped the vCPUs itself and has not run them
 	// since (so resume need not ask QEMU).
 	paused bool
+	// ioStopped: QEMU stopped the vCPUs on a failed disk write (see
+	// ioerror.go) and no resume has run them since.
+	ioStopped bool
 }
 
 func (v *vm) hasProcess() bool { return v.p != nil && v.p.alive() }
@@ -378,7 +403,7 @@ func (v *vm) attachGuest(p *proc, ga *qga.Client) {
 	v.live.Store(p)
 	v.g = newGuest(ga, v.tpl.Image)
 	v.meta.PID = p.pid
-	v.paused = true
+	v.paused, v.ioStopped = true, false
 }
 
 func (v *vm) detach() {
@@ -389,7 +414,7 @@ func (v *vm) detach() {
 	v.p, v.g = nil, nil
 	v.live.Store(nil)
 	v.meta.PID = 0
-	v.paused = false
+	v.paused, v.ioStopped = false, false
 }
 
 // Pause implements backend.Backend.
@@ -403,8 +428,18 @@ func (b *Backend) Pause(ctx context.Context, id string) error {
 		return err
 	}
 	st, err := v.p.mon.Status(ctx)
-	if err != nil || st.Status != qmp.StateRunning {
+	if err != nil {
 		return err
+	}
+	switch st.Status {
+	case qmp.StateRunning:
+	case qmp.StateIOError:
+		// QEMU stopped the vCPUs on a failed disk write; they stay
+		// stopped, now on purpose too.
+		v.pausedAt, v.paused, v.ioStopped = time.Now(), true, true
+		return nil
+	default:
+		return nil
 	}
 	// A guest-agent request in flight (the clock being set) just waits
 	// for the guest to run again. The connection is kept: the guest agent
@@ -433,10 +468,22 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	}
 	steps := backend.StartSteps(ctx)
 	if !v.paused {
-		if st, err := v.p.mon.Status(ctx); err == nil && st.Status == qmp.StateRunning {
+		st, err := v.p.mon.Status(ctx)
+		if err == nil && st.Status == qmp.StateRunning {
 			return nil
 		}
+		if err == nil && st.Status == qmp.StateIOError {
+			v.ioStopped = true
+			if err := roomToWrite(v.dir); err != nil {
+				return fmt.Errorf("resume %s: the guest stopped on a failed disk write and %w", id, err)
+			}
+		}
 	}
+	// QEMU retries the disk requests that failed as soon as the VM runs:
+	// if they fail again it stops again, which is heard here rather than
+	// waited out as a guest agent that does not answer.
+	ioStop := watchIOStop(v.p.mon)
+	defer ioStop.stop()
 	if err := v.p.mon.Cont(ctx); err != nil {
 		return err
 	}
@@ -444,15 +491,24 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	steps.Mark("run the vCPUs (cont)")
 	// A guest-agent request sent while the guest was paused can stay stuck
 	// after it runs again (QEMU does not look at the socket until more
-	// bytes come); fail it rather than wait for its timeout.
-	if v.g.ga.Busy() {
+	// bytes come); fail it rather than wait for its timeout (a guest Exec
+	// asks again). A guest that QEMU stopped on a failed write may have
+	// been stopped again under a request: its connection is not reused.
+	if v.g.ga.Busy() || v.ioStopped {
 		v.g.ga.Abort()
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := v.g.answer(pctx, v.p); err != nil {
+	ioStop.onStop(cancel)
+	err = v.g.answer(pctx, v.p)
+	if why := ioStop.reason(); why != "" {
+		v.ioStopped = true
+		return fmt.Errorf("resume %s: the guest stopped again on a failed disk write (%s): %w", id, why, api.ErrUnavailable)
+	}
+	if err != nil {
 		return fmt.Errorf("resume %s: guest agent: %w", id, err)
 	}
+	v.ioStopped = false
 	steps.Mark("guest answers (ping)")
 	b.startIdentityLocked(v)
 	// The guest's clock stood still while it was paused. It is set in the
@@ -687,8 +743,12 @@ func (b *Backend) inspectLocked(ctx context.Context, v *vm) backend.Info {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st, err := v.p.mon.Status(sctx)
 		cancel()
-		if err == nil && st.Status == qmp.StateRunning {
+		switch {
+		case err != nil:
+		case st.Status == qmp.StateRunning:
 			info.State = backend.StateRunning
+		case st.Status == qmp.StateIOError && !v.paused:
+			info.State = backend.StateIOError
 		}
 	case v.meta.Saved:
 		info.State = backend.StateSaved
@@ -740,15 +800,22 @@ func (b *Backend) List(ctx context.Context) ([]backend.Info, error) {
 // Create and are removed.
 func (b *Backend) adoptDir(ctx context.Context, id string) {
 	dir := b.sbDir(id)
-	data, err := os.ReadFile(filepath.Join(dir, "vm.json"))
 	var meta vmMeta
-	if err == nil {
-		err = json.Unmarshal(data, &meta)
+	err := readJSON(filepath.Join(dir, "vm.json"), &meta)
+	if err == nil && meta.ID != id {
+		err = fmt.Errorf("vm.json names sandbox %q", meta.ID)
 	}
-	if err != nil || meta.ID != id {
-		b.log.Warn("removing an incomplete sandbox directory", "sandbox", id, "err", err)
+	if err != nil {
+		// Without its vm.json nothing says how to reach the sandbox's
+		// QEMU or what it holds: its QEMU goes with the directory, and
+		// the node reports the sandbox's VM gone.
+		if errors.Is(err, os.ErrNotExist) {
+			b.log.Warn("removing an incomplete sandbox directory (an interrupted create)", "sandbox", id)
+		} else {
+			b.log.Error("removing a sandbox directory whose vm.json cannot be read", "sandbox", id, "err", err)
+		}
 		if pid, perr := readPID(filepath.Join(dir, "pid")); perr == nil {
-			killProcess(pid, sandboxNamePrefix, 10*time.Second)
+			killClone(pid)
 		}
 		os.RemoveAll(dir)
 		return
@@ -771,11 +838,11 @@ func (b *Backend) adoptDir(ctx context.Context, id string) {
 		}
 	} else if meta.PID != 0 && processAlive(meta.PID, meta.Name) {
 		b.log.Warn("sandbox runs but its monitor does not answer", "sandbox", id, "pid", meta.PID, "err", err)
-	} else if pid, perr := readPID(filepath.Join(dir, "pid")); perr == nil && pid != meta.PID && processAlive(pid, sandboxNamePrefix) {
+	} else if pid, perr := readPID(filepath.Join(dir, "pid")); perr == nil && pid != meta.PID && clonePrefix(pid) != "" {
 		// A QEMU started for this sandbox (a reset) that the server ended
 		// before recording it: nothing knows its state.
 		b.log.Warn("killing an unrecorded QEMU of a sandbox", "sandbox", id, "pid", pid)
-		killProcess(pid, sandboxNamePrefix, 10*time.Second)
+		killClone(pid)
 	}
 	b.mu.Lock()
 	if _, ok := b.vms[id]; !ok {

@@ -134,10 +134,11 @@ func (b *Backend) Spares(tplID string) int {
 	return 0
 }
 
-// spareNamePrefix starts the -name of every spare's QEMU. '+' cannot occur
-// in a sandbox id, so a spare's name never collides with a sandbox's, and
-// both start with "hvkube-sandbox:".
-const spareNamePrefix = "hvkube-sandbox:+"
+// spareNamePrefix starts the -name of every spare's QEMU: the rest is its
+// template id and a nonce. The sandbox that takes a spare keeps its QEMU,
+// and with it this name; spares themselves never outlive the backend, so a
+// QEMU named so that runs while no server does is a sandbox's.
+const spareNamePrefix = "hvkube-spare:"
 
 // spareHostname is a spare's hostname until a sandbox takes it.
 const spareHostname = "hvkube-spare"

@@ -170,6 +170,11 @@ func (c *Client) ExecStatus(ctx context.Context, pid int) (ExecResult, error) {
 // arrives only at exit). A non-zero exit status is not an error: check
 // ExitCode and Signal. If ctx ends first, Exec returns the ctx error along
 // with the pid; the process keeps running in the guest.
+//
+// A poll whose connection is lost (Abort, as a resume of a stopped guest
+// does to a request the stop caught) is asked again on a new connection, a
+// few times in a row at most: the process runs on in the guest, and the
+// agent keeps its status until a poll reports it exited.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	pid, err := c.ExecStart(ctx, req)
 	if err != nil {
@@ -177,6 +182,8 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	}
 	delay := 5 * time.Millisecond
 	const maxDelay = 100 * time.Millisecond
+	const maxLost = 3
+	lost := 0
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	for {
@@ -186,9 +193,16 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		case <-timer.C:
 		}
 		res, err := c.ExecStatus(ctx, pid)
+		var ioe ioError
+		if err != nil && errors.As(err, &ioe) && ctx.Err() == nil && lost < maxLost {
+			lost++
+			timer.Reset(delay)
+			continue
+		}
 		if err != nil || res.Exited {
 			return res, err
 		}
+		lost = 0
 		delay = min(2*delay, maxDelay)
 		timer.Reset(delay)
 	}

@@ -559,3 +559,40 @@ func TestCloseAndDisconnect(t *testing.T) {
 		t.Errorf("Sync after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestExecSurvivesAbort: a status poll cut off by Abort (as a resume of a
+// stopped guest does to the request its stop caught) is asked again on a
+// new connection, and Exec returns the process's result.
+func TestExecSurvivesAbort(t *testing.T) {
+	p := qgatest.NewPeer(t)
+	p.SetExec(func(qgatest.ExecRequest) qgatest.Process {
+		return qgatest.Process{Stdout: []byte("done"), RunningPolls: 2}
+	})
+	p.Delay("guest-exec-status", 300*time.Millisecond)
+	c := newClient(t, p)
+	type result struct {
+		res ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := c.Exec(testCtx(t), ExecRequest{Path: "sh", CaptureOutput: true})
+		done <- result{res, err}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for count(p.Commands(), "guest-exec-status") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no status poll")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Abort()
+	p.Delay("guest-exec-status", 0)
+	r := <-done
+	if r.err != nil || !r.res.Exited || string(r.res.Stdout) != "done" {
+		t.Fatalf("Exec after its poll was aborted = %+v, %v; want the process's result", r.res, r.err)
+	}
+	if got := p.Connections(); got < 2 {
+		t.Errorf("%d connections, want the poll asked again on a new one", got)
+	}
+}

@@ -99,3 +99,17 @@ func (m *Monitor) QueryMice(ctx context.Context) ([]MouseInfo, error) {
 	err := m.Execute(ctx, "query-mice", nil, &mice)
 	return mice, err
 }
+
+// BlockIOError is the data of a BLOCK_IO_ERROR event: a disk request
+// failed. With Action "stop" QEMU stops the VM (run state io-error, a STOP
+// event follows) and retries the request when it is continued; with
+// "report" the guest sees the error.
+type BlockIOError struct {
+	Device    string `json:"device"`
+	NodeName  string `json:"node-name"`
+	Operation string `json:"operation"` // "read" or "write"
+	Action    string `json:"action"`    // "stop", "report" or "ignore"
+	// NoSpace is set when the request failed for want of room (ENOSPC).
+	NoSpace bool   `json:"nospace"`
+	Reason  string `json:"reason"` // the host's error, "No space left on device"
+}
