@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/client"
 )
 
@@ -22,7 +23,7 @@ import (
 // user would: the template, a desktop of its own, a pool of two desktops
 // and five workflow agents that each leave their city in an artifact.
 func TestDemo(t *testing.T) {
-	requireImage(t)
+	qemutest.RequireImage(t, "linux-desktop")
 	p := startServe(t, t.TempDir(), nil)
 	out := t.TempDir()
 	cmd := exec.Command("../../scripts/demo.sh")
@@ -58,7 +59,7 @@ type loop struct {
 
 func newLoop(t *testing.T) *loop {
 	t.Helper()
-	requireImage(t)
+	qemutest.RequireImage(t, "linux-desktop")
 	l := &loop{t: t, dir: t.TempDir()}
 	l.start()
 	mustHV(t, l.p, "apply", "-f", "../../examples/template.yaml")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/web/webtest"
 )
 
@@ -23,7 +24,7 @@ import (
 // takes control, and a live-view link shows it without the server's token;
 // and an agent's question is answered from the page.
 func TestDashboardOnQEMU(t *testing.T) {
-	requireImage(t)
+	qemutest.RequireImage(t, "linux-desktop")
 	browser := webtest.Require(t)
 	const token = "dashboard-s3cret"
 	env := []string{"HVKUBE_TOKEN=" + token}

@@ -10,13 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 )
 
 // TestDebugOnDesktop boots the linux-desktop image with boot.sh, which
 // waits for it with `hvkube debug wait-ready`, and runs the image's
 // self-test and the other debug commands against the real guest.
 func TestDebugOnDesktop(t *testing.T) {
-	requireImage(t)
+	qemutest.RequireImage(t, "linux-desktop")
 	if testing.Short() {
 		t.Skip("boots a VM")
 	}

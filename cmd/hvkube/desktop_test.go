@@ -19,24 +19,8 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 )
-
-// requireImage skips when the desktop image is not built, unless make test
-// runs us (HVKUBE_REQUIRE_QEMU), where that is a failure.
-func requireImage(t *testing.T) {
-	t.Helper()
-	home, _ := os.UserHomeDir()
-	dir := os.Getenv("HVKUBE_CACHE_DIR")
-	if dir == "" {
-		dir = filepath.Join(home, ".cache", "hvkube")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "images", "linux-desktop", "current", "image.json")); err != nil {
-		if os.Getenv("HVKUBE_REQUIRE_QEMU") != "" {
-			t.Fatalf("the linux-desktop image is not built: run make image (%v)", err)
-		}
-		t.Skipf("the linux-desktop image is not built: run make image (%v)", err)
-	}
-}
 
 // hv runs the CLI against the server.
 func hv(t *testing.T, p *proc, args ...string) (string, error) {
@@ -64,7 +48,7 @@ func mustHV(t *testing.T, p *proc, args ...string) string {
 // image, a sandbox cloned from it, a screenshot, typing, exec, a server
 // restart that adopts the running VM, and deletion.
 func TestDesktopEndToEnd(t *testing.T) {
-	requireImage(t)
+	qemutest.RequireImage(t, "linux-desktop")
 	dir := t.TempDir()
 	p := startServe(t, dir, nil, "--allow-host-path", "/srv")
 	mustHV(t, p, "apply", "-f", "../../examples/template.yaml")

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/store"
 	"github.com/hvkube/hvkube/internal/testmount"
 )
@@ -115,7 +116,7 @@ func qemusOf(dir string) []int {
 // and the template. No QEMU of the data directory may be left. The VMs
 // must not see the server's token in their environment either.
 func TestNoLeakedVMsAfterServerKill(t *testing.T) {
-	requireImage(t)
+	qemutest.RequireImage(t, "linux-desktop")
 	dir := t.TempDir()
 	env := []string{"HVKUBE_TOKEN=s3cret"}
 	p := startServe(t, dir, env)

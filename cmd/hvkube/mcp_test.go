@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/client"
 )
 
@@ -130,7 +131,7 @@ func position(t *testing.T, cs *mcp.ClientSession, args map[string]any) []int {
 // a sandbox is acquired from a pool and released. One pool sandbox serves
 // the whole test.
 func TestMCPOnQEMU(t *testing.T) {
-	requireImage(t)
+	qemutest.RequireImage(t, "linux-desktop")
 	dir := t.TempDir()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600)

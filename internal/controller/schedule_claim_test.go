@@ -1,12 +1,10 @@
 package controller
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,31 +20,13 @@ import (
 // claim's resourceVersion. These tests fail the chosen write and check
 // what is left in the store, in the round's caches and in the log.
 
-// claimLogs is a bytes.Buffer safe for a logger and a test to share (named apart from other tests' buffers of this package).
-type claimLogs struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *claimLogs) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *claimLogs) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // claimEnv is an env whose scheduler writes through a fault-injecting
 // wrapper of the real store, and logs to logs.
 type claimEnv struct {
 	*env
 	fs   *storefault.Store
 	s    *Scheduler
-	logs *claimLogs
+	logs *syncBuffer
 }
 
 func newClaimEnv(t *testing.T) *claimEnv {
@@ -55,7 +35,7 @@ func newClaimEnv(t *testing.T) *claimEnv {
 	if _, ok := any(fs).(groupUpdater); ok {
 		t.Fatal("the fault store writes groups in one transaction: these tests need the two-write path")
 	}
-	logs := &claimLogs{}
+	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return &claimEnv{env: e, fs: fs, s: NewScheduler(e.m, fs, log, e.clk.Now), logs: logs}
 }

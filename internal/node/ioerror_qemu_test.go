@@ -15,23 +15,10 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/store"
 	"github.com/hvkube/hvkube/internal/testmount"
 )
-
-// requireQEMUImage skips when the desktop image is not built, unless
-// HVKUBE_REQUIRE_QEMU is set (then a missing image is a failure).
-func requireQEMUImage(t *testing.T) string {
-	t.Helper()
-	dir := qemu.DefaultImageDir()
-	if _, err := os.Stat(filepath.Join(dir, "linux-desktop", "current", "image.json")); err != nil {
-		if os.Getenv("HVKUBE_REQUIRE_QEMU") != "" {
-			t.Fatalf("the linux-desktop image is not built (%v): run make image", err)
-		}
-		t.Skipf("the linux-desktop image is not built: run make image (%v)", err)
-	}
-	return dir
-}
 
 // qemuProcessName is the -name on the command line of process pid.
 func qemuProcessName(t *testing.T, pid int) string {
@@ -58,7 +45,7 @@ func qemuProcessName(t *testing.T, pid int) string {
 // the guest's write goes through, and the guest call that waited for it
 // (an agent's step) comes back with its result.
 func TestQEMUSandboxOnAFullDisk(t *testing.T) {
-	images := requireQEMUImage(t)
+	images := qemutest.RequireImage(t, "linux-desktop")
 	if os.Geteuid() != 0 {
 		t.Skip("the test mounts a small tmpfs for the sandboxes' disks: run it as root")
 	}

@@ -22,25 +22,12 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/gateway"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/store"
 )
-
-// requireDesktopImage skips when the desktop image is not built, unless
-// HVKUBE_REQUIRE_QEMU is set (there a missing image is a failure).
-func requireDesktopImage(t *testing.T) string {
-	t.Helper()
-	dir := qemu.DefaultImageDir()
-	if _, err := os.Stat(filepath.Join(dir, "linux-desktop", "current", "image.json")); err != nil {
-		if os.Getenv("HVKUBE_REQUIRE_QEMU") != "" {
-			t.Fatalf("the linux-desktop image is not built (%v): run make image", err)
-		}
-		t.Skipf("the linux-desktop image is not built: run make image (%v)", err)
-	}
-	return dir
-}
 
 // qemuDesk is a server over a real QEMU backend with one running sandbox,
 // "desk" (labelled pool: web).
@@ -52,7 +39,7 @@ type qemuDesk struct {
 
 func startQEMUDesk(t *testing.T) *qemuDesk {
 	t.Helper()
-	imageDir := requireDesktopImage(t)
+	imageDir := qemutest.RequireImage(t, "linux-desktop")
 	ctx := context.Background()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
