@@ -29,6 +29,7 @@ package backend
 import (
 	"context"
 	"io"
+	"net"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -286,4 +287,26 @@ type Display interface {
 type Logs interface {
 	// Logs returns the sandbox's console output so far; the caller closes it.
 	Logs(ctx context.Context, id string) (io.ReadCloser, error)
+}
+
+// PortDialer reaches TCP ports inside a sandbox's guest: the port forwards
+// of the API (…/sandboxes/{name}/ports/{port}/…) go through it, for
+// automation clients (Chromium's DevTools, WebDriver) and servers that run
+// in the guest.
+type PortDialer interface {
+	// DialPort opens a TCP connection to port (1..65535) inside sandbox
+	// id's guest, over the sandbox's own network: to what listens on the
+	// guest's loopback address where the backend can reach it (Chromium's
+	// DevTools and chromedriver listen only there), else on the guest's
+	// address on that network. It never opens a listening port on the
+	// host, and the connection never passes through one.
+	//
+	// The sandbox must be running (ErrConflict otherwise; ErrNotFound when
+	// it does not exist); a port out of range is ErrInvalid, and a
+	// sandbox without a network an error wrapping api.ErrUnsupported. A
+	// port nothing listens on, or a guest that does not answer, is an
+	// error of no category; ctx bounds the dial only (its error when it
+	// ends first). The connection supports deadlines; its life is the
+	// caller's, who closes it, and it does not end with ctx.
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 }

@@ -170,9 +170,9 @@ func (s *Server) serveDisplay(w http.ResponseWriter, r *http.Request, name strin
 	o := gateway.Options{Sandbox: name, Logger: s.log}
 	if v.agent != nil {
 		// An agent's view ends when its attempt stops holding the sandbox.
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		go s.endWhenReleased(ctx, cancel, *v.agent)
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		go s.whileScopeHolds(ctx, cancel, *v.agent, needSandboxRead, "display session")
 		r = r.WithContext(ctx)
 	}
 	if v.control != "" {
@@ -185,29 +185,6 @@ func (s *Server) serveDisplay(w http.ResponseWriter, r *http.Request, name strin
 	}, o)
 	if err != nil {
 		s.fail(w, r, err)
-	}
-}
-
-// endWhenReleased calls cancel once the attempt of sc no longer holds its
-// sandbox, checking every holdCheckEvery until ctx ends.
-func (s *Server) endWhenReleased(ctx context.Context, cancel context.CancelFunc, sc authtoken.Scope) {
-	t := time.NewTicker(holdCheckEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		err := s.checkScope(cctx, sc, needSandboxRead)
-		ccancel()
-		var he *httpError
-		if errors.As(err, &he) {
-			s.log.Info("display session ended: the agent's attempt no longer holds the sandbox", "sandbox", sc.Sandbox, "agent", sc.Agent, "why", he.err)
-			cancel()
-			return
-		}
 	}
 }
 

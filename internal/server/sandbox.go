@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -40,6 +41,16 @@ type Sandboxes interface {
 	DialDisplay(ctx context.Context, name string) (io.ReadWriteCloser, error)
 }
 
+// PortDialer is the optional ability of Sandboxes to reach TCP ports
+// inside guests, which the port forwards (ports.go) need; without it they
+// answer 501.
+type PortDialer interface {
+	// DialPort connects to port inside sandbox name's guest over the
+	// sandbox's own network, never through a listener on the host; the
+	// caller closes the connection. ctx bounds the dial only.
+	DialPort(ctx context.Context, name string, port int) (net.Conn, error)
+}
+
 func (s *Server) sandboxRoutes() {
 	m := s.mux
 	for _, op := range []string{"pause", "resume", "save", "reset"} {
@@ -54,6 +65,7 @@ func (s *Server) sandboxRoutes() {
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/exec", s.withSandboxes(s.exec))
 	m.HandleFunc("GET /api/v1/sandboxes/{name}/logs", s.withSandboxes(s.sandboxLogs))
 	s.displayRoutes()
+	s.portRoutes()
 }
 
 // withSandboxes answers 404 for unknown sandboxes and 501 when the server

@@ -20,7 +20,8 @@ import (
 //     attempt; ask a person (hitl);
 //   - its attempt's sandbox, while (and only while) that attempt holds it:
 //     read the object, the screen and the live view; send input, run
-//     programs, use the clipboard — unless a person holds the sandbox;
+//     programs, use the clipboard, reach the guest's TCP ports (port
+//     forwards, ports.go) — unless a person holds the sandbox;
 //   - MCP, whose tools apply the same rules per call.
 //
 // It never creates, replaces, patches or deletes an object, never mints a
@@ -65,6 +66,10 @@ func scopedNeed(method, path string, sc authtoken.Scope) need {
 			return needSandboxAct
 		case get && rest == "/clipboard":
 			return needSandboxAct // what a person copies while they hold it is theirs
+		case strings.HasPrefix(rest, "/ports/"):
+			// Every method: automation clients POST and open WebSockets,
+			// and drive the guest as input does.
+			return needSandboxAct
 		}
 	}
 	return needRefused

@@ -11,7 +11,8 @@
 // On top of the contract it offers what tests need to steer and observe it:
 // failure injection (FailNext), a crash (Kill), a full disk (StopOnWriteError,
 // SetDiskFull), a call log (Calls, Count),
-// and what a sandbox was sent (Actions, Typed, Execs, ReadFile).
+// what a sandbox was sent (Actions, Typed, Execs, ReadFile), and the
+// servers its guest's ports lead to (ServePort).
 //
 // A Backend is safe for concurrent use.
 package fake
@@ -32,13 +33,14 @@ import (
 )
 
 var (
-	_ backend.Backend   = (*Backend)(nil)
-	_ backend.Screen    = (*Backend)(nil)
-	_ backend.Input     = (*Backend)(nil)
-	_ backend.TextInput = (*Backend)(nil)
-	_ backend.Cursor    = (*Backend)(nil)
-	_ backend.Guest     = (*Backend)(nil)
-	_ backend.Logs      = (*Backend)(nil)
+	_ backend.Backend    = (*Backend)(nil)
+	_ backend.Screen     = (*Backend)(nil)
+	_ backend.Input      = (*Backend)(nil)
+	_ backend.TextInput  = (*Backend)(nil)
+	_ backend.Cursor     = (*Backend)(nil)
+	_ backend.Guest      = (*Backend)(nil)
+	_ backend.Logs       = (*Backend)(nil)
+	_ backend.PortDialer = (*Backend)(nil)
 )
 
 // StateGone is reported for a sandbox whose process ended although nothing
@@ -73,6 +75,7 @@ const (
 	OpClipboardGet    = "clipboardget"
 	OpClipboardSet    = "clipboardset"
 	OpLogs            = "logs"
+	OpDialPort        = "dialport"
 )
 
 var knownOps = map[string]bool{
@@ -82,6 +85,7 @@ var knownOps = map[string]bool{
 	OpReady: true, OpAlive: true, OpCapacity: true, OpScreenshot: true,
 	OpScreenSize: true, OpInput: true, OpExec: true, OpCopyIn: true,
 	OpCopyOut: true, OpClipboardGet: true, OpClipboardSet: true, OpLogs: true,
+	OpDialPort: true,
 }
 
 // Defaults of Options.
@@ -136,7 +140,8 @@ type Backend struct {
 	counts    map[string]int
 	failures  []failure
 	nextPID   int
-	diskFull  bool // see SetDiskFull
+	diskFull  bool                 // see SetDiskFull
+	ports     map[guestPort]string // see ServePort
 }
 
 type failure struct {
@@ -191,6 +196,7 @@ func New(opts Options) *Backend {
 		templates: map[string]backend.TemplateInfo{},
 		sandboxes: map[string]*sandbox{},
 		counts:    map[string]int{},
+		ports:     map[guestPort]string{},
 		nextPID:   1000,
 	}
 }
