@@ -78,7 +78,7 @@ test: deps web vet tidy image image-browser
 	@# The browser-desktop template boots Firefox under emulation: alone, not
 	@# beside the other QEMU tests on the same cores.
 	$(GO) test -count=1 -timeout 20m -run '^TestBrowserDesktop$$' ./internal/backend/qemu/
-	$(GO) test -count=1 -race -timeout 20m -skip '^TestBrowserDesktop$$' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/node/... ./internal/display/... ./internal/backend/qemu/...
+	$(GO) test -count=1 -race -timeout 20m -skip '^TestBrowserDesktop$$' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/backend/qemu/...
 
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md
