@@ -88,6 +88,9 @@ type TemplateSpec struct {
 	Display           TemplateDisplay `json:"display,omitzero"`
 	Guest             GuestInfo       `json:"guest,omitzero"`
 	InstalledSoftware []string        `json:"installedSoftware,omitempty"`
+	// Network is the desktops' network (default nat): whether the
+	// snapshot has a network device, and the default egress rules.
+	Network Network `json:"network,omitzero"`
 }
 
 // QEMUImage locates a qemu template image: either Image, the name of an image
@@ -187,6 +190,8 @@ type SandboxSpec struct {
 	Startup     []Command   `json:"startup,omitempty"`
 	HealthCheck HealthCheck `json:"healthCheck,omitzero"`
 	Lifecycle   Lifecycle   `json:"lifecycle,omitzero"`
+	// Network replaces the template's mode and egress rules where set.
+	Network Network `json:"network,omitzero"`
 }
 
 // Display is a sandbox's screen and how it is served.
@@ -290,6 +295,8 @@ type SandboxStatus struct {
 	// the live view); meanwhile input from agents and the API is refused
 	// with 409.
 	Control *SandboxControl `json:"control,omitempty"`
+	// Network is the sandbox's network as the node runs it.
+	Network *SandboxNetworkStatus `json:"network,omitempty"`
 }
 
 // SandboxControl is a person's hold on a sandbox's input.

@@ -84,6 +84,9 @@ func Validate(o Object) error {
 	}
 	switch o := o.(type) {
 	case *Template:
+		if err := validateNetwork("spec.network", o.Spec.Network); err != nil {
+			return err
+		}
 		return validateTemplate(&o.Spec)
 	case *Sandbox:
 		return validateSandboxSpec("spec", &o.Spec)
@@ -336,6 +339,9 @@ func validateTemplate(s *TemplateSpec) error {
 }
 
 func validateSandboxSpec(p string, s *SandboxSpec) error {
+	if err := validateNetwork(p+".network", s.Network); err != nil {
+		return err
+	}
 	if s.TemplateRef != "" {
 		if err := ValidateName(p+".templateRef", s.TemplateRef); err != nil {
 			return err

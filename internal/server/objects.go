@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/guestnet"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -227,7 +228,30 @@ func (s *Server) admit(o api.Object) error {
 			return err
 		}
 	}
-	return nil
+	return checkEgress(o)
+}
+
+// checkEgress parses the egress rules of o's networks as the guest
+// network will, so that a bad rule is a 400 naming it.
+func checkEgress(o api.Object) error {
+	var field string
+	var n api.Network
+	switch o := o.(type) {
+	case *api.Template:
+		field, n = "spec.network", o.Spec.Network
+	case *api.Sandbox:
+		field, n = "spec.network", o.Spec.Network
+	case *api.SandboxPool:
+		field, n = "spec.template.spec.network", o.Spec.Template.Spec.Network
+	default:
+		return nil
+	}
+	_, err := guestnet.ParsePolicy(n.Egress.Allow, n.Egress.Deny)
+	var re *guestnet.RuleError
+	if errors.As(err, &re) {
+		return api.Invalid(field+".egress."+re.Field(), "%v", re.Err)
+	}
+	return err
 }
 
 func clearStatus(o api.Object) {
