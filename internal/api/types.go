@@ -438,11 +438,23 @@ type Task struct {
 	In string `json:"in,omitempty"`
 }
 
-// Action is one computer-use action. The input API, workflow steps and the
-// MCP tools share these names and fields, so a recorded run replays as a
-// workflow.
+// Action is one computer-use action, or a batch of them, in the words of
+// one of the agent vocabularies hvkube speaks (docs/actions.md). The input
+// API, workflow steps and the MCP tools take the same, so a recorded run
+// replays as a workflow. What names the action tells the vocabulary (see
+// Form):
+//
+//   - Action: Anthropic's computer tool, and hvkube's workflow steps
+//     ({"action": "left_click", "coordinate": [10, 20]}).
+//   - Type: an action of OpenAI's computer tool ({"type": "click", "x":
+//     10, "y": 20, "keys": ["CTRL"]}).
+//   - Name: a function call of Gemini's computer use ({"name": "click",
+//     "args": {"x": 500, "y": 500}}), or as the Interactions API gives it
+//     ({"type": "function_call", "name": …, "arguments": {…}}).
+//   - Actions: a batch, run in order: OpenAI's computer_call item
+//     ({"type": "computer_call", "actions": […]}) or any list of the above.
 type Action struct {
-	Action          string  `json:"action"`
+	Action          string  `json:"action,omitempty"`
 	Coordinate      []int   `json:"coordinate,omitempty"`
 	StartCoordinate []int   `json:"start_coordinate,omitempty"`
 	Text            string  `json:"text,omitempty"`
@@ -458,6 +470,42 @@ type Action struct {
 	FileContains   *FileContains `json:"fileContains,omitempty"`
 	ExitCode       *int          `json:"exitCode,omitempty"`
 	ScreenNotBlank bool          `json:"screenNotBlank,omitempty"`
+
+	// Intent says why the action is taken. A workflow keeps it in the
+	// step's result and the agent's log; Gemini's actions carry theirs in
+	// their arguments.
+	Intent string `json:"intent,omitempty"`
+	// Keys are the modifier keys held around a pointer action (OpenAI's
+	// click, double_click, drag, move and scroll, and the same actions of
+	// Anthropic's), or the keys an OpenAI keypress presses together.
+	Keys []string `json:"keys,omitempty"`
+
+	// OpenAI's computer actions.
+	Type    string      `json:"type,omitempty"`
+	X       *int        `json:"x,omitempty"`
+	Y       *int        `json:"y,omitempty"`
+	Button  string      `json:"button,omitempty"`
+	Path    []PathPoint `json:"path,omitempty"`
+	ScrollX int         `json:"scroll_x,omitempty"`
+	ScrollY int         `json:"scroll_y,omitempty"`
+	// MS is how long an OpenAI wait lasts (hvkube's; a second without it).
+	MS *int `json:"ms,omitempty"`
+
+	// Actions is a batch. CallID, ID, Status and PendingSafetyChecks are
+	// the rest of an OpenAI computer_call item, taken so that the item
+	// can be sent as it came (ID is also a Gemini call's id); hvkube does
+	// not act on them.
+	Actions             []Action        `json:"actions,omitempty"`
+	CallID              string          `json:"call_id,omitempty"`
+	ID                  string          `json:"id,omitempty"`
+	Status              string          `json:"status,omitempty"`
+	PendingSafetyChecks json.RawMessage `json:"pending_safety_checks,omitempty"`
+
+	// Gemini's function calls: Args as generateContent gives them,
+	// Arguments as the Interactions API does.
+	Name      string      `json:"name,omitempty"`
+	Args      *GeminiArgs `json:"args,omitempty"`
+	Arguments *GeminiArgs `json:"arguments,omitempty"`
 }
 
 // FileContains asserts that the guest file Path contains Text.

@@ -89,10 +89,12 @@ const (
 // that applications see a drag.
 const dragSteps = 8
 
-// Actions turns computer-use actions (api.Action) into raw input events
-// and screenshots. It is the one action layer under the input API, the MCP
-// tools and workflow steps: bounds, scaling, key names and the timing of
-// holds live here, and backends only deliver events.
+// Actions turns computer-use actions (api.Action: Anthropic's, OpenAI's and
+// Gemini's vocabularies, and batches of them) into raw input events and
+// screenshots. It is the one action layer under the input API, the MCP
+// tools and workflow steps: the translation of each vocabulary, bounds,
+// scaling, key names and the timing of holds live here, and backends only
+// deliver events.
 type Actions struct {
 	d   Desktop
 	enc Encoder
@@ -109,6 +111,10 @@ func NewActions(d Desktop) *Actions {
 type scaler struct {
 	dw, dh int // desktop
 	sw, sh int // caller
+	// grid: the caller's points are on an sw×sh grid whose first and
+	// last lines fall on the screen's first and last pixels (Gemini's
+	// 0-999), not pixels of a scaled screen.
+	grid bool
 }
 
 func (a *Actions) scaler(ctx context.Context, sandbox string, sp Space) (scaler, error) {
@@ -136,11 +142,20 @@ func (a *Actions) scaler(ctx context.Context, sandbox string, sp Space) (scaler,
 	return s, nil
 }
 
-func (s scaler) scaled() bool { return s.sw != s.dw || s.sh != s.dh }
+// gridded is the desktop seen as an n×n grid.
+func (s scaler) gridded(n int) scaler {
+	return scaler{dw: s.dw, dh: s.dh, sw: n, sh: n, grid: true}
+}
+
+func (s scaler) scaled() bool { return s.grid || s.sw != s.dw || s.sh != s.dh }
 
 // toDesktop maps a point of the caller's space to the desktop pixel under
-// its centre.
+// its centre, or, on a grid, to the pixel at its place between the first
+// and the last.
 func (s scaler) toDesktop(x, y int) (int, int) {
+	if s.grid {
+		return onLine(x, s.sw, s.dw), onLine(y, s.sh, s.dh)
+	}
 	if !s.scaled() {
 		return x, y
 	}
@@ -151,41 +166,60 @@ func (s scaler) toDesktop(x, y int) (int, int) {
 
 // toCaller maps a desktop pixel to the caller's space.
 func (s scaler) toCaller(x, y int) (int, int) {
+	if s.grid {
+		return onLine(x, s.dw, s.sw), onLine(y, s.dh, s.sh)
+	}
 	if !s.scaled() {
 		return x, y
 	}
 	return min(x*s.sw/s.dw, s.sw-1), min(y*s.sh/s.dh, s.sh-1)
 }
 
-// Do runs one action on sandbox, with coordinates in sp. Screenshot and
-// zoom return images; cursor_position a coordinate; wait sleeps. The
+// onLine maps point v of a line of n points onto a line of d points,
+// first to first and last to last: round(v × (d−1) / (n−1)).
+func onLine(v, n, d int) int {
+	if n <= 1 || d <= 1 {
+		return 0
+	}
+	return (2*v*(d-1) + n - 1) / (2 * (n - 1))
+}
+
+// Do runs one action, or a batch, on sandbox, with coordinates in sp (a
+// Gemini action's are on its grid whatever sp says). Screenshot and zoom
+// return images; cursor_position a coordinate; wait sleeps. The
 // workflow-only actions (exec, assert) are not the layer's. On an error,
 // whatever the action pressed is released (see Run).
 func (a *Actions) Do(ctx context.Context, sandbox string, act api.Action, sp Space) (Result, error) {
 	return a.Run(ctx, sandbox, []api.Action{act}, sp)
 }
 
-// Run runs acts in order on sandbox, with coordinates in sp, as one input:
-// the sandbox's screen is read once, every action is checked before any
-// is sent, and actions that are only input (clicks, moves, keys, typing)
-// next to each other go to the desktop in one SendInput. It stops at the
-// first error, and then releases every key and button the actions pressed
-// and had not released (a drag cut short leaves no button down), even
-// when ctx has ended. The Result carries the last image and the last
-// coordinate the actions returned.
+// Run runs acts in order on sandbox, with coordinates in sp, as one input.
+// Each act is an action of any vocabulary api.Action takes (Anthropic's,
+// OpenAI's, Gemini's), or a batch of them. The sandbox's screen is read
+// once, every action is checked and translated before any is sent, and
+// actions that are only input (clicks, moves, keys, typing) next to each
+// other go to the desktop in one SendInput. It stops at the first error,
+// and then releases every key and button the actions pressed and had not
+// released (a drag cut short, or a key_down before the failure, leaves
+// nothing down), even when ctx has ended. Keys and buttons that a run
+// which succeeds leaves down (left_mouse_down, Gemini's key_down) stay
+// down. The Result carries the last image and the last coordinate the
+// actions returned.
 func (a *Actions) Run(ctx context.Context, sandbox string, acts []api.Action, sp Space) (res Result, err error) {
 	s, err := a.scaler(ctx, sandbox, sp)
 	if err != nil {
 		return Result{}, err
 	}
-	steps := make([]step, len(acts))
-	for i, act := range acts {
+	var steps []step
+	for _, act := range acts {
 		if err := api.ValidateAction("", act, s.sw, s.sh, false); err != nil {
 			return Result{}, err
 		}
-		if steps[i], err = plan(act, s); err != nil {
+		st, err := expand("", act, s)
+		if err != nil {
 			return Result{}, err
 		}
+		steps = append(steps, st...)
 	}
 	in := &held{d: a.d, sandbox: sandbox}
 	defer func() {
@@ -194,18 +228,21 @@ func (a *Actions) Run(ctx context.Context, sandbox string, acts []api.Action, sp
 		}
 	}()
 	for i := 0; i < len(steps); i++ {
-		if steps[i].input {
+		if steps[i].kind == stepInput {
 			evs := slices.Clone(steps[i].evs)
-			for i+1 < len(steps) && steps[i+1].input {
+			for i+1 < len(steps) && steps[i+1].kind == stepInput {
 				i++
 				evs = append(evs, steps[i].evs...)
+			}
+			if len(evs) == 0 {
+				continue
 			}
 			if err := in.send(ctx, evs); err != nil {
 				return Result{}, err
 			}
 			continue
 		}
-		r, err := a.run(ctx, in, s, steps[i])
+		r, err := a.run(ctx, in, steps[i])
 		if err != nil {
 			return Result{}, err
 		}
@@ -219,73 +256,157 @@ func (a *Actions) Run(ctx context.Context, sandbox string, acts []api.Action, sp
 	return res, nil
 }
 
-// step is a checked action: its events when it is only input.
+// expand turns a checked action, of any vocabulary, or a batch, into the
+// layer's steps. p is the action's field path, for errors.
+func expand(p string, act api.Action, s scaler) ([]step, error) {
+	switch act.Form() {
+	case api.FormBatch:
+		var steps []step
+		for i, e := range act.Actions {
+			st, err := expand(field(p, fmt.Sprintf("actions[%d]", i)), e, s)
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, st...)
+		}
+		return steps, nil
+	case api.FormOpenAI:
+		return openAISteps(p, act, s)
+	case api.FormGemini:
+		return geminiSteps(p, act, s)
+	}
+	return anthropicSteps(p, act, s)
+}
+
+// field joins a field path.
+func field(p, name string) string {
+	if p == "" {
+		return name
+	}
+	return p + "." + name
+}
+
+type stepKind int
+
+const (
+	stepInput     stepKind = iota // evs
+	stepShot                      // a screenshot in s
+	stepZoom                      // region (in s) at the desktop's resolution
+	stepWait                      // d
+	stepCursor                    // the pointer's position in s
+	stepGuestType                 // text the key map cannot type
+	stepHold                      // strokes held for d
+)
+
+// step is one thing the layer does for an action: input events, or one of
+// the steps that are not only input.
 type step struct {
-	act   api.Action
-	input bool
-	evs   []backend.InputEvent
-	// strokes are hold_key's keys.
+	kind    stepKind
+	evs     []backend.InputEvent
+	s       scaler
+	region  []int
+	d       time.Duration
+	text    string
 	strokes []KeyStroke
 }
 
-// plan checks what the action's text says and turns an action that is
-// only input into its events.
-func plan(act api.Action, s scaler) (step, error) {
-	st := step{act: act}
+// anthropicSteps translates an action of Anthropic's computer tool.
+func anthropicSteps(p string, act api.Action, s scaler) ([]step, error) {
 	switch act.Action {
-	case "screenshot", "zoom", "wait", "cursor_position":
-		return st, nil
+	case "screenshot":
+		return []step{{kind: stepShot, s: s}}, nil
+	case "zoom":
+		return []step{{kind: stepZoom, s: s, region: act.Region}}, nil
+	case "wait":
+		return []step{{kind: stepWait, d: seconds(act.Duration)}}, nil
+	case "cursor_position":
+		return []step{{kind: stepCursor, s: s}}, nil
 	case "hold_key":
-		var err error
-		st.strokes, err = keysField("text", act.Text)
-		return st, err
+		strokes, err := keysField(field(p, "text"), act.Text)
+		return []step{{kind: stepHold, strokes: strokes, d: seconds(act.Duration)}}, err
 	case "type":
-		strokes, err := TypeText(act.Text)
-		if errors.Is(err, ErrNotASCII) {
-			return st, nil // typed by the guest
-		}
-		if err != nil {
-			return st, api.Invalid("text", "%v", err)
-		}
-		st.input = true
-		for _, k := range strokes {
-			st.evs = appendKeys(st.evs, k.Events())
-		}
-		return st, nil
+		st, err := typeStep(field(p, "text"), act.Text)
+		return []step{st}, err
+	case "key":
+		strokes, err := keysField(field(p, "text"), act.Text)
+		return []step{keyStep(strokes...)}, err
 	}
-	evs, err := events(act, s)
-	return step{act: act, input: true, evs: evs}, err
+	mods, err := modifiers(p, act.Text, act.Keys)
+	if err != nil {
+		return nil, err
+	}
+	at := func(c []int) *image.Point {
+		if c == nil {
+			return nil
+		}
+		x, y := s.toDesktop(c[0], c[1])
+		return &image.Point{X: x, Y: y}
+	}
+	switch act.Action {
+	case "mouse_move":
+		return []step{moveStep(*at(act.Coordinate), mods)}, nil
+	case "left_click", "right_click", "middle_click", "double_click", "triple_click":
+		btn, n := backend.ButtonLeft, 1
+		switch act.Action {
+		case "right_click":
+			btn = backend.ButtonRight
+		case "middle_click":
+			btn = backend.ButtonMiddle
+		case "double_click":
+			n = 2
+		case "triple_click":
+			n = 3
+		}
+		return []step{clickStep(at(act.Coordinate), btn, n, mods)}, nil
+	case "left_mouse_down", "left_mouse_up":
+		return []step{pointer(at(act.Coordinate), nil, func(e *inputs) {
+			e.button(backend.ButtonLeft, act.Action == "left_mouse_down")
+		})}, nil
+	case "left_click_drag":
+		return []step{dragStep(act.StartCoordinate, act.Coordinate, s, mods)}, nil
+	case "scroll":
+		d, err := ParseScrollDirection(act.ScrollDirection)
+		if err != nil {
+			return nil, api.Invalid(field(p, "scroll_direction"), "%v", err)
+		}
+		amount := act.ScrollAmount
+		if amount == 0 {
+			amount = 3
+		}
+		return []step{scrollStep(at(act.Coordinate), mods, wheel{d, amount})}, nil
+	}
+	return nil, api.Invalid(field(p, "action"), "%q is not an action of this layer", act.Action)
 }
 
 // run runs a step that is not only input.
-func (a *Actions) run(ctx context.Context, in *held, s scaler, st step) (Result, error) {
+func (a *Actions) run(ctx context.Context, in *held, st step) (Result, error) {
 	sandbox := in.sandbox
-	switch st.act.Action {
-	case "screenshot":
+	switch st.kind {
+	case stepShot:
 		opts := ShotOptions{}
-		if s.scaled() {
-			opts.Width, opts.Height = s.sw, s.sh
+		if st.s.scaled() && !st.s.grid {
+			opts.Width, opts.Height = st.s.sw, st.s.sh
 		}
 		img, ctype, err := a.Screenshot(ctx, sandbox, opts)
 		return Result{Image: img, ContentType: ctype}, err
-	case "zoom":
-		img, err := a.zoom(ctx, sandbox, s, st.act.Region)
+	case stepZoom:
+		img, err := a.zoom(ctx, sandbox, st.s, st.region)
 		return Result{Image: img, ContentType: PNG.ContentType()}, err
-	case "wait":
-		return Result{}, a.sleep(ctx, seconds(st.act.Duration))
-	case "cursor_position":
+	case stepWait:
+		return Result{}, a.sleep(ctx, st.d)
+	case stepCursor:
 		x, y, err := a.d.CursorPosition(ctx, sandbox)
 		if err != nil {
 			return Result{}, err
 		}
-		x, y = s.toCaller(x, y)
+		x, y = st.s.toCaller(x, y)
 		return Result{Coordinate: []int{x, y}}, nil
-	case "type":
-		return Result{}, a.d.TypeText(ctx, sandbox, st.act.Text)
-	case "hold_key":
-		return Result{}, a.hold(ctx, in, st.strokes, seconds(st.act.Duration))
+	case stepGuestType:
+		return Result{}, a.d.TypeText(ctx, sandbox, st.text)
+	case stepHold:
+		return Result{}, a.hold(ctx, in, st.strokes, st.d)
 	}
-	return Result{}, api.Invalid("action", "%q is not an action of this layer", st.act.Action)
+	return Result{}, fmt.Errorf("step of kind %d is not the layer's", st.kind)
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
@@ -298,6 +419,99 @@ func keysField(field, text string) ([]KeyStroke, error) {
 	return strokes, nil
 }
 
+// modifiers are the keys a pointer action holds: text in xdotool's names
+// ("ctrl+shift"), then keys in OpenAI's ("CTRL") or xdotool's.
+func modifiers(p, text string, keys []string) ([]KeyStroke, error) {
+	var mods []KeyStroke
+	if text != "" {
+		ks, err := keysField(field(p, "text"), text)
+		if err != nil {
+			return nil, err
+		}
+		mods = append(mods, ks...)
+	}
+	for i, k := range keys {
+		n, err := agentKey(k)
+		if err != nil {
+			return nil, api.Invalid(field(p, fmt.Sprintf("keys[%d]", i)), "%v", err)
+		}
+		ks, err := ParseKeyCombo(n)
+		if err != nil {
+			return nil, api.Invalid(field(p, fmt.Sprintf("keys[%d]", i)), "%v", err)
+		}
+		mods = append(mods, ks)
+	}
+	return mods, nil
+}
+
+// typeStep types text: as key strokes when the key map can, through the
+// guest when it holds what the map cannot (beyond ASCII).
+func typeStep(f, text string) (step, error) {
+	strokes, err := TypeText(text)
+	if errors.Is(err, ErrNotASCII) {
+		return step{kind: stepGuestType, text: text}, nil
+	}
+	if err != nil {
+		return step{}, api.Invalid(f, "%v", err)
+	}
+	return keyStep(strokes...), nil
+}
+
+// keyStep presses and releases each stroke in turn.
+func keyStep(strokes ...KeyStroke) step {
+	var e inputs
+	for _, k := range strokes {
+		e.keys(k.Events())
+	}
+	return step{kind: stepInput, evs: e}
+}
+
+// holdStep presses the strokes' keys and keeps them down (down), or
+// releases them, last pressed first.
+func holdStep(strokes []KeyStroke, down bool) step {
+	var e inputs
+	if down {
+		e.press(strokes)
+	} else {
+		e.release(strokes)
+	}
+	return step{kind: stepInput, evs: e}
+}
+
+// inputs builds raw input events.
+type inputs []backend.InputEvent
+
+func (e *inputs) move(p image.Point) {
+	*e = append(*e, backend.InputEvent{Kind: backend.EventMove, X: p.X, Y: p.Y})
+}
+
+func (e *inputs) button(b string, down bool) {
+	*e = append(*e, backend.InputEvent{Kind: backend.EventButton, Button: b, Down: down})
+}
+
+func (e *inputs) click(b string, n int) {
+	for range n {
+		e.button(b, true)
+		e.button(b, false)
+	}
+}
+
+func (e *inputs) keys(ks []KeyEvent) { *e = appendKeys(*e, ks) }
+
+// press presses the strokes' keys in order and keeps them down.
+func (e *inputs) press(strokes []KeyStroke) {
+	for _, k := range strokes {
+		e.keys(k.Press())
+	}
+}
+
+// release releases what press pressed, last first.
+func (e *inputs) release(strokes []KeyStroke) {
+	for i := len(strokes) - 1; i >= 0; i-- {
+		e.keys(strokes[i].Release())
+	}
+}
+
 func appendKeys(evs []backend.InputEvent, ks []KeyEvent) []backend.InputEvent {
 	for _, k := range ks {
 		evs = append(evs, backend.InputEvent{Kind: backend.EventKey, Key: k.QCode, Down: k.Down})
@@ -305,100 +519,65 @@ func appendKeys(evs []backend.InputEvent, ks []KeyEvent) []backend.InputEvent {
 	return evs
 }
 
-// events turns an action that is only input into its raw events.
-func events(act api.Action, s scaler) ([]backend.InputEvent, error) {
-	var evs []backend.InputEvent
-	move := func(c []int) {
-		if c != nil {
-			x, y := s.toDesktop(c[0], c[1])
-			evs = append(evs, backend.InputEvent{Kind: backend.EventMove, X: x, Y: y})
-		}
+// pointer is a pointer action: a move to at (unless nil: where the pointer
+// is), then what do adds, with mods held around it and released after it
+// in reverse order.
+func pointer(at *image.Point, mods []KeyStroke, do func(*inputs)) step {
+	var e inputs
+	if at != nil {
+		e.move(*at)
 	}
-	button := func(b string, down bool) {
-		evs = append(evs, backend.InputEvent{Kind: backend.EventButton, Button: b, Down: down})
+	e.press(mods)
+	do(&e)
+	e.release(mods)
+	return step{kind: stepInput, evs: e}
+}
+
+func clickStep(at *image.Point, btn string, n int, mods []KeyStroke) step {
+	return pointer(at, mods, func(e *inputs) { e.click(btn, n) })
+}
+
+// moveStep moves the pointer with mods held.
+func moveStep(to image.Point, mods []KeyStroke) step {
+	return pointer(nil, mods, func(e *inputs) { e.move(to) })
+}
+
+// dragStep drags with the left button from one point of s to another,
+// through dragSteps moves between them, with mods held.
+func dragStep(from, to []int, s scaler, mods []KeyStroke) step {
+	path := make([]image.Point, 0, dragSteps+1)
+	for i := 0; i <= dragSteps; i++ {
+		x, y := s.toDesktop(from[0]+(to[0]-from[0])*i/dragSteps, from[1]+(to[1]-from[1])*i/dragSteps)
+		path = append(path, image.Point{X: x, Y: y})
 	}
-	keys := func(ks []KeyEvent) { evs = appendKeys(evs, ks) }
-	// Clicks and scrolls take modifier keys to hold in text ("shift").
-	var mods []KeyStroke
-	if act.Text != "" && act.Action != "key" {
-		var err error
-		if mods, err = keysField("text", act.Text); err != nil {
-			return nil, err
+	return pathStep(path, mods)
+}
+
+// pathStep presses the left button at the first point, moves through the
+// others and releases it at the last, with mods held.
+func pathStep(path []image.Point, mods []KeyStroke) step {
+	return pointer(&path[0], mods, func(e *inputs) {
+		e.button(backend.ButtonLeft, true)
+		for _, p := range path[1:] {
+			e.move(p)
 		}
-	}
-	press := func() {
-		for _, k := range mods {
-			keys(k.Press())
+		e.button(backend.ButtonLeft, false)
+	})
+}
+
+// wheel is n notches of the wheel in one direction.
+type wheel struct {
+	d ScrollDirection
+	n int
+}
+
+// scrollStep turns the wheel at at, with mods held.
+func scrollStep(at *image.Point, mods []KeyStroke, turns ...wheel) step {
+	return pointer(at, mods, func(e *inputs) {
+		for _, w := range turns {
+			e.click(w.d.WheelButton(), w.n)
 		}
-	}
-	release := func() {
-		for i := len(mods) - 1; i >= 0; i-- {
-			keys(mods[i].Release())
-		}
-	}
-	switch act.Action {
-	case "mouse_move":
-		move(act.Coordinate)
-	case "left_click", "right_click", "middle_click", "double_click", "triple_click":
-		btn, clicks := backend.ButtonLeft, 1
-		switch act.Action {
-		case "right_click":
-			btn = backend.ButtonRight
-		case "middle_click":
-			btn = backend.ButtonMiddle
-		case "double_click":
-			clicks = 2
-		case "triple_click":
-			clicks = 3
-		}
-		move(act.Coordinate)
-		press()
-		for range clicks {
-			button(btn, true)
-			button(btn, false)
-		}
-		release()
-	case "left_mouse_down", "left_mouse_up":
-		move(act.Coordinate)
-		button(backend.ButtonLeft, act.Action == "left_mouse_down")
-	case "left_click_drag":
-		from, to := act.StartCoordinate, act.Coordinate
-		move(from)
-		press()
-		button(backend.ButtonLeft, true)
-		for i := 1; i <= dragSteps; i++ {
-			move([]int{from[0] + (to[0]-from[0])*i/dragSteps, from[1] + (to[1]-from[1])*i/dragSteps})
-		}
-		button(backend.ButtonLeft, false)
-		release()
-	case "scroll":
-		d, err := ParseScrollDirection(act.ScrollDirection)
-		if err != nil {
-			return nil, api.Invalid("scroll_direction", "%v", err)
-		}
-		amount := act.ScrollAmount
-		if amount == 0 {
-			amount = 3
-		}
-		move(act.Coordinate)
-		press()
-		for range amount {
-			button(d.WheelButton(), true)
-			button(d.WheelButton(), false)
-		}
-		release()
-	case "key":
-		strokes, err := keysField("text", act.Text)
-		if err != nil {
-			return nil, err
-		}
-		for _, k := range strokes {
-			keys(k.Events())
-		}
-	default:
-		return nil, api.Invalid("action", "%q is not an input action", act.Action)
-	}
-	return evs, nil
+	})
 }
 
 // releaseTimeout bounds the release of what an input held, which is sent

@@ -38,6 +38,8 @@ type recorder struct {
 	sent   int // events delivered or failed so far
 	sizes  int // ScreenSize calls
 	sends  int // SendInput calls
+	// typeErr, when set, is what TypeText fails with.
+	typeErr error
 }
 
 func (r *recorder) Screenshot(ctx context.Context, _ string, opts backend.ScreenshotOptions) ([]byte, string, error) {
@@ -120,6 +122,11 @@ func (r *recorder) down() []string {
 }
 
 func (r *recorder) TypeText(_ context.Context, _ string, text string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.typeErr != nil {
+		return r.typeErr
+	}
 	r.typed = append(r.typed, text)
 	return nil
 }
@@ -304,75 +311,6 @@ func TestSettledScreenshot(t *testing.T) {
 	}
 }
 
-func TestFromOpenAI(t *testing.T) {
-	tests := []struct {
-		in   string
-		want string // the actions, compactly
-	}{
-		{`{"type":"click","button":"left","x":10,"y":20}`, "left_click[10 20]"},
-		{`{"type":"click","button":"right","x":1,"y":2}`, "right_click[1 2]"},
-		{`{"type":"click","button":"wheel","x":1,"y":2}`, "middle_click[1 2]"},
-		{`{"type":"click","button":"back","x":1,"y":2}`, "mouse_move[1 2] key(alt+Left)"},
-		{`{"type":"double_click","x":3,"y":4}`, "double_click[3 4]"},
-		{`{"type":"move","x":3,"y":4}`, "mouse_move[3 4]"},
-		{`{"type":"drag","path":[{"x":1,"y":1},{"x":5,"y":5},{"x":9,"y":9}]}`, "left_mouse_down[1 1] mouse_move[5 5] left_mouse_up[9 9]"},
-		{`{"type":"scroll","x":5,"y":6,"scroll_x":0,"scroll_y":300}`, "scroll[5 6](down 3)"},
-		{`{"type":"scroll","x":5,"y":6,"scroll_x":-40,"scroll_y":0}`, "scroll[5 6](left 1)"},
-		{`{"type":"type","text":"hi"}`, "type(hi)"},
-		{`{"type":"keypress","keys":["CTRL","C"]}`, "key(ctrl+c)"},
-		{`{"type":"keypress","keys":["ENTER"]}`, "key(enter)"},
-		{`{"type":"keypress","keys":["ARROWLEFT"]}`, "key(Left)"},
-		{`{"type":"wait"}`, "wait(1)"},
-		{`{"type":"wait","ms":250}`, "wait(0.25)"},
-		{`{"type":"screenshot"}`, "screenshot"},
-	}
-	for _, tt := range tests {
-		acts, err := FromOpenAI([]byte(tt.in))
-		if err != nil {
-			t.Errorf("%s: %v", tt.in, err)
-			continue
-		}
-		var parts []string
-		for _, a := range acts {
-			s := a.Action
-			if a.Coordinate != nil {
-				s += fmt.Sprint(a.Coordinate)
-			}
-			switch a.Action {
-			case "scroll":
-				s += fmt.Sprintf("(%s %d)", a.ScrollDirection, a.ScrollAmount)
-			case "type", "key":
-				s += "(" + a.Text + ")"
-			case "wait":
-				s += fmt.Sprintf("(%g)", a.Duration)
-			}
-			parts = append(parts, s)
-		}
-		if got := strings.Join(parts, " "); got != tt.want {
-			t.Errorf("%s\n got %s\nwant %s", tt.in, got, tt.want)
-		}
-	}
-	bad := []struct{ in, field string }{
-		{`{"type":"teleport"}`, "type"},
-		{`{"type":"click","x":1}`, "x"},
-		{`{"type":"click","x":1,"y":1,"button":"thumb"}`, "button"},
-		{`{"type":"click","x":1,"y":1,"colour":"red"}`, "colour"},
-		{`{"type":"keypress","keys":["CTRL","WARP"]}`, "keys[1]"},
-		{`{"type":"keypress"}`, "keys"},
-		{`{"type":"drag","path":[{"x":1,"y":1}]}`, "path"},
-		{`{"type":"wait","ms":0}`, "ms"},
-		{`{"type":"click","type":"move","x":1,"y":1}`, "type"},
-	}
-	for _, b := range bad {
-		if _, err := FromOpenAI([]byte(b.in)); !errors.Is(err, api.ErrInvalid) || api.FieldOf(err) != b.field {
-			t.Errorf("%s: got %v (field %q), want ErrInvalid naming %s", b.in, err, api.FieldOf(err), b.field)
-		}
-	}
-	if !IsOpenAI([]byte(`{"type":"click","x":1,"y":1}`)) || IsOpenAI([]byte(`{"action":"left_click"}`)) {
-		t.Fatal("IsOpenAI tells the two apart")
-	}
-}
-
 // TestInputReleasedOnError fails every event of inputs that press keys or
 // buttons in turn, with the request's context ending at the failure:
 // afterwards nothing is held.
@@ -473,6 +411,9 @@ func TestRunReadsOnce(t *testing.T) {
 
 func mustOpenAI(t *testing.T, s string) []api.Action {
 	t.Helper()
+	if !IsOpenAI([]byte(s)) {
+		t.Fatalf("IsOpenAI(%s) is false", s)
+	}
 	acts, err := FromOpenAI([]byte(s))
 	if err != nil {
 		t.Fatal(err)

@@ -1,192 +1,160 @@
 package display
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"image"
 	"strings"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
 )
-
-// openAIAction is an action of OpenAI's computer-use tool, as a
-// computer_call carries it: {"type": "click", "button": "left", "x": 10,
-// "y": 20}.
-type openAIAction struct {
-	Type    string        `json:"type"`
-	Button  string        `json:"button,omitempty"`
-	X       *int          `json:"x,omitempty"`
-	Y       *int          `json:"y,omitempty"`
-	ScrollX int           `json:"scroll_x,omitempty"`
-	ScrollY int           `json:"scroll_y,omitempty"`
-	Text    string        `json:"text,omitempty"`
-	Keys    []string      `json:"keys,omitempty"`
-	Path    []openAIPoint `json:"path,omitempty"`
-	// MS is how long a wait lasts (not part of OpenAI's action; a wait
-	// without it lasts a second).
-	MS *int `json:"ms,omitempty"`
-}
-
-type openAIPoint struct {
-	X int `json:"x"`
-	Y int `json:"y"`
-}
 
 // openAIScrollStep is how many pixels of scroll_x/scroll_y one wheel notch
 // stands for.
 const openAIScrollStep = 100
 
-// IsOpenAI reports whether body is an OpenAI computer action (it has a
-// "type" and no "action").
+// IsOpenAI reports whether body is an OpenAI computer action or
+// computer_call item: it has a type (other than Gemini's function_call)
+// and no action of Anthropic's.
 func IsOpenAI(body []byte) bool {
 	var probe map[string]json.RawMessage
 	if json.Unmarshal(body, &probe) != nil {
 		return false
 	}
-	_, hasType := probe["type"]
-	_, hasAction := probe["action"]
-	return hasType && !hasAction
+	var typ, action string
+	if json.Unmarshal(probe["type"], &typ) != nil || typ == "" || typ == "function_call" {
+		return false
+	}
+	return json.Unmarshal(probe["action"], &action) != nil || action == ""
 }
 
-// FromOpenAI maps an action of OpenAI's computer-use tool onto the
-// Anthropic-style actions of this layer: click (left, right, wheel = middle,
-// back and forward = alt+Left and alt+Right), double_click, move, drag along
-// a path, scroll by pixels (a notch per 100, at least one), type, keypress
-// (keys held together: ["CTRL", "C"]), wait and screenshot. Unknown types
-// and fields fail naming them.
+// FromOpenAI reads an action of OpenAI's computer-use tool, or a
+// computer_call item, as api.DecodeAction does, and checks it as far as
+// it can without a screen (unknown types, fields and keys fail naming
+// them). The action layer (Run) translates it.
 func FromOpenAI(raw []byte) ([]api.Action, error) {
-	if err := api.CheckJSON(raw); err != nil {
+	a, err := api.DecodeAction(raw)
+	if err != nil {
 		return nil, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	var o openAIAction
-	if err := dec.Decode(&o); err != nil {
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return nil, api.Invalid(strings.Trim(f, `"`), "unknown field of an OpenAI computer action")
-		}
-		return nil, api.Invalid("", "invalid OpenAI computer action: %v", err)
+	if err := api.ValidateAction("", a, 0, 0, false); err != nil {
+		return nil, err
 	}
-	point := func() ([]int, error) {
-		if o.X == nil || o.Y == nil {
-			return nil, api.Invalid("x", "x and y are required for %s", o.Type)
+	anyScreen := scaler{dw: api.MaxScreenWidth, dh: api.MaxScreenHeight, sw: api.MaxScreenWidth, sh: api.MaxScreenHeight}
+	if _, err := expand("", a, anyScreen); err != nil {
+		return nil, err
+	}
+	return []api.Action{a}, nil
+}
+
+// openAISteps translates an action of OpenAI's computer-use tool: click
+// (left, right, wheel = middle, back and forward = alt+Left and
+// alt+Right), double_click, move, drag along a path, scroll by pixels (a
+// notch per 100, at least one), type, keypress (keys held together:
+// ["CTRL", "C"]), wait and screenshot. The pointer actions hold their
+// modifier keys around what they do.
+func openAISteps(p string, o api.Action, s scaler) ([]step, error) {
+	at := func(x, y int) image.Point {
+		dx, dy := s.toDesktop(x, y)
+		return image.Point{X: dx, Y: dy}
+	}
+	var mods []KeyStroke
+	if o.Type != "keypress" {
+		var err error
+		if mods, err = modifiers(p, "", o.Keys); err != nil {
+			return nil, err
 		}
-		return []int{*o.X, *o.Y}, nil
 	}
 	switch o.Type {
 	case "screenshot":
-		return []api.Action{{Action: "screenshot"}}, nil
+		return []step{{kind: stepShot, s: s}}, nil
 	case "click":
-		c, err := point()
-		if err != nil {
-			return nil, err
-		}
+		pt := at(*o.X, *o.Y)
 		switch strings.ToLower(o.Button) {
 		case "", "left":
-			return []api.Action{{Action: "left_click", Coordinate: c}}, nil
+			return []step{clickStep(&pt, backend.ButtonLeft, 1, mods)}, nil
 		case "right":
-			return []api.Action{{Action: "right_click", Coordinate: c}}, nil
+			return []step{clickStep(&pt, backend.ButtonRight, 1, mods)}, nil
 		case "wheel", "middle":
-			return []api.Action{{Action: "middle_click", Coordinate: c}}, nil
-		case "back":
-			return []api.Action{{Action: "mouse_move", Coordinate: c}, {Action: "key", Text: "alt+Left"}}, nil
-		case "forward":
-			return []api.Action{{Action: "mouse_move", Coordinate: c}, {Action: "key", Text: "alt+Right"}}, nil
+			return []step{clickStep(&pt, backend.ButtonMiddle, 1, mods)}, nil
+		case "back", "forward":
+			k, _ := ParseKeyCombo(map[string]string{"back": "alt+Left", "forward": "alt+Right"}[strings.ToLower(o.Button)])
+			return []step{pointer(&pt, mods, func(e *inputs) { e.keys(k.Events()) })}, nil
 		}
-		return nil, api.Invalid("button", "%q: want left, right, wheel, back or forward", o.Button)
+		return nil, api.Invalid(field(p, "button"), "%q: want left, right, wheel, back or forward", o.Button)
 	case "double_click":
-		c, err := point()
-		if err != nil {
-			return nil, err
-		}
-		return []api.Action{{Action: "double_click", Coordinate: c}}, nil
+		pt := at(*o.X, *o.Y)
+		return []step{clickStep(&pt, backend.ButtonLeft, 2, mods)}, nil
 	case "move":
-		c, err := point()
-		if err != nil {
-			return nil, err
-		}
-		return []api.Action{{Action: "mouse_move", Coordinate: c}}, nil
+		return []step{moveStep(at(*o.X, *o.Y), mods)}, nil
 	case "drag":
-		if len(o.Path) < 2 {
-			return nil, api.Invalid("path", "a drag needs at least two points")
+		path := make([]image.Point, len(o.Path))
+		for i, pt := range o.Path {
+			path[i] = at(pt.X, pt.Y)
 		}
-		if len(o.Path) > 1000 {
-			return nil, api.Invalid("path", "%d points: at most 1000", len(o.Path))
-		}
-		acts := []api.Action{{Action: "left_mouse_down", Coordinate: []int{o.Path[0].X, o.Path[0].Y}}}
-		for _, p := range o.Path[1 : len(o.Path)-1] {
-			acts = append(acts, api.Action{Action: "mouse_move", Coordinate: []int{p.X, p.Y}})
-		}
-		last := o.Path[len(o.Path)-1]
-		return append(acts, api.Action{Action: "left_mouse_up", Coordinate: []int{last.X, last.Y}}), nil
+		return []step{pathStep(path, mods)}, nil
 	case "scroll":
-		c, err := point()
-		if err != nil {
-			return nil, err
-		}
-		var acts []api.Action
-		add := func(px int, neg, pos string) {
+		var turns []wheel
+		add := func(px int, neg, pos ScrollDirection) {
 			if px == 0 {
 				return
 			}
-			dir := pos
+			d := pos
 			if px < 0 {
-				dir, px = neg, -px
+				d, px = neg, -px
 			}
-			n := min(max(1, px/openAIScrollStep), api.MaxScrollStep)
-			acts = append(acts, api.Action{Action: "scroll", Coordinate: c, ScrollDirection: dir, ScrollAmount: n})
+			turns = append(turns, wheel{d, min(max(1, px/openAIScrollStep), api.MaxScrollStep)})
 		}
-		add(o.ScrollY, "up", "down")
-		add(o.ScrollX, "left", "right")
-		if len(acts) == 0 {
-			return []api.Action{{Action: "mouse_move", Coordinate: c}}, nil
-		}
-		return acts, nil
+		add(o.ScrollY, ScrollUp, ScrollDown)
+		add(o.ScrollX, ScrollLeft, ScrollRight)
+		pt := at(*o.X, *o.Y)
+		return []step{scrollStep(&pt, mods, turns...)}, nil
 	case "type":
-		return []api.Action{{Action: "type", Text: o.Text}}, nil
+		st, err := typeStep(field(p, "text"), o.Text)
+		return []step{st}, err
 	case "keypress":
-		if len(o.Keys) == 0 {
-			return nil, api.Invalid("keys", "required for keypress")
-		}
 		names := make([]string, len(o.Keys))
 		for i, k := range o.Keys {
-			n, err := openAIKey(k)
+			n, err := agentKey(k)
 			if err != nil {
-				return nil, api.Invalid(fmt.Sprintf("keys[%d]", i), "%v", err)
+				return nil, api.Invalid(field(p, fmt.Sprintf("keys[%d]", i)), "%v", err)
 			}
 			names[i] = n
 		}
-		return []api.Action{{Action: "key", Text: strings.Join(names, "+")}}, nil
+		k, err := ParseKeyCombo(strings.Join(names, "+"))
+		if err != nil {
+			return nil, api.Invalid(field(p, "keys"), "%v", err)
+		}
+		return []step{keyStep(k)}, nil
 	case "wait":
 		d := 1.0
 		if o.MS != nil {
-			if *o.MS < 1 || *o.MS > api.MaxWait*1000 {
-				return nil, api.Invalid("ms", "%d is out of range 1..%d", *o.MS, api.MaxWait*1000)
-			}
 			d = float64(*o.MS) / 1000
 		}
-		return []api.Action{{Action: "wait", Duration: d}}, nil
-	case "":
-		return nil, api.Invalid("type", "required")
+		return []step{{kind: stepWait, d: seconds(d)}}, nil
 	}
-	return nil, api.Invalid("type", "unknown OpenAI computer action %q", o.Type)
+	return nil, api.Invalid(field(p, "type"), "unknown OpenAI computer action %q", o.Type)
 }
 
-// openAIKeys are OpenAI's key names that are not also this layer's.
-var openAIKeys = map[string]string{
+// agentKeys are key names of the agent vocabularies (OpenAI's, and the
+// browser names Gemini uses) that are not also this layer's, upper case.
+var agentKeys = map[string]string{
 	"ARROWUP": "Up", "ARROWDOWN": "Down", "ARROWLEFT": "Left", "ARROWRIGHT": "Right",
-	"CMD": "super", "META": "super", "WIN": "super", "OPTION": "alt",
+	"CMD": "super", "META": "super", "WIN": "super", "OS": "super", "OPTION": "alt",
 	"SPACE": "space", "PAGEUP": "Page_Up", "PAGEDOWN": "Page_Down",
-	"CAPSLOCK": "Caps_Lock", "PRINTSCREEN": "Print",
+	"CAPSLOCK": "Caps_Lock", "NUMLOCK": "Num_Lock", "SCROLLLOCK": "Scroll_Lock",
+	"PRINTSCREEN": "Print", "CONTEXTMENU": "Menu",
 }
 
-// openAIKey maps one of OpenAI's key names ("CTRL", "ENTER", "ARROWLEFT",
-// "a") onto this layer's. Names are matched without case.
-func openAIKey(k string) (string, error) {
-	if n, ok := openAIKeys[strings.ToUpper(k)]; ok {
+// agentKey maps one key name of an agent vocabulary (OpenAI's "CTRL",
+// "ENTER", "ARROWLEFT", "a"; Gemini's "Control", "ArrowDown") onto this
+// layer's. Names are matched without case; a letter names its key, not a
+// character ("C" is c: shift is its own key).
+func agentKey(k string) (string, error) {
+	if n, ok := agentKeys[strings.ToUpper(k)]; ok {
 		return n, nil
 	}
-	// Letters name keys, not characters: "C" is c (shift is its own key).
 	name := strings.ToLower(k)
 	if name == "+" {
 		return "plus", nil

@@ -1,7 +1,8 @@
 // Package mcptools serves hvkube's desktops as MCP tools: one tool per
 // computer-use action (screenshot, left_click, type, key, …, named as the
-// action), the sandbox tools (list_sandboxes, acquire_sandbox,
-// release_sandbox), complete_task and ask_human. The tools work on a
+// action), computer (a batch of actions in Anthropic's, OpenAI's or
+// Gemini's vocabulary), the sandbox tools (list_sandboxes,
+// acquire_sandbox, release_sandbox), complete_task and ask_human. The tools work on a
 // Desktops, which the server implements in process and `hvkube mcp`
 // over the REST API.
 //
@@ -48,9 +49,10 @@ type Objects interface {
 // Desktops is what the tools act on.
 type Desktops interface {
 	Objects
-	// Do runs one computer-use action on a sandbox. width, when not 0, is
-	// the caller's screen space: screenshots are scaled to it and
-	// coordinates are read in it.
+	// Do runs one computer-use action, or a batch, in any vocabulary
+	// api.Action takes, on a sandbox. width, when not 0, is the caller's
+	// screen space: screenshots are scaled to it and pixel coordinates
+	// are read in it (Gemini's are on their grid).
 	Do(ctx context.Context, sandbox string, a api.Action, width int) (Result, error)
 	// Complete ends the running attempt of an mcp-agent.
 	Complete(ctx context.Context, agent string, c Completion) error

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,9 +31,16 @@ type screenshotArgs struct {
 	spaceArg
 }
 
+// keysArg are modifier keys held around a pointer action, as OpenAI's
+// computer actions give them.
+type keysArg struct {
+	Keys []string `json:"keys,omitempty" jsonschema:"Modifier keys to hold down around the action and release after it, by OpenAI's names or xdotool's: [\"CTRL\"], [\"SHIFT\", \"ALT\"]."`
+}
+
 type clickArgs struct {
 	sandboxArg
 	spaceArg
+	keysArg
 	Coordinate []int  `json:"coordinate,omitempty" jsonschema:"[x, y] to click at; left out: where the pointer is."`
 	Text       string `json:"text,omitempty" jsonschema:"Modifier keys to hold during the click, such as shift or ctrl+alt."`
 }
@@ -40,12 +48,14 @@ type clickArgs struct {
 type moveArgs struct {
 	sandboxArg
 	spaceArg
+	keysArg
 	Coordinate []int `json:"coordinate" jsonschema:"[x, y] to move the pointer to."`
 }
 
 type dragArgs struct {
 	sandboxArg
 	spaceArg
+	keysArg
 	StartCoordinate []int `json:"start_coordinate" jsonschema:"[x, y] where the drag starts."`
 	Coordinate      []int `json:"coordinate" jsonschema:"[x, y] where the drag ends."`
 }
@@ -59,9 +69,10 @@ type buttonArgs struct {
 type scrollArgs struct {
 	sandboxArg
 	spaceArg
+	keysArg
 	Coordinate      []int  `json:"coordinate,omitempty" jsonschema:"[x, y] to scroll at; left out: where the pointer is."`
 	ScrollDirection string `json:"scroll_direction" jsonschema:"up, down, left or right."`
-	ScrollAmount    int    `json:"scroll_amount,omitempty" jsonschema:"Wheel notches (default 1)."`
+	ScrollAmount    int    `json:"scroll_amount,omitempty" jsonschema:"Wheel notches (default 3)."`
 	Text            string `json:"text,omitempty" jsonschema:"Modifier keys to hold while scrolling, such as ctrl."`
 }
 
@@ -92,6 +103,12 @@ type zoomArgs struct {
 	Region []int `json:"region" jsonschema:"[x0, y0, x1, y1]: the rectangle to show at the desktop's full resolution."`
 }
 
+type computerArgs struct {
+	sandboxArg
+	spaceArg
+	Actions []map[string]any `json:"actions" jsonschema:"The actions, run in order; the first that fails stops the rest, and whatever keys and buttons they pressed are released. Each in any vocabulary: Anthropic's ({\"action\": \"left_click\", \"coordinate\": [x, y]}), OpenAI's (a computer_call's actions as they come: {\"type\": \"click\", \"x\": 10, \"y\": 20, \"keys\": [\"CTRL\"]}) or Gemini's function calls ({\"name\": \"click\", \"args\": {\"x\": 500, \"y\": 500}}, on the 0-999 grid whatever width says)."`
+}
+
 type positionOut struct {
 	Coordinate []int `json:"coordinate" jsonschema:"[x, y] of the pointer, in the caller's space."`
 }
@@ -113,14 +130,14 @@ func (t *tools) register(s *mcp.Server) {
 		{"triple_click", "Triple-click the left mouse button (selects a line)."},
 	} {
 		addAction(t, s, c.name, c.desc, func(a clickArgs) (api.Action, string, int) {
-			return api.Action{Action: c.name, Coordinate: a.Coordinate, Text: a.Text}, a.Sandbox, a.Width
+			return api.Action{Action: c.name, Coordinate: a.Coordinate, Text: a.Text, Keys: a.Keys}, a.Sandbox, a.Width
 		})
 	}
 	addAction(t, s, "mouse_move", "Move the pointer.", func(a moveArgs) (api.Action, string, int) {
-		return api.Action{Action: "mouse_move", Coordinate: a.Coordinate}, a.Sandbox, a.Width
+		return api.Action{Action: "mouse_move", Coordinate: a.Coordinate, Keys: a.Keys}, a.Sandbox, a.Width
 	})
 	addAction(t, s, "left_click_drag", "Press the left button at start_coordinate, move to coordinate, release.", func(a dragArgs) (api.Action, string, int) {
-		return api.Action{Action: "left_click_drag", StartCoordinate: a.StartCoordinate, Coordinate: a.Coordinate}, a.Sandbox, a.Width
+		return api.Action{Action: "left_click_drag", StartCoordinate: a.StartCoordinate, Coordinate: a.Coordinate, Keys: a.Keys}, a.Sandbox, a.Width
 	})
 	addAction(t, s, "left_mouse_down", "Press the left mouse button and keep it down.", func(a buttonArgs) (api.Action, string, int) {
 		return api.Action{Action: "left_mouse_down", Coordinate: a.Coordinate}, a.Sandbox, a.Width
@@ -129,7 +146,7 @@ func (t *tools) register(s *mcp.Server) {
 		return api.Action{Action: "left_mouse_up", Coordinate: a.Coordinate}, a.Sandbox, a.Width
 	})
 	addAction(t, s, "scroll", "Turn the mouse wheel.", func(a scrollArgs) (api.Action, string, int) {
-		return api.Action{Action: "scroll", Coordinate: a.Coordinate, ScrollDirection: a.ScrollDirection, ScrollAmount: a.ScrollAmount, Text: a.Text}, a.Sandbox, a.Width
+		return api.Action{Action: "scroll", Coordinate: a.Coordinate, ScrollDirection: a.ScrollDirection, ScrollAmount: a.ScrollAmount, Text: a.Text, Keys: a.Keys}, a.Sandbox, a.Width
 	})
 	addAction(t, s, "type", "Type text with the keyboard.", func(a typeArgs) (api.Action, string, int) {
 		return api.Action{Action: "type", Text: a.Text}, a.Sandbox, 0
@@ -148,7 +165,74 @@ func (t *tools) register(s *mcp.Server) {
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "cursor_position", Description: "Where the pointer is.", InputSchema: schemaFor[screenshotArgs](),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, toolErrors(t.cursorPosition))
+	mcp.AddTool(s, &mcp.Tool{Name: "computer", Description: "Run a batch of computer-use actions in order, each in Anthropic's, OpenAI's or Gemini's " +
+		"vocabulary (docs/actions.md): OpenAI's computer_call actions and Gemini's function calls can be passed as the model gave them. " +
+		"Returns the last screenshot taken, the pointer's position if asked, or done.",
+		InputSchema: schemaFor[computerArgs]()}, toolErrors(t.computer))
 	t.registerSandboxTools(s)
+}
+
+// computer runs a batch of actions in any vocabulary.
+func (t *tools) computer(ctx context.Context, req *mcp.CallToolRequest, in computerArgs) (*mcp.CallToolResult, any, error) {
+	if len(in.Actions) == 0 {
+		return nil, nil, api.Invalid("actions", "required: at least one action")
+	}
+	// Read as the input API reads a body, so that fields are named by
+	// their path (actions[1].args.x).
+	body, err := json.Marshal(map[string]any{"actions": in.Actions})
+	if err != nil {
+		return nil, nil, api.Invalid("actions", "%v", err)
+	}
+	act, err := api.DecodeAction(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := api.ValidateAction("", act, 0, 0, false); err != nil {
+		return nil, nil, err
+	}
+	need := NeedView
+	for _, a := range act.Actions {
+		if !viewOnly(a) {
+			need = NeedAct
+		}
+	}
+	sb, err := t.sandbox(ctx, req, in.Sandbox, need)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := t.d.Do(ctx, sb, act, in.Width)
+	if err != nil {
+		return nil, nil, err
+	}
+	return actionResult(res), nil, nil
+}
+
+// viewOnly reports whether a looks at the sandbox without acting on it.
+func viewOnly(a api.Action) bool {
+	switch a.Form() {
+	case api.FormOpenAI:
+		return a.Type == "screenshot" || a.Type == "wait"
+	case api.FormGemini:
+		return a.Name == "take_screenshot" || a.Name == "wait" || a.Name == "wait_5_seconds"
+	}
+	return slices.Contains([]string{"screenshot", "zoom", "wait", "cursor_position"}, a.Action)
+}
+
+// actionResult is a tool's answer to what an action returned: the image,
+// the pointer's position, or done.
+func actionResult(res Result) *mcp.CallToolResult {
+	if res.Image != nil {
+		ct := res.ContentType
+		if ct == "" {
+			ct = "image/png"
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ImageContent{Data: res.Image, MIMEType: ct}}}
+	}
+	if len(res.Coordinate) == 2 {
+		b, _ := json.Marshal(positionOut{Coordinate: res.Coordinate})
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}
 }
 
 // addAction adds the tool name, which runs the action args make.
@@ -171,14 +255,7 @@ func addAction[In any](t *tools, s *mcp.Server, name, desc string, mk func(In) (
 		if err != nil {
 			return nil, nil, err
 		}
-		if res.Image != nil {
-			ct := res.ContentType
-			if ct == "" {
-				ct = "image/png"
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ImageContent{Data: res.Image, MIMEType: ct}}}, nil, nil
-		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+		return actionResult(res), nil, nil
 	}))
 }
 

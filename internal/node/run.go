@@ -89,10 +89,28 @@ func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *ru
 	return res, nil
 }
 
-// step runs one workflow step and returns what it produced: a step's
-// output, or the path of a screenshot it saved.
-func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string, i int) (string, error) {
+// step runs one workflow step, in any vocabulary the action layer takes
+// (api.Action), and returns what it produced: a step's output, or the path
+// of a screenshot it saved. The step's intents lead its output ("intent:
+// …"), so that the step's result and the agent's log keep them; a step
+// that is not Anthropic's is named in its error.
+func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string, i int) (out string, err error) {
 	sandbox := a.Status.Sandbox
+	defer func() {
+		if st.Action == "screenshot" || st.Action == "zoom" {
+			return // the output is the screenshot's path
+		}
+		if intents := st.Intents(); len(intents) > 0 {
+			note := "intent: " + strings.Join(intents, "; ")
+			if out != "" {
+				note += "\n" + out
+			}
+			out = note
+		}
+		if err != nil && st.Action == "" {
+			err = fmt.Errorf("%s: %w", st.Describe(), err)
+		}
+	}()
 	switch st.Action {
 	case "exec":
 		res, err := n.Exec(ctx, sandbox, backend.ExecRequest{Path: st.Command[0], Args: st.Command[1:], Env: taskEnv(a)})
@@ -110,13 +128,17 @@ func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string
 	if err != nil {
 		return "", err
 	}
-	switch st.Action {
-	case "cursor_position":
+	switch {
+	case st.Action == "cursor_position":
 		return fmt.Sprintf("%d,%d", r.Coordinate[0], r.Coordinate[1]), nil
-	case "screenshot":
+	case st.Action == "screenshot":
 		return saveImage(dir, fmt.Sprintf("step-%02d.png", i), r.Image)
-	case "zoom":
+	case st.Action == "zoom":
 		return saveImage(dir, fmt.Sprintf("step-%02d-zoom.png", i), r.Image)
+	case r.Image != nil:
+		// Another vocabulary's screenshot (Gemini's take_screenshot,
+		// OpenAI's screenshot), or a batch's last.
+		return saveImage(dir, fmt.Sprintf("step-%02d-shot.png", i), r.Image)
 	}
 	return "", nil
 }

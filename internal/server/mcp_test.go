@@ -144,7 +144,7 @@ func TestMCPOverHTTP(t *testing.T) {
 		}
 	})
 
-	want := []string{"acquire_sandbox", "ask_human", "complete_task", "cursor_position", "double_click", "hold_key", "key",
+	want := []string{"acquire_sandbox", "ask_human", "complete_task", "computer", "cursor_position", "double_click", "hold_key", "key",
 		"left_click", "left_click_drag", "left_mouse_down", "left_mouse_up", "list_sandboxes", "middle_click", "mouse_move",
 		"release_sandbox", "right_click", "screenshot", "scroll", "triple_click", "type", "wait", "zoom"}
 	for _, rev := range []string{"2026-07-28", "2025-11-25"} {

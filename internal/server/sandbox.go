@@ -272,13 +272,18 @@ func (s *Server) decodeJSON(body []byte, v any) error {
 }
 
 // input answers POST /sandboxes/{name}/input[?width=W][&height=H] with one
-// computer-use action, e.g. {"action": "left_click", "coordinate": [100,
-// 200]}, or one of OpenAI's computer actions ({"type": "click", "x": 100,
-// "y": 200}). width and height name the screen space the caller works in
-// (the screen scaled as GET .../screen?width=W gives it); coordinates are
-// mapped back to the desktop. screenshot and zoom answer with the image.
-// While a person holds the sandbox, input is refused with 409 unless it
-// carries their take-over ID in the X-Hvkube-Control header.
+// computer-use action, or a batch, in any vocabulary api.Action takes:
+// Anthropic's ({"action": "left_click", "coordinate": [100, 200]}),
+// OpenAI's ({"type": "click", "x": 100, "y": 200, "keys": ["CTRL"]}, or a
+// computer_call item with its actions), Gemini's function calls ({"name":
+// "click", "args": {"x": 500, "y": 500}}, on the 0-999 grid) — told apart
+// by the field that names the action (docs/actions.md). width and height
+// name the screen space the caller works in (the screen scaled as GET
+// .../screen?width=W gives it); pixel coordinates are mapped back to the
+// desktop. screenshot and zoom answer with the image; other actions with
+// {"ok": true}, the coordinate cursor_position read, and the intents the
+// actions gave. While a person holds the sandbox, input is refused with
+// 409 unless it carries their take-over ID in the X-Hvkube-Control header.
 func (s *Server) input(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var sp display.Space
@@ -301,18 +306,7 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) {
 		s.failBody(w, r, err)
 		return
 	}
-	var acts []api.Action
-	if display.IsOpenAI(body) {
-		acts, err = display.FromOpenAI(body)
-	} else {
-		var a api.Action
-		if len(bytes.TrimSpace(body)) == 0 {
-			err = api.Invalid("", "empty body: expected a JSON object")
-		} else {
-			err = s.decodeJSON(body, &a)
-		}
-		acts = []api.Action{a}
-	}
+	act, err := api.DecodeAction(body)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -322,10 +316,10 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) {
 		s.failBody(w, r, err)
 		return
 	}
-	// One OpenAI action may be several of the layer's (a drag is a press,
-	// moves and a release): they run as one input, which releases what it
-	// pressed if it fails part way.
-	res, err := s.opts.Actions.Run(ctx, r.PathValue("name"), acts, sp)
+	// A batch, or one action that is several of the layer's (a drag is
+	// a press, moves and a release), runs as one input, which releases
+	// what it pressed if it fails part way.
+	res, err := s.opts.Actions.Do(ctx, r.PathValue("name"), act, sp)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -334,7 +328,12 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) {
 		writeImage(w, res.Image, res.ContentType)
 		return
 	}
-	writeJSON(w, http.StatusOK, InputResponse{OK: true, Coordinate: res.Coordinate})
+	writeJSON(w, http.StatusOK, struct {
+		InputResponse
+		// Intents echo why the actions were taken (Gemini's intent,
+		// hvkube's), in order.
+		Intents []string `json:"intents,omitempty"`
+	}{InputResponse{OK: true, Coordinate: res.Coordinate}, act.Intents()})
 }
 
 // inputControl reads the X-Hvkube-Control header of an input request: the

@@ -217,7 +217,16 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 		return err
 	}
 	lastKey := false
-	for _, e := range evs {
+	for i, e := range evs {
+		if i > 0 && lastKey != (e.Kind == backend.EventKey) {
+			// The keyboard and the tablet are two devices the guest
+			// drains at its own pace: a key sent right after a click
+			// can reach applications before it (a ctrl+click arrives
+			// as a plain one).
+			if err := clock.Sleep(ctx, deviceGap); err != nil {
+				return err
+			}
+		}
 		var ev []qmp.InputEvent
 		switch e.Kind {
 		case backend.EventMove:
@@ -313,6 +322,13 @@ func (b *Backend) CursorPosition(ctx context.Context, id string) (int, int, erro
 // back loses characters. About 20 ms a character keeps a stall of 100 ms
 // inside the queue. (xdotool paces its typing for the same reason.)
 const keyGap = 10 * time.Millisecond
+
+// deviceGap parts key events from pointer events next to them. The
+// keyboard (PS/2) and the pointer (a USB tablet the guest polls) are two
+// queues, and the guest's input stack sees them in the order it drains
+// them: under software emulation, pointer events sent right after a key
+// were seen landing about 100 ms after it.
+const deviceGap = 200 * time.Millisecond
 
 // Exec implements backend.Guest.
 func (b *Backend) Exec(ctx context.Context, id string, req backend.ExecRequest) (backend.ExecResult, error) {
