@@ -23,6 +23,11 @@
 # HVKUBE_BOOT_MACHINE (q35), HVKUBE_BOOT_TIMEOUT (180 s),
 # HVKUBE_BOOT_ACCEL (kvm or tcg; default kvm when /dev/kvm is writable),
 # HVKUBE_BOOT_QEMU_ARGS (extra QEMU arguments, split on blanks),
+# HVKUBE_BOOT_NET=user (a virtio NIC on QEMU's user-mode network, whose
+# addresses are those of hvkube's: the guest is 10.0.2.15, the host
+# 10.0.2.2; default: no NIC), HVKUBE_BOOT_FORWARD="HOSTPORT:GUESTPORT ..."
+# (with HVKUBE_BOOT_NET=user: 127.0.0.1:HOSTPORT on the host reaches the
+# guest's GUESTPORT, connecting from 10.0.2.2 as hvkube does),
 # HVKUBE_BOOT_KEEP=1 (keep the temporary directory).
 set -euo pipefail
 
@@ -61,6 +66,21 @@ cpus=${HVKUBE_BOOT_CPUS:-$(json_value cpus)}
 machine=${HVKUBE_BOOT_MACHINE:-q35}
 extra=()
 read -r -a extra <<<"${HVKUBE_BOOT_QEMU_ARGS:-}"
+nic=(-nic none)
+case ${HVKUBE_BOOT_NET:-none} in
+none) [[ -z ${HVKUBE_BOOT_FORWARD:-} ]] || die "HVKUBE_BOOT_FORWARD needs HVKUBE_BOOT_NET=user" ;;
+user)
+	# The MAC the guest looks for (image.json's network block).
+	mac=$(sed -n 's/^    "mac": "\([0-9a-f:]*\)",\{0,1\}$/\1/p' "$dir/image.json" | head -n1)
+	net="user,model=virtio-net-pci,mac=${mac:-52:54:00:12:34:56}"
+	for fwd in ${HVKUBE_BOOT_FORWARD:-}; do
+		[[ $fwd =~ ^([0-9]+):([0-9]+)$ ]] || die "HVKUBE_BOOT_FORWARD: '$fwd' is not HOSTPORT:GUESTPORT"
+		net+=",hostfwd=tcp:127.0.0.1:${BASH_REMATCH[1]}-:${BASH_REMATCH[2]}" # to 10.0.2.15
+	done
+	nic=(-nic "$net")
+	;;
+*) die "HVKUBE_BOOT_NET=$HVKUBE_BOOT_NET: want none or user" ;;
+esac
 
 accel=${HVKUBE_BOOT_ACCEL:-}
 if [[ -z $accel ]]; then
@@ -121,7 +141,7 @@ setsid qemu-system-x86_64 \
 	-device virtserialport,chardev=qga0,name=org.qemu.guest_agent.0 \
 	-device virtio-rng-pci \
 	-device vmgenid,guid=auto \
-	-nic none \
+	"${nic[@]}" \
 	-serial "file:$run/serial.log" \
 	-display none -vnc "unix:$run/vnc.sock" \
 	-qmp "unix:$run/qmp.sock,server=on,wait=off" \
@@ -129,7 +149,7 @@ setsid qemu-system-x86_64 \
 	</dev/null >"$run/qemu.log" 2>&1 &
 qpid=$!
 
-echo "booting $dir (machine $machine, ${memory} MB, $cpus vCPU, ${accel[1]}) in $run"
+echo "booting $dir (machine $machine, ${memory} MB, $cpus vCPU, ${accel[1]}, NIC ${nic[1]}) in $run"
 "$hvkube" debug wait-ready --qga "$run/qga.sock" --since "$start" --timeout "${timeout}s" --pid "$qpid"
 
 export HVKUBE_IMAGE_DIR=$dir HVKUBE_VM_DIR=$run QMP_SOCKET=$run/qmp.sock QGA_SOCKET=$run/qga.sock \

@@ -8,8 +8,9 @@
 #
 # FLAVOR is linux-desktop (the default) or the name of a directory beside
 # this one holding a flavor.sh: the same system plus that flavor's packages
-# and files (images/browser-desktop: Firefox ESR, a file manager and a text
-# editor, the browser open when the desktop is ready).
+# and files (images/browser-desktop: Chromium, drivable over CDP and
+# WebDriver, a file manager and a text editor, the browser open when the
+# desktop is ready).
 #
 # The result is cached outside the source tree, keyed by a hash of this
 # script, the files it installs and the configuration:
@@ -87,6 +88,14 @@ terminal_json='  "terminal": {
     "clientArea": '$terminal_client_area',
     "clickPoint": '$terminal_click_point'
   },'
+# The guest's network when the sandbox has a NIC: a user-mode network of its
+# own with slirp's addresses. hvkube-init configures it statically at boot
+# (no DHCP), so a clone of a template snapshot resumes with it up.
+net_mac=52:54:00:12:34:56
+net_address=10.0.2.15
+net_prefix=24
+net_gateway=10.0.2.2
+net_dns=10.0.2.3
 kernel_cmdline="console=ttyS0 root=/dev/vda rootfstype=ext4 rw init=/sbin/hvkube-init quiet loglevel=3 i8042.noaux 8250.nr_uarts=1"
 
 # Kernel modules: the initrd loads what mounting the root disk needs, the
@@ -95,7 +104,7 @@ kernel_cmdline="console=ttyS0 root=/dev/vda rootfstype=ext4 rw init=/sbin/hvkube
 initrd_modules=(virtio_pci virtio_blk crc32c_generic ext4)
 rootfs_modules=(
 	bochs evdev usbhid hid_generic xhci_pci uhci_hcd ehci_pci
-	virtio_console virtio_rng virtio_balloon virtio_input
+	virtio_console virtio_rng virtio_balloon virtio_input virtio_net
 	9pnet_virtio 9p virtiofs
 )
 
@@ -386,6 +395,11 @@ HVKUBE_XAUTHORITY=$x_authority
 HVKUBE_TERMINAL_FONT='$terminal_font'
 HVKUBE_TERMINAL_FONT_SIZE=$terminal_font_size
 HVKUBE_TERMINAL_GEOMETRY=$terminal_geometry
+HVKUBE_NET_MAC=$net_mac
+HVKUBE_NET_ADDRESS=$net_address
+HVKUBE_NET_PREFIX=$net_prefix
+HVKUBE_NET_GATEWAY=$net_gateway
+HVKUBE_NET_DNS=$net_dns
 EOF
 printf '%s\n' "$guest_hostname" >"$root/etc/hostname"
 cat >"$root/etc/hosts" <<EOF
@@ -406,6 +420,11 @@ umount "$root/var/cache/apt/archives"
 umount "$root/sys"
 umount "$root/proc"
 rm -f "$root/usr/sbin/policy-rc.d"
+# debootstrap copied the build host's resolv.conf for apt; hvkube-init
+# writes the guest's when it brings the NIC up. Without one there is no
+# name server.
+rm -f "$root/etc/resolv.conf"
+: >"$root/etc/resolv.conf"
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
 	"$root"/var/cache/apt/archives/*.deb "$root"/var/cache/debconf/*-old \
 	"$root"/var/lib/dpkg/*-old "$root"/var/log/* "$root"/tmp/* \
@@ -465,6 +484,14 @@ cat >"$out/image.json" <<EOF
     "-display", "none", "-vnc", "unix:@VNC_SOCKET@",
     "-qmp", "unix:@QMP_SOCKET@,server=on,wait=off"
   ],
+  "network": {
+    "model": "virtio-net-pci",
+    "mac": "$net_mac",
+    "address": "$net_address",
+    "prefixLength": $net_prefix,
+    "gateway": "$net_gateway",
+    "dns": "$net_dns"
+  },
   "guestAgentPort": "org.qemu.guest_agent.0",
   "guestUser": "$guest_user",
   "guestUid": $guest_uid,

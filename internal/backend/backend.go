@@ -62,6 +62,11 @@ type TemplateSpec struct {
 	// it with api.ErrUnsupported.
 	GPU        bool
 	Resolution string
+	// NetworkMode is the template's spec.network.mode: nat (or empty)
+	// gives the snapshot a network device where the image declares a
+	// network, none gives it none. Clones have the device set of their
+	// snapshot, whatever their own spec says.
+	NetworkMode string
 }
 
 // TemplateInfo describes a built template.
@@ -72,6 +77,11 @@ type TemplateInfo struct {
 	MemoryBytes int64
 	DiskBytes   int64
 	Resolution  string
+	// Network reports whether the snapshot has a network device. A
+	// template asked for one (NetworkMode nat) has none when its image
+	// declares no network, or when it was built by a backend without
+	// networks; its clones then have no network.
+	Network bool
 }
 
 // SandboxSpec is what a backend needs to create a sandbox.
@@ -85,6 +95,12 @@ type SandboxSpec struct {
 	// guest after the clone, or refused with api.ErrUnsupported.
 	Resolution string
 	Hostname   string
+	// Network is the sandbox's network as api.EffectiveNetwork gives it
+	// (its mode and egress rules, or its template's); the zero value is
+	// nat with the default egress policy. A sandbox of a snapshot without
+	// a network device has no network whatever this says (Info.Network
+	// says why).
+	Network api.Network
 }
 
 // Info is what Inspect and List report of a sandbox.
@@ -100,6 +116,26 @@ type Info struct {
 	Resolution string
 	MemoryMB   int
 	CreatedAt  time.Time
+	// Network is the sandbox's network, or nil from a backend that does
+	// not report one.
+	Network *NetworkInfo
+}
+
+// NetworkInfo is what a backend reports of a sandbox's network.
+type NetworkInfo struct {
+	// Mode is what the sandbox runs with: nat, or none (no network device,
+	// or a device whose policy lets nothing through).
+	Mode string
+	// Address is the guest's address on its network; empty with mode none.
+	Address string
+	// Denied counts the connections and DNS questions the egress policy
+	// refused, over the sandbox's life; LastDenied is the latest of them.
+	Denied     int64
+	LastDenied *api.NetworkDenial
+	// Unavailable, when set, says why a sandbox that asked for a network
+	// has none (its template's snapshot has no network device: rebuild
+	// the template).
+	Unavailable string
 }
 
 // Capacity is what the host can still give.

@@ -6,9 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -27,9 +32,10 @@ type QEMUOptions struct {
 	ColdBoots int
 	// Batches is how many times to clone 10 sandboxes at once.
 	Batches int
-	// ClonesOnly stops after the cold boots, the clones to paused and their
-	// memory (for images whose other numbers are the same as
-	// linux-desktop's, such as browser-desktop).
+	// ClonesOnly stops after the cold boots, the clones to paused, the
+	// network on the claim path and the clones' memory (for images whose
+	// other numbers are the same as linux-desktop's, such as
+	// browser-desktop).
 	ClonesOnly bool
 	// CompareLoadvm also boots the image in a plain QEMU and times QEMU's
 	// own revert (savevm once, loadvm in place) beside hvkube's reset: one
@@ -141,6 +147,9 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 	rep.Results = append(rep.Results, firstResume)
 	rep.Results = append(rep.Results, firstSteps.results()...)
 	rep.Results = append(rep.Results, firstCall)
+	if err := networkBench(ctx, rep, be, tplID, img, o, logf); err != nil {
+		return nil, err
+	}
 	// Private memory of the paused clones made so far.
 	var priv []int64
 	for i := 1; i <= n; i++ {
@@ -297,6 +306,89 @@ func QEMU(ctx context.Context, o QEMUOptions) (*Report, error) {
 		rep.Command += " --compare-loadvm"
 	}
 	return rep, nil
+}
+
+// networkBench measures the guest network on the claim path: a clone of
+// the template (which has a network device) cloned and resumed, then its
+// first HTTP response from a server on the host's loopback, fetched in the
+// guest through its NAT (the egress rule allows it); and clone + first
+// resume beside the same for a template built with network mode none (one
+// more cold boot), one after the other so that both meet the same load.
+// The first guest call after a resume waits for the clone's hostname, so
+// the HTTP row includes that.
+func networkBench(ctx context.Context, rep *Report, be *qemu.Backend, tplID string, img api.QEMUImage, o QEMUOptions, logf func(string, ...any)) error {
+	if info, err := be.InspectTemplate(ctx, tplID); err != nil {
+		return err
+	} else if !info.Network {
+		rep.Facts = append(rep.Facts, "no network rows: the template has no network device (the image declares no network)")
+		return nil
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	port := strconv.Itoa(srv.Listener.Addr().(*net.TCPAddr).Port)
+	allow := api.Network{Egress: api.Egress{Allow: []string{"127.0.0.1:" + port}}}
+	fetch := backend.ExecRequest{Path: "timeout", Args: []string{"20", "bash", "-c",
+		`exec 3<>/dev/tcp/10.0.2.2/$1 || exit 7; printf 'GET / HTTP/1.0\r\n\r\n' >&3; cat <&3`, "fetch", port}}
+	logf("building a template with network mode none (a cold boot)")
+	const noNet = "bench-nonet"
+	if _, err := be.BuildTemplate(ctx, backend.TemplateSpec{ID: noNet, Image: img, NetworkMode: api.NetworkNone}, nil); err != nil {
+		return err
+	}
+	defer be.DeleteTemplate(context.WithoutCancel(ctx), noNet)
+	// Its first clone has its spares made, as the other template's has.
+	n := 0
+	cloneResume := func(tpl string, network api.Network) (string, time.Duration, error) {
+		n++
+		id := fmt.Sprintf("bench-net-%d", n)
+		t := time.Now()
+		if _, err := be.Create(ctx, backend.SandboxSpec{ID: id, TemplateID: tpl, Network: network}); err != nil {
+			return id, 0, err
+		}
+		if err := be.Resume(ctx, id); err != nil {
+			return id, 0, err
+		}
+		return id, time.Since(t), nil
+	}
+	id, _, err := cloneResume(noNet, api.Network{})
+	be.Delete(ctx, id)
+	if err != nil {
+		return err
+	}
+	on := Result{Name: "clone + first resume to the guest answering, network on (spare ready)", Target: "≤ 10 % over off"}
+	off := Result{Name: "clone + first resume to the guest answering, network off (template mode none)"}
+	http1 := Result{Name: "clone → first HTTP response from a host server through the guest's NAT", Target: "-"}
+	logf("network on the claim path ×%d", o.Runs)
+	for i := 0; i < o.Runs; i++ {
+		time.Sleep(time.Second)
+		id, d, err := cloneResume(tplID, allow)
+		if err == nil {
+			on.Samples = append(on.Samples, d)
+			t := time.Now()
+			var res backend.ExecResult
+			res, err = be.Exec(ctx, id, fetch)
+			if err == nil && (res.ExitCode != 0 || !strings.HasSuffix(string(res.Stdout), "ok")) {
+				err = fmt.Errorf("fetch in the guest: exit %d: %s", res.ExitCode, res.Stderr)
+			}
+			http1.Samples = append(http1.Samples, d+time.Since(t))
+		}
+		be.Delete(ctx, id)
+		if err != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+		id, d, err = cloneResume(noNet, api.Network{})
+		be.Delete(ctx, id)
+		if err != nil {
+			return err
+		}
+		off.Samples = append(off.Samples, d)
+	}
+	rep.Results = append(rep.Results, on, off, http1)
+	if p50on, p50off := on.Percentile(50), off.Percentile(50); p50off > 0 {
+		rep.Facts = append(rep.Facts, fmt.Sprintf("network on the claim path: clone + first resume p50 %s with the network, %s without (%+.0f %%; target ≤ 10 %%)",
+			fmtDur(p50on), fmtDur(p50off), (float64(p50on)/float64(p50off)-1)*100))
+	}
+	return nil
 }
 
 // imageSize describes the image's size on disk from the image.json its

@@ -46,6 +46,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Re
 	defer unlock()
 	o, err = n.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
+		egressReported.forget(n, name)
 		return controller.Result{}, n.be.Delete(ctx, name)
 	}
 	if err != nil {
@@ -59,6 +60,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Re
 		if err := n.be.Delete(ctx, name); err != nil {
 			return controller.Result{}, err
 		}
+		egressReported.forget(n, name)
 		n.event(ctx, sb, api.EventNormal, "Deleted", "VM stopped and removed")
 		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, sb, api.FinalizerVM)
 	}
@@ -167,6 +169,10 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		return controller.Result{}, err
 	}
 	n.event(ctx, sb, api.EventNormal, "Started", msg)
+	nu := n.networkOf(sb, info)
+	if nu.newlyMissing(sb) {
+		n.event(ctx, sb, api.EventWarning, reasonNoNetworkDevice, nu.missing)
+	}
 	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message = phase, "Started", msg
 		s.Template = tplName
@@ -174,6 +180,7 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		s.Display = info.Display
 		s.Resolution = info.Resolution
 		s.PID = info.PID
+		nu.apply(s, sb.Metadata.Generation, now)
 		s.StartedAt = &now
 		if phase == api.SandboxRunning {
 			s.ReadyAt, s.LastResumedAt, s.LastHeartbeat = &now, &now, &now
@@ -291,6 +298,7 @@ func (n *Node) sandboxSpec(sb *api.Sandbox, tpl *api.Template, snapID string) ba
 	spec := backend.SandboxSpec{
 		ID: sb.Metadata.Name, UID: sb.Metadata.UID, TemplateID: snapID,
 		Resolution: sb.Spec.Display.Resolution, Hostname: sb.Metadata.Name,
+		Network: api.EffectiveNetwork(tpl.Spec.Network, sb.Spec.Network),
 	}
 	if snapID != tpl.Status.Snapshot.ID {
 		spec.Resolution = ""
@@ -376,6 +384,13 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 		// by an operation since.
 		reason, msg = phaseReason(phase), ""
 	}
+	nu := n.networkOf(sb, info)
+	if nu.denied != "" {
+		n.event(ctx, sb, api.EventWarning, reasonEgressDenied, nu.denied)
+	}
+	if nu.newlyMissing(sb) {
+		n.event(ctx, sb, api.EventWarning, reasonNoNetworkDevice, nu.missing)
+	}
 	var beat *time.Time
 	if phase == api.SandboxRunning && checked {
 		if health != nil {
@@ -396,13 +411,18 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 		s.Phase, s.Reason, s.Message = phase, reason, msg
 		s.PID = info.PID
 		clearIOError(s, sb.Metadata.Generation, n.now())
+		nu.apply(s, sb.Metadata.Generation, n.now())
 		// The heartbeat is refreshed only now and then: a write per health
 		// check would wake every watcher of sandboxes for nothing.
 		if beat != nil && (s.LastHeartbeat == nil || beat.Sub(*s.LastHeartbeat) >= heartbeatEvery(sb)) {
 			s.LastHeartbeat = beat
 		}
 	})
-	return controller.Result{RequeueAfter: interval(sb)}, err
+	res := controller.Result{RequeueAfter: interval(sb)}
+	if nu.retry > 0 && nu.retry < res.RequeueAfter {
+		res.RequeueAfter = nu.retry
+	}
+	return res, err
 }
 
 // prepare readies a sandbox that just started running for its user: its

@@ -61,7 +61,8 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 	if t.Spec.QEMU == nil && n.be.Name() == "qemu" {
 		return controller.Result{}, n.templateStatus(ctx, t, api.TemplateFailed, "NoImage", "this host runs the qemu backend and the template has no spec.qemu image", nil)
 	}
-	spec := backend.TemplateSpec{ID: id, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: t.Spec.Resources.MemoryMB, GPU: t.Spec.Resources.GPU, Resolution: t.Spec.Display.Resolution}
+	spec := backend.TemplateSpec{ID: id, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: t.Spec.Resources.MemoryMB, GPU: t.Spec.Resources.GPU, Resolution: t.Spec.Display.Resolution,
+		NetworkMode: t.Spec.Network.Mode}
 	if t.Spec.QEMU != nil {
 		spec.Image = *t.Spec.QEMU
 	}
@@ -89,7 +90,12 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 	snap := &api.TemplateSnapshot{ID: info.ID, CreatedAt: info.CreatedAt, BootSeconds: info.BootTime.Seconds(),
 		MemoryBytes: info.MemoryBytes, DiskBytes: info.DiskBytes, Resolution: info.Resolution}
 	n.event(ctx, t, api.EventNormal, "Ready", fmt.Sprintf("snapshot %s ready in %.1fs (desktop booted in %.1fs)", id, n.now().Sub(start).Seconds(), info.BootTime.Seconds()))
-	return controller.Result{}, n.templateStatus(ctx, t, api.TemplateReady, "SnapshotReady", "sandboxes clone from the snapshot", snap)
+	msg := "sandboxes clone from the snapshot"
+	if t.Spec.Network.Mode != api.NetworkNone && !info.Network && n.be.Name() == "qemu" {
+		msg += "; it has no network device, since the image declares no network (image.json has no network): its sandboxes have none (rebuild the image, then the template)"
+		n.event(ctx, t, api.EventWarning, "NoNetwork", fmt.Sprintf("snapshot %s has no network device: the image declares no network", id))
+	}
+	return controller.Result{}, n.templateStatus(ctx, t, api.TemplateReady, "SnapshotReady", msg, snap)
 }
 
 // templateStatus sets a template's phase (and snapshot), conditioned on
@@ -192,7 +198,8 @@ func (n *Node) buildShapes(ctx context.Context, t *api.Template) (controller.Res
 		if sh.Node != n.name || sh.Phase != shapePending {
 			continue
 		}
-		spec := backend.TemplateSpec{ID: sh.ID, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: sh.MemoryMB, GPU: t.Spec.Resources.GPU, Resolution: sh.Resolution}
+		spec := backend.TemplateSpec{ID: sh.ID, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: sh.MemoryMB, GPU: t.Spec.Resources.GPU, Resolution: sh.Resolution,
+			NetworkMode: t.Spec.Network.Mode}
 		if t.Spec.QEMU != nil {
 			spec.Image = *t.Spec.QEMU
 		}

@@ -14,6 +14,11 @@ import (
 	"errors"
 	"image"
 	"image/png"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +50,21 @@ type Options struct {
 	// OS is the template's guest, whose probes the suite looks inside
 	// with (default Linux).
 	OS guest.OS
+	// Network, if set, runs the network case: the backend gives guests a
+	// network with an egress policy (backend.SandboxSpec.Network).
+	Network *NetworkOptions
+}
+
+// NetworkOptions say how a guest of the backend reaches the host.
+type NetworkOptions struct {
+	// HostAddress is the address the guest reaches the host's loopback
+	// at (its gateway).
+	HostAddress string
+	// Fetch is a guest program that sends an HTTP/1.0 GET / to host:port
+	// and prints the answer. When the connection is refused it exits with
+	// RefusedExit and says "refused" (in any case) on stderr.
+	Fetch       func(host string, port int) backend.ExecRequest
+	RefusedExit int
 }
 
 // Run runs the suite.
@@ -440,6 +460,49 @@ func Run(t *testing.T, o Options) {
 		}
 		if err := b.Resume(ctx, "conf-kill"); err == nil {
 			t.Fatal("resume of a killed VM succeeded")
+		}
+	})
+
+	t.Run("NetworkEgress", func(t *testing.T) {
+		if o.Network == nil {
+			t.Skip("the backend gives guests no network")
+		}
+		if !info.Network {
+			t.Skip("the template's snapshot has no network device (its image declares no network)")
+		}
+		nw := o.Network
+		serve := func(body string) int {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) }))
+			t.Cleanup(srv.Close)
+			return srv.Listener.Addr().(*net.TCPAddr).Port
+		}
+		allowed, other := serve("allowed"), serve("not allowed")
+		spec := backend.SandboxSpec{ID: "conf-net", UID: "uid-conf-net", TemplateID: info.ID,
+			Network: api.Network{Egress: api.Egress{Allow: []string{"127.0.0.1:" + strconv.Itoa(allowed)}}}}
+		if _, err := b.Create(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Delete(context.Background(), "conf-net") })
+		resume(t, "conf-net")
+		// Right after the first resume: nothing to wait for.
+		if res := exec(t, "conf-net", nw.Fetch(nw.HostAddress, allowed)); res.ExitCode != 0 || !strings.HasSuffix(string(res.Stdout), "allowed") {
+			t.Fatalf("fetch from an allowed host port: exit %d, %q %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		res := exec(t, "conf-net", nw.Fetch(nw.HostAddress, other))
+		if res.ExitCode != nw.RefusedExit || !strings.Contains(strings.ToLower(string(res.Stderr)), "refused") {
+			t.Fatalf("fetch from a host port not allowed: exit %d, %q %q; want refused (exit %d)", res.ExitCode, res.Stdout, res.Stderr, nw.RefusedExit)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			got, err := b.Inspect(ctx, "conf-net")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := got.Network; n != nil && n.Denied >= 1 && n.LastDenied != nil && strings.HasSuffix(n.LastDenied.Destination, ":"+strconv.Itoa(other)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the refused connection is not reported: %+v", got.Network)
+			}
 		}
 	})
 

@@ -160,6 +160,9 @@ type sandbox struct {
 	state string
 	pid   int // 0 without a process
 
+	network     api.Network         // as the spec gave it
+	networkInfo backend.NetworkInfo // see SetDenied
+
 	files     map[string][]byte // the guest file system, by cleaned absolute path
 	clipboard string
 	x, y      int // the pointer
@@ -427,6 +430,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		resolution: res, w: w, h: h, memoryMB: mem, createdAt: b.now(),
 		state: backend.StatePaused, pid: b.newPIDLocked(),
 		files: map[string][]byte{}, x: w / 2, y: h / 2,
+		network: spec.Network, networkInfo: networkInfoOf(spec.Network),
 	}
 	b.sandboxes[spec.ID] = s
 	s.log = append(s.log, fmt.Sprintf("%s create: from template %s -> %s", b.now().Format(time.RFC3339Nano), spec.TemplateID, s.state))
@@ -703,9 +707,15 @@ func (s *sandbox) hasProcess() bool {
 }
 
 func (s *sandbox) infoLocked() backend.Info {
+	network := s.networkInfo
+	if network.LastDenied != nil {
+		last := *network.LastDenied
+		network.LastDenied = &last
+	}
 	return backend.Info{
 		ID: s.id, UID: s.uid, TemplateID: s.templateID, State: s.state, PID: s.pid,
 		Display: "fake:" + s.id, Resolution: s.resolution, MemoryMB: s.memoryMB, CreatedAt: s.createdAt,
+		Network: &network,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -228,8 +229,9 @@ func TestCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := backend.Info{ID: "a", UID: "u1", TemplateID: tplID, State: backend.StatePaused, PID: info.PID,
-		Display: "fake:a", Resolution: DefaultResolution, MemoryMB: DefaultTemplateMemoryMB, CreatedAt: now}
-	if info != want || info.PID == 0 {
+		Display: "fake:a", Resolution: DefaultResolution, MemoryMB: DefaultTemplateMemoryMB, CreatedAt: now,
+		Network: &backend.NetworkInfo{Mode: api.NetworkNAT, Address: fakeGuestAddress}}
+	if !reflect.DeepEqual(info, want) || info.PID == 0 {
 		t.Fatalf("create: %+v, want %+v", info, want)
 	}
 	if err := b.Resume(ctx, "a"); err != nil {

@@ -32,6 +32,14 @@ type machine struct {
 	// booting.
 	Incoming bool
 
+	// NetSocket, when set, gives the VM a virtio NIC, as Network (the
+	// image's declaration) says, whose frames QEMU serves on this unix
+	// socket as a stream server; the backend's guest network connects to
+	// it (network.go). Without it the VM has no NIC. A snapshot and every
+	// VM that loads it must have the same devices.
+	NetSocket string
+	Network   *imageNetwork
+
 	QMPSocket string
 	QGASocket string
 	VNCSocket string
@@ -90,7 +98,16 @@ func (m machine) args() []string {
 		"-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
 		"-device", "virtio-rng-pci",
 		"-device", "vmgenid,guid=auto",
-		"-nic", "none",
+	)
+	if m.NetSocket != "" {
+		a = append(a,
+			"-netdev", "stream,id=net0,server=on,addr.type=unix,addr.path="+opt(m.NetSocket),
+			"-device", "virtio-net-pci,netdev=net0,mac="+opt(m.Network.mac()),
+		)
+	} else {
+		a = append(a, "-nic", "none")
+	}
+	a = append(a,
 		"-serial", "file:"+m.SerialLog,
 		"-display", "none",
 		"-vnc", "unix:"+opt(m.VNCSocket),

@@ -23,6 +23,17 @@ func TestMachineArgs(t *testing.T) {
 		{"boot", nil,
 			[]string{"-drive", "if=none,id=disk0,format=qcow2,cache=writeback,file=/data/sandboxes/a/disk.qcow2"},
 			[]string{"-incoming", "-add-fd"}},
+		{"no NIC without a network", nil, []string{"-nic", "none"}, []string{"-netdev"}},
+		{"a NIC on the stream socket with the image's MAC", func(m *machine) {
+			m.NetSocket, m.Network = "/run/x/net.sock", &imageNetwork{MAC: "52:54:00:aa:bb:cc"}
+		},
+			[]string{"-netdev", "stream,id=net0,server=on,addr.type=unix,addr.path=/run/x/net.sock",
+				"-device", "virtio-net-pci,netdev=net0,mac=52:54:00:aa:bb:cc"},
+			[]string{"-nic"}},
+		{"a NIC with the guest network's MAC when the image names none", func(m *machine) {
+			m.NetSocket, m.Network = "/run/x/net.sock", &imageNetwork{}
+		},
+			[]string{"-device", "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56"}, []string{"-nic"}},
 		{"tcg cache size", nil, []string{"-accel", "tcg,tb-size=64"}, nil},
 		{"ram", nil, []string{"-object", "memory-backend-ram,id=ram0,size=512M"}, nil},
 		{"clone maps the template's RAM privately", func(m *machine) { m.MemFile, m.Incoming = "/t/ram", true },

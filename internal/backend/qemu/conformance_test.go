@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,6 +59,13 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		Extra: testSpares,
+		Network: &backendtest.NetworkOptions{
+			HostAddress: "10.0.2.2",
+			Fetch: func(host string, port int) backend.ExecRequest {
+				return backend.ExecRequest{Path: "timeout", Args: []string{"20", "bash", "-c", fetchScript, "fetch", host, strconv.Itoa(port)}}
+			},
+			RefusedExit: 7,
+		},
 		Leftovers: func(t *testing.T, b backend.Backend, id string, before backend.Info) []string {
 			q := b.(*Backend)
 			var left []string

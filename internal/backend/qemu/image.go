@@ -27,6 +27,20 @@ type imageInfo struct {
 	GuestUser     string            `json:"guestUser"`
 	Display       map[string]string `json:"display"`
 	Helpers       map[string]string `json:"helpers"`
+	// Network is the NIC the guest configures at boot when it has one;
+	// an image without it gets none.
+	Network *imageNetwork `json:"network"`
+}
+
+// imageNetwork is image.json's network: how the guest configures its NIC
+// (statically, at boot), which the guest network must match.
+type imageNetwork struct {
+	Model        string `json:"model"`
+	MAC          string `json:"mac"`
+	Address      string `json:"address"`
+	PrefixLength int    `json:"prefixLength"`
+	Gateway      string `json:"gateway"`
+	DNS          string `json:"dns"`
 }
 
 // image is a resolved template image: absolute paths and the guest facts.
@@ -43,6 +57,9 @@ type image struct {
 	// Env talks to the guest's X display from guest-exec.
 	Env     []string
 	Helpers map[string]string
+	// Network is what the image declares of its guest's NIC; nil when it
+	// declares none (no image.json, or one from before guest networks).
+	Network *imageNetwork `json:",omitempty"`
 }
 
 // resolveImage finds a template's image: by name under imageDir (NAME/current,
@@ -89,6 +106,7 @@ func resolveImage(imageDir string, roots hostpath.Roots, q api.QEMUImage) (image
 		if q.KernelArgs != "" {
 			img.Append = q.KernelArgs
 		}
+		img.Network = info.Network
 		return img.withDefaults(), nil
 	}
 	img := image{Kernel: q.Kernel, Initrd: q.Initrd, Disk: q.Disk, Append: q.KernelArgs, Helpers: guestos.DefaultHelpers,

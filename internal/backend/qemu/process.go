@@ -21,16 +21,22 @@ type proc struct {
 	// exited closes when the process ends; nil for adopted processes,
 	// which are polled instead.
 	exited <-chan struct{}
+	// link is its guest network (network.go), nil without a NIC. It
+	// ends with the process.
+	link *link
 }
 
-// launch starts QEMU for m in dir and connects to its monitor.
+// launch starts QEMU for m in dir and connects to its monitor and, if m
+// has a NIC, its guest network (with no egress until a sandbox takes it).
 func (b *Backend) launch(ctx context.Context, m machine, dir string) (*proc, error) {
 	run := filepath.Dir(m.QMPSocket)
 	if err := os.MkdirAll(run, 0o700); err != nil {
 		return nil, err
 	}
-	for _, s := range []string{m.QMPSocket, m.QGASocket, m.VNCSocket} {
-		os.Remove(s)
+	for _, s := range []string{m.QMPSocket, m.QGASocket, m.VNCSocket, m.NetSocket} {
+		if s != "" {
+			os.Remove(s)
+		}
 	}
 	os.Remove(m.PIDFile)
 	var files []*os.File
@@ -56,6 +62,12 @@ func (b *Backend) launch(ctx context.Context, m machine, dir string) (*proc, err
 		cancel()
 		if err == nil {
 			p.mon = mon
+			if m.NetSocket != "" {
+				if p.link, err = b.startLink(ctx, p, m.NetSocket, m.Network); err != nil {
+					p.kill()
+					return nil, fmt.Errorf("guest network: %w%s", err, p.logTail())
+				}
+			}
 			return p, nil
 		}
 		select {
@@ -108,8 +120,10 @@ func (p *proc) quit(ctx context.Context) error {
 	return p.kill()
 }
 
-// kill ends the process and waits until it is gone.
+// kill ends the process and waits until it is gone; its guest network
+// ends with it.
 func (p *proc) kill() error {
+	defer p.link.close()
 	if p.mon != nil {
 		p.mon.Close()
 	}

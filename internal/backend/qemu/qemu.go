@@ -12,9 +12,12 @@
 //
 // Each sandbox has a directory (vm.json, overlay disk, saved state, logs,
 // pidfile) and a short run directory for its sockets (QMP, guest agent,
-// VNC). QEMU runs in its own session and outlives the server; on start the
-// backend finds the sandboxes' directories and adopts the processes that
-// still run.
+// VNC, NIC). QEMU runs in its own session and outlives the server; on
+// start the backend finds the sandboxes' directories and adopts the
+// processes that still run.
+//
+// A guest's network is in this process: one guestnet.Network per QEMU
+// process, with the sandbox's egress policy (network.go).
 package qemu
 
 import (
@@ -28,6 +31,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +48,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/display"
 	guestos "github.com/hvkube/hvkube/internal/guest"
+	"github.com/hvkube/hvkube/internal/guestnet"
 	"github.com/hvkube/hvkube/internal/hostpath"
 )
 
@@ -82,6 +88,12 @@ type Config struct {
 	// files (spec.qemu.disk, kernel, initrd) must lie under; ImageDir
 	// alone when empty.
 	AllowedRoots hostpath.Roots
+	// NetworkHosts are static DNS answers for the guests, checked before
+	// the host's resolver: names (no wildcards) and their addresses; of
+	// the loopback range only 127.0.0.1, which a guest reaches as its
+	// gateway. They answer a name, and do not let the guest connect: the
+	// egress policy decides that.
+	NetworkHosts map[string][]netip.Addr
 	Logger       *slog.Logger
 }
 
@@ -91,6 +103,12 @@ type Backend struct {
 	accelReason string // why cfg.Accel was chosen
 	log         *slog.Logger
 	enc         display.Encoder
+	// hostAddrs are the host's interface addresses at New, refused to the
+	// guests by default; netHosts is Config.NetworkHosts checked; the
+	// guests' other names come from resolver.
+	hostAddrs []netip.Addr
+	netHosts  map[string][]netip.Addr
+	resolver  guestnet.Resolver
 
 	mu        sync.Mutex // guards the following fields
 	vms       map[string]*vm
@@ -202,7 +220,17 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("qemu backend: %w", err)
 		}
 	}
-	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSet{}}
+	netHosts, err := checkHosts(cfg.NetworkHosts)
+	if err != nil {
+		return nil, fmt.Errorf("qemu backend: %w", err)
+	}
+	hostAddrs, err := guestnet.HostAddrs()
+	if err != nil {
+		cfg.Logger.Warn("cannot list the host's addresses: guests are not kept from them by default", "err", err)
+		hostAddrs = []netip.Addr{}
+	}
+	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSet{},
+		hostAddrs: hostAddrs, netHosts: netHosts, resolver: net.DefaultResolver}
 	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := b.List(ctx); err != nil {
 		return nil, err
@@ -223,16 +251,30 @@ func (b *Backend) Accel() string { return b.cfg.Accel }
 // probe at New found (a probe VM ran under KVM, or why it could not).
 func (b *Backend) AccelReason() string { return b.accelReason }
 
-// Close drops the backend's connections and discards its spare clones;
-// the sandboxes' VMs keep running.
+// Close drops the backend's connections and guest networks and discards
+// its spare clones; the sandboxes' VMs keep running (without a network
+// until a backend adopts them again). What their networks denied so far
+// is recorded, for the next backend to count on from.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.bgCancel()
 		b.dropAllSpares()
 		b.mu.Lock()
-		defer b.mu.Unlock()
+		vms := make([]*vm, 0, len(b.vms))
 		for _, v := range b.vms {
+			vms = append(vms, v)
+		}
+		b.mu.Unlock()
+		for _, v := range vms {
 			v.disconnect()
+			// A call that holds the sandbox (a boot, a save) keeps it: its
+			// own record is written when it ends.
+			if v.mu.TryLock() {
+				if !v.gone && v.meta.ID != "" {
+					v.save()
+				}
+				v.mu.Unlock()
+			}
 		}
 	})
 	return nil
@@ -241,8 +283,11 @@ func (b *Backend) Close() error {
 // ---- templates ----
 
 type tplMeta struct {
-	ID          string    `json:"id"`
-	Image       image     `json:"image"`
+	ID    string `json:"id"`
+	Image image  `json:"image"`
+	// Network: the snapshot has a NIC (see network.go). Snapshots built
+	// before guest networks have none, and neither have their clones.
+	Network     bool      `json:"network,omitempty"`
 	Accel       string    `json:"accel"`
 	CPUs        int       `json:"cpus"`
 	MemoryMB    int       `json:"memoryMB"`
@@ -255,7 +300,7 @@ type tplMeta struct {
 
 func (t tplMeta) info() backend.TemplateInfo {
 	return backend.TemplateInfo{ID: t.ID, CreatedAt: t.CreatedAt, BootTime: time.Duration(t.BootSeconds * float64(time.Second)),
-		MemoryBytes: t.MemoryBytes, DiskBytes: t.DiskBytes, Resolution: t.Resolution}
+		MemoryBytes: t.MemoryBytes, DiskBytes: t.DiskBytes, Resolution: t.Resolution, Network: t.Network}
 }
 
 func (b *Backend) tplDir(id string) string { return filepath.Join(b.cfg.Dir, "templates", id) }
@@ -334,6 +379,17 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	}
 	if meta.Resolution == "" {
 		meta.Resolution = img.Resolution
+	}
+	switch {
+	case spec.NetworkMode == api.NetworkNone:
+	case img.Network == nil:
+		b.log.Warn("the image declares no network (image.json has no network): the template's snapshot gets no network device, and its sandboxes no network", "template", spec.ID, "image", img.Dir)
+		progress("the image declares no network: the snapshot gets no network device")
+	default:
+		if _, err := img.Network.config(b.hostAddrs); err != nil {
+			return backend.TemplateInfo{}, fmt.Errorf("template %s: %w", spec.ID, err)
+		}
+		meta.Network = true
 	}
 	if err := b.reserve(spec.ID, meta.MemoryMB, ""); err != nil {
 		return backend.TemplateInfo{}, err
@@ -420,13 +476,13 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	}
 	ok = true
 	progress("template snapshot saved")
-	b.log.Info("template built", "template", spec.ID, "boot", boot.Round(time.Millisecond))
+	b.log.Info("template built", "template", spec.ID, "boot", boot.Round(time.Millisecond), "network", meta.Network)
 	return meta.info(), nil
 }
 
 // machineFor fills a command line for a VM from its template facts.
 func (b *Backend) machineFor(t tplMeta, name, dir, run, disk string) machine {
-	return machine{
+	m := machine{
 		Name:      name,
 		Machine:   t.Image.Machine,
 		Accel:     t.Accel,
@@ -443,6 +499,10 @@ func (b *Backend) machineFor(t tplMeta, name, dir, run, disk string) machine {
 		SerialLog: filepath.Join(dir, "serial.log"),
 		TBSizeMB:  64,
 	}
+	if t.Network {
+		m.NetSocket, m.Network = filepath.Join(run, netSocketName), t.Image.Network
+	}
+	return m
 }
 
 // runDirFor is the socket directory of a VM directory: short, and unique

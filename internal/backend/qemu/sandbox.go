@@ -40,6 +40,13 @@ type vmMeta struct {
 	// Pending is what of the clone's identity its guest does not have yet
 	// (pendingHostname, pendingIdentity): its first resume writes it.
 	Pending string `json:"pending,omitempty"`
+	// Network is the sandbox's network spec (nil in a record from before
+	// guest networks: nat); adoption gives the guest its policy from it.
+	Network *api.Network `json:"network,omitempty"`
+	// Denied and LastDenied are its egress denials so far, as of the
+	// record (the count goes on from them after a restart).
+	Denied     int64              `json:"denied,omitempty"`
+	LastDenied *api.NetworkDenial `json:"lastDenied,omitempty"`
 }
 
 // sandboxNamePrefix starts the -name of the QEMU a sandbox started for
@@ -95,14 +102,21 @@ type vm struct {
 	// ioStopped: QEMU stopped the vCPUs on a failed disk write (see
 	// ioerror.go) and no resume has run them since.
 	ioStopped bool
+	// denials are what its guest networks refused (network.go).
+	denials *denials
 }
 
 func (v *vm) hasProcess() bool { return v.p != nil && v.p.alive() }
 
+// disconnect drops the backend's connections to v's QEMU and ends its
+// guest network; the QEMU runs on.
 func (v *vm) disconnect() {
 	v.kept.close()
 	if v.p != nil && v.p.mon != nil {
 		v.p.mon.Close()
+	}
+	if v.p != nil {
+		v.p.link.close()
 	}
 	if v.g != nil {
 		v.g.ga.Close()
@@ -197,7 +211,13 @@ func (b *Backend) forget(v *vm) {
 	b.mu.Unlock()
 }
 
-func (v *vm) save() error { return writeJSON(filepath.Join(v.dir, "vm.json"), v.meta) }
+// save writes v's record, with its denials so far.
+func (v *vm) save() error {
+	if v.denials != nil {
+		v.meta.Denied, v.meta.LastDenied = v.denials.get()
+	}
+	return writeJSON(filepath.Join(v.dir, "vm.json"), v.meta)
+}
 
 // Create implements backend.Backend.
 func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend.Info, error) {
@@ -214,6 +234,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 	if err != nil {
 		b.forget(v)
 		return backend.Info{}, err
+	}
+	network := api.EffectiveNetwork(api.Network{}, spec.Network)
+	if _, _, err := egressOf(network); err != nil {
+		b.forget(v)
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
 	mem := tpl.MemoryMB
 	if spec.MemoryMB != 0 && spec.MemoryMB != tpl.MemoryMB {
@@ -235,8 +260,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		hostname = spec.ID
 	}
 	v.tpl = tpl
+	v.denials = &denials{}
 	v.meta = vmMeta{
-		ID: spec.ID, UID: spec.UID, TemplateID: spec.TemplateID,
+		Network: &network,
+		ID:      spec.ID, UID: spec.UID, TemplateID: spec.TemplateID,
 		Name:       sandboxNamePrefix + spec.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		Hostname:   hostname,
 		Resolution: tpl.Resolution,
@@ -396,14 +423,16 @@ func (b *Backend) resolutionLocked(ctx context.Context, v *vm, res string) error
 
 func (v *vm) attach(p *proc) { v.attachGuest(p, qga.New(v.qgaSocket())) }
 
-// attachGuest makes p v's process and ga its guest agent's client. Every
-// process the backend starts for a sandbox is handed over paused.
+// attachGuest makes p v's process and ga its guest agent's client, and
+// gives p's guest network v's egress policy. Every process the backend
+// starts for a sandbox is handed over paused.
 func (v *vm) attachGuest(p *proc, ga *qga.Client) {
 	v.p = p
 	v.live.Store(p)
 	v.g = newGuest(ga, v.tpl.Image)
 	v.meta.PID = p.pid
 	v.paused, v.ioStopped = true, false
+	v.connectLink()
 }
 
 func (v *vm) detach() {
@@ -640,8 +669,12 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 			}
 		} else {
 			// SIGKILL now; the process is gone (its memory freed) a few
-			// milliseconds later, while the new one takes its place.
-			go killProcess(old.pid, old.name, 10*time.Second)
+			// milliseconds later, while the new one takes its place. Its
+			// guest network goes with it.
+			go func() {
+				killProcess(old.pid, old.name, 10*time.Second)
+				old.link.close()
+			}()
 		}
 	}
 	steps.Mark("kill the old QEMU")
@@ -735,6 +768,7 @@ func (b *Backend) inspectLocked(ctx context.Context, v *vm) backend.Info {
 		ID: v.meta.ID, UID: v.meta.UID, TemplateID: v.meta.TemplateID,
 		Display: "unix:" + v.vncSocket(), Resolution: v.meta.Resolution,
 		MemoryMB: v.meta.MemoryMB, CreatedAt: v.meta.CreatedAt,
+		Network: v.networkInfo(),
 	}
 	switch {
 	case v.hasProcess():
@@ -820,7 +854,7 @@ func (b *Backend) adoptDir(ctx context.Context, id string) {
 		os.RemoveAll(dir)
 		return
 	}
-	v := &vm{id: id, dir: dir, meta: meta}
+	v := &vm{id: id, dir: dir, meta: meta, denials: &denials{count: meta.Denied, last: meta.LastDenied}}
 	if tpl, err := b.loadTemplate(meta.TemplateID); err == nil {
 		v.tpl = tpl
 	} else {
@@ -830,6 +864,14 @@ func (b *Backend) adoptDir(ctx context.Context, id string) {
 		v.p = p
 		v.live.Store(p)
 		v.g = newGuest(qga.New(v.qgaSocket()), v.tpl.Image)
+		// Its guest network was the last server's: a new one connects to
+		// its NIC, with the sandbox's recorded policy.
+		if v.tpl.Network {
+			if p.link, err = b.startLink(ctx, p, filepath.Join(meta.RunDir, netSocketName), v.tpl.Image.Network); err != nil {
+				b.log.Warn("cannot connect the adopted sandbox's guest network", "sandbox", id, "err", err)
+			}
+			v.connectLink()
+		}
 		b.log.Info("adopted a running sandbox", "sandbox", id, "pid", meta.PID)
 		// A clone resumed before the restart whose identity was still
 		// being written: write it again.

@@ -18,7 +18,9 @@ import (
 // A spare is a clone made ahead of need and belonging to no sandbox yet: a
 // QEMU started on a blank overlay of a template's disk, with the template's
 // snapshot loaded, then run for a moment to give it its own machine id,
-// boot id and (by vmgenid) random seed, and paused. That moment is also
+// boot id and (by vmgenid) random seed, and paused. Its guest network (if
+// the template has one) lets nothing through and answers no name until a
+// sandbox takes it and gives it the sandbox's policy. That moment is also
 // when TCG translates the guest code the guest agent runs, which a fresh
 // QEMU pays for once (about 0.2 s under emulation). A clone or a reset that
 // takes a spare moves its files into the sandbox's directories and hands
@@ -251,6 +253,9 @@ func (sp *spare) moveTo(dir, run string) error {
 	os.Remove(sp.dir)
 	sp.p.dir = dir
 	sp.qgaSock.set(filepath.Join(run, "qga.sock"))
+	if sp.p.link != nil {
+		sp.p.link.sock.set(filepath.Join(run, netSocketName))
+	}
 	return nil
 }
 
