@@ -316,6 +316,11 @@ func DecodeAction(b []byte) (Action, error) {
 		m["actions"] = []any{one}
 		delete(m, "action")
 	}
+	// A function hvkube refuses is refused as such, before the
+	// arguments it came with (which Action may not know) are read.
+	if err := refusedCall("", m); err != nil {
+		return Action{}, err
+	}
 	if err := checkValue("", m, reflect.TypeOf(Action{})); err != nil {
 		return Action{}, err
 	}
@@ -328,6 +333,25 @@ func DecodeAction(b []byte) (Action, error) {
 		return Action{}, Invalid("", "%v", err)
 	}
 	return a, nil
+}
+
+// refusedCall finds a Gemini function call hvkube refuses in the decoded
+// action m at path p, or in its batch.
+func refusedCall(p string, m map[string]any) error {
+	if name, ok := m["name"].(string); ok {
+		if why := GeminiRefused(name); why != "" {
+			return &FieldError{Field: join(p, "name"), Detail: fmt.Sprintf("%s is not supported: %s", name, why), Category: ErrUnsupported}
+		}
+	}
+	acts, _ := m["actions"].([]any)
+	for i, e := range acts {
+		if em, ok := e.(map[string]any); ok {
+			if err := refusedCall(join(p, fmt.Sprintf("actions[%d]", i)), em); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ValidateAction checks one action, or a batch, in any vocabulary. width

@@ -135,6 +135,17 @@ func TestDecodeAction(t *testing.T) {
 			t.Errorf("%s: got %v (field %q), want ErrInvalid naming %q", tt.body, err, FieldOf(err), tt.field)
 		}
 	}
+	// A refused function is refused as such, with the arguments Gemini
+	// gives it, alone or in a batch.
+	for _, tt := range []struct{ body, field string }{
+		{`{"name":"open_app","args":{"app_name":"Chrome","intent":"open it"}}`, "name"},
+		{`{"actions":[{"name":"click","args":{"x":1,"y":2}},{"name":"long_press","args":{"x":1,"y":2,"duration_ms":500}}]}`, "actions[1].name"},
+	} {
+		_, err := DecodeAction([]byte(tt.body))
+		if !errors.Is(err, ErrUnsupported) || FieldOf(err) != tt.field {
+			t.Errorf("%s: got %v (field %q), want ErrUnsupported naming %q", tt.body, err, FieldOf(err), tt.field)
+		}
+	}
 }
 
 // TestGeminiNames: every name hvkube knows is either run or refused with a
