@@ -69,6 +69,7 @@ func TestPortForwardToChromium(t *testing.T) {
 	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
 	tpl.Metadata.Name = "browser"
 	tpl.Spec.QEMU = &api.QEMUImage{Image: "browser-desktop"}
+	tpl.Spec.Resources.MemoryMB = 1536 // Chromium needs more than the 512 MB default
 	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
 	sb.Metadata.Name = "cdp"
 	sb.Spec.TemplateRef = "browser"
