@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps web build image image-browser run demo test test-short bench vet tidy fmt clean windows
+.PHONY: all deps web examples build image image-browser run demo test test-short bench vet tidy fmt clean windows
 
 all: build
 
@@ -32,6 +32,17 @@ web/node_modules/.package-lock.json: web/package.json web/package-lock.json
 $(WEB_OUT): web/node_modules/.package-lock.json $(WEB_SRC)
 	cd web && npm run --silent build
 
+# The automation agents' examples: examples/playwright's npm packages
+# (playwright-core), npm ci as for the dashboard. examples/selenium runs on
+# Debian's python3-selenium (apt-get install python3-selenium). The QEMU
+# test of playwright and selenium agents runs both.
+examples: examples/playwright/node_modules/.package-lock.json
+
+examples/playwright/node_modules/.package-lock.json: examples/playwright/package.json examples/playwright/package-lock.json
+	@command -v npm >/dev/null || { echo "examples: npm is missing: run make deps (Node.js 18 or newer)"; exit 1; }
+	cd examples/playwright && npm ci --no-audit --no-fund
+	@touch $@
+
 # Cross-build the server for Windows (the Hyper-V side).
 windows:
 	GOOS=windows GOARCH=amd64 $(GO) build -ldflags "$(LDFLAGS)" -o bin/hvkube.exe ./cmd/hvkube
@@ -39,8 +50,8 @@ windows:
 # Builds the Linux desktop guest image from Debian packages (cached outside
 # the repository, keyed by a hash of its inputs). Building needs root
 # (debootstrap); a user is asked for sudo, and the image still lands in the
-# user's cache. image-browser builds the browser-desktop flavor (Firefox
-# ESR, a file manager and an editor) the same way.
+# user's cache. image-browser builds the browser-desktop flavor (Chromium
+# and chromedriver, a file manager and an editor) the same way.
 BUILD_IMAGE = if [ "$$(id -u)" -eq 0 ]; then images/linux-desktop/build.sh $(1); \
 	else sudo env HVKUBE_CACHE_DIR="$${HVKUBE_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/hvkube}" images/linux-desktop/build.sh $(1); fi
 
@@ -66,19 +77,21 @@ tidy:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
+BROWSER_TESTS := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQEMU|TestAutomationAgentsOnQEMU)$$
+
 # The QEMU tests need the images and the browser tests Chromium;
 # HVKUBE_REQUIRE_QEMU, HVKUBE_REQUIRE_BROWSER_IMAGE and HVKUBE_REQUIRE_BROWSER
 # turn a missing one into a failure instead of a skip.
 test: export HVKUBE_REQUIRE_QEMU = 1
 test: export HVKUBE_REQUIRE_BROWSER_IMAGE = 1
 test: export HVKUBE_REQUIRE_BROWSER = 1
-test: deps web vet tidy image image-browser
+test: deps web examples vet tidy image image-browser
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
-	$(GO) test -count=1 -timeout 60m -skip '^TestBrowserDesktop$$' ./...
-	@# The browser-desktop template boots Firefox under emulation: alone, not
-	@# beside the other QEMU tests on the same cores.
-	$(GO) test -count=1 -timeout 20m -run '^TestBrowserDesktop$$' ./internal/backend/qemu/
-	$(GO) test -count=1 -race -timeout 20m -skip '^TestBrowserDesktop$$' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/backend/qemu/...
+	$(GO) test -count=1 -timeout 60m -skip '$(BROWSER_TESTS)' ./...
+	@# Each of these boots a browser-desktop template (Chromium under
+	@# emulation): one at a time, not beside the other QEMU tests.
+	$(GO) test -count=1 -p 1 -timeout 60m -run '$(BROWSER_TESTS)' ./internal/backend/qemu/ ./internal/server/ ./cmd/hvkube/
+	$(GO) test -count=1 -race -timeout 20m -skip '$(BROWSER_TESTS)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/backend/qemu/...
 
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md

@@ -14,6 +14,7 @@ packages=(
   e2fsprogs         # mkfs.ext4 -d: guest disk without loop devices
   chromium          # headless browser tests: what a web page can do to the server
   ffmpeg            # output.screenRecording: agents' screens to video
+  python3-selenium  # examples/selenium: the selenium agent's example and its test
   curl unzip ca-certificates
 )
 # The dashboard's build (npm, esbuild) and browser tests (playwright-core)

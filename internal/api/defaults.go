@@ -111,6 +111,14 @@ func defaultPool(p *SandboxPool) {
 	}
 }
 
+// CommandAgent reports whether agents of type typ run spec.task.command
+// (on the host or in the guest) and end with its exit code: custom, and
+// the automation types playwright and selenium, whose command is also
+// given the sandbox's browser endpoints.
+func CommandAgent(typ string) bool {
+	return typ == "custom" || typ == "playwright" || typ == "selenium"
+}
+
 func defaultAgent(s *AgentSpec) {
 	if s.SandboxSelector != nil && s.SandboxSelector.Pool != "" {
 		if s.SandboxSelector.MatchLabels == nil {
@@ -130,7 +138,7 @@ func defaultAgent(s *AgentSpec) {
 			s.Type = DefaultAgentType
 		}
 	}
-	if s.Type == "custom" && s.Task.In == "" {
+	if CommandAgent(s.Type) && s.Task.In == "" {
 		s.Task.In = "host"
 	}
 	if s.Completion.Type == "" {

@@ -405,7 +405,7 @@ type Agent struct {
 type AgentSpec struct {
 	SandboxSelector *SandboxSelector `json:"sandboxSelector,omitempty"`
 	SandboxName     string           `json:"sandboxName,omitempty"`
-	// Type is mcp-agent, workflow or custom (playwright and selenium later).
+	// Type is mcp-agent, workflow, custom, playwright or selenium.
 	Type        string     `json:"type,omitempty"`
 	Task        Task       `json:"task,omitzero"`
 	MCP         *MCPConfig `json:"mcp,omitempty"`
@@ -431,10 +431,10 @@ type Task struct {
 	Steps    []Action        `json:"steps,omitempty"`
 	// TimeoutSeconds is seed 001's per-task timeout; completion.timeoutMinutes wins when both are set.
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
-	// Command is a custom agent's program and arguments, as a list (never
+	// Command is a custom, playwright or selenium agent's program and arguments, as a list (never
 	// a shell line).
 	Command []string `json:"command,omitempty"`
-	// In is where a custom agent's command runs: host (default) or guest.
+	// In is where a custom, playwright or selenium agent's command runs: host (default) or guest.
 	In string `json:"in,omitempty"`
 }
 

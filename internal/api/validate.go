@@ -493,11 +493,9 @@ func validateAgent(s *AgentSpec) error {
 		}
 	}
 	switch s.Type {
-	case "mcp-agent", "workflow", "custom":
-	case "playwright", "selenium":
-		return Invalid("spec.type", "%q is not supported yet: use mcp-agent, workflow or custom", s.Type)
+	case "mcp-agent", "workflow", "custom", "playwright", "selenium":
 	default:
-		return Invalid("spec.type", "unsupported value %q: want one of mcp-agent, workflow, custom", s.Type)
+		return Invalid("spec.type", "unsupported value %q: want one of mcp-agent, workflow, custom, playwright, selenium", s.Type)
 	}
 	if s.Type == "workflow" && len(s.Task.Steps) == 0 {
 		return Invalid("spec.task.steps", "a workflow agent needs at least one step")
@@ -507,9 +505,9 @@ func validateAgent(s *AgentSpec) error {
 			return err
 		}
 	}
-	if s.Type == "custom" {
+	if CommandAgent(s.Type) {
 		if len(s.Task.Command) == 0 || strings.TrimSpace(s.Task.Command[0]) == "" {
-			return Invalid("spec.task.command", "required for a custom agent: the program and its arguments, as a list")
+			return Invalid("spec.task.command", "required for a %s agent: the program and its arguments, as a list", s.Type)
 		}
 		if err := oneOf("spec.task.in", s.Task.In, "", "host", "guest"); err != nil {
 			return err

@@ -47,7 +47,9 @@ func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog
 	case "workflow":
 		return n.runWorkflow(ctx, a, dir, lg)
 	case "custom":
-		return n.runCustom(ctx, a, dir, lg)
+		return n.runCommand(ctx, a, nil, lg)
+	case "playwright", "selenium":
+		return n.runAutomation(ctx, a, lg)
 	case "mcp-agent":
 		return nil, n.waitMCP(ctx, a, lg)
 	}
@@ -257,16 +259,17 @@ func taskEnv(a *api.Agent) []string {
 	return env
 }
 
-// runCustom runs a custom agent's command, on the host (with the API's
-// address and a token scoped to its sandbox in its environment) when the
-// node allows host commands, or in the guest. Its exit code decides
+// runCommand runs the command of a custom (or playwright, selenium)
+// agent, on the host (with the API's address and a token scoped to its
+// sandbox in its environment) when the node allows host commands, or in
+// the guest; env is added to its environment. Its exit code decides
 // success; its standard output, when it is JSON, is the result's output.
-func (n *Node) runCustom(ctx context.Context, a *api.Agent, dir string, lg *runLog) (*api.AgentResult, error) {
+func (n *Node) runCommand(ctx context.Context, a *api.Agent, env []string, lg *runLog) (*api.AgentResult, error) {
 	argv := a.Spec.Task.Command
 	var stdout []byte
 	code := 0
 	if a.Spec.Task.In == "guest" {
-		res, err := n.Exec(ctx, a.Status.Sandbox, backend.ExecRequest{Path: argv[0], Args: argv[1:], Env: taskEnv(a)})
+		res, err := n.Exec(ctx, a.Status.Sandbox, backend.ExecRequest{Path: argv[0], Args: argv[1:], Env: append(taskEnv(a), env...)})
 		if err != nil {
 			return nil, err
 		}
@@ -277,7 +280,7 @@ func (n *Node) runCustom(ctx context.Context, a *api.Agent, dir string, lg *runL
 			return nil, n.refuseHostCommand(ctx, a, lg)
 		}
 		var err error
-		stdout, code, err = n.runHost(ctx, a, lg)
+		stdout, code, err = n.runHostEnv(ctx, a, env, lg)
 		if err != nil {
 			return nil, err
 		}
@@ -296,13 +299,18 @@ func (n *Node) runCustom(ctx context.Context, a *api.Agent, dir string, lg *runL
 	return res, nil
 }
 
-// runHost runs a custom agent's command on the host: an argument list, no
+// runHost runs an agent's command on the host: an argument list, no
 // shell; as the user n.opt.HostCommands names, in a fresh working
 // directory outside the data directory (also its HOME and TMPDIR), with a
 // minimal environment. The directory, and whatever the command left
 // running in its process group, go when it ends; its standard output is
 // the result's, and its output streams are in the attempt's log.
 func (n *Node) runHost(ctx context.Context, a *api.Agent, lg *runLog) ([]byte, int, error) {
+	return n.runHostEnv(ctx, a, nil, lg)
+}
+
+// runHostEnv is runHost with extra added to the command's environment.
+func (n *Node) runHostEnv(ctx context.Context, a *api.Agent, extra []string, lg *runLog) ([]byte, int, error) {
 	hc := n.opt.HostCommands
 	argv := a.Spec.Task.Command
 	work, err := hc.workDir(n.opt.DataDir, a.Metadata.Name, a.Status.Attempts)
@@ -323,6 +331,7 @@ func (n *Node) runHost(ctx context.Context, a *api.Agent, lg *runLog) ([]byte, i
 		}
 	}
 	env = append(env, "HOME="+work, "TMPDIR="+work)
+	env = append(env, extra...)
 	if n.opt.ServerURL != "" {
 		env = append(env, "HVKUBE_SERVER="+n.opt.ServerURL)
 	}
