@@ -64,12 +64,16 @@ func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *ru
 	sandbox := a.Status.Sandbox
 	for i, st := range a.Spec.Task.Steps {
 		start := n.now()
-		sr := api.StepResult{Action: st.Action}
-		out, err := n.step(ctx, a, st, dir, i+1)
+		// A step of another vocabulary is named by its vocabulary and
+		// action ("Gemini click", "OpenAI keypress", "a batch of 3
+		// actions").
+		name := st.Describe()
+		sr := api.StepResult{Action: name}
+		out, shot, err := n.step(ctx, a, st, dir, i+1)
 		sr.Output = truncate(out, maxStepOutput)
-		if st.Action == "screenshot" || st.Action == "zoom" {
-			sr.Output, sr.Screenshot = "", out
-			res.Screenshots = append(res.Screenshots, out)
+		if shot != "" {
+			sr.Screenshot = shot
+			res.Screenshots = append(res.Screenshots, shot)
 		} else if err == nil && a.Spec.Output.Screenshots {
 			if shot, serr := n.saveScreenshot(ctx, sandbox, dir, fmt.Sprintf("step-%02d.png", i+1)); serr == nil {
 				sr.Screenshot = shot
@@ -80,28 +84,25 @@ func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *ru
 		if err != nil {
 			sr.Error = err.Error()
 			res.Steps = append(res.Steps, sr)
-			lg.printf("step %d (%s) failed: %v", i+1, st.Action, err)
-			return res, fmt.Errorf("step %d (%s): %w", i+1, st.Action, err)
+			lg.printf("step %d (%s) failed: %v %s", i+1, name, err, oneLine(sr.Output))
+			return res, fmt.Errorf("step %d (%s): %w", i+1, name, err)
 		}
 		sr.OK = true
 		res.Steps = append(res.Steps, sr)
-		lg.printf("step %d (%s) ok in %.2fs %s", i+1, st.Action, sr.DurationSeconds, oneLine(sr.Output))
+		lg.printf("step %d (%s) ok in %.2fs %s", i+1, name, sr.DurationSeconds, oneLine(sr.Output))
 	}
 	res.Success = true
 	return res, nil
 }
 
 // step runs one workflow step, in any vocabulary the action layer takes
-// (api.Action), and returns what it produced: a step's output, or the path
-// of a screenshot it saved. The step's intents lead its output ("intent:
-// …"), so that the step's result and the agent's log keep them; a step
-// that is not Anthropic's is named in its error.
-func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string, i int) (out string, err error) {
+// (api.Action), and returns what it produced: its output, and the path of
+// the screenshot it saved (any vocabulary's screenshot or zoom, or a
+// batch's last image). The step's intents lead its output ("intent: …"),
+// so that the step's result and the agent's log keep them.
+func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string, i int) (out, shot string, err error) {
 	sandbox := a.Status.Sandbox
 	defer func() {
-		if st.Action == "screenshot" || st.Action == "zoom" {
-			return // the output is the screenshot's path
-		}
 		if intents := st.Intents(); len(intents) > 0 {
 			note := "intent: " + strings.Join(intents, "; ")
 			if out != "" {
@@ -109,40 +110,37 @@ func (n *Node) step(ctx context.Context, a *api.Agent, st api.Action, dir string
 			}
 			out = note
 		}
-		if err != nil && st.Action == "" {
-			err = fmt.Errorf("%s: %w", st.Describe(), err)
-		}
 	}()
 	switch st.Action {
 	case "exec":
 		res, err := n.Exec(ctx, sandbox, backend.ExecRequest{Path: st.Command[0], Args: st.Command[1:], Env: taskEnv(a)})
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		if res.ExitCode != 0 {
-			return string(res.Stdout), fmt.Errorf("%s exited with %d: %s", st.Command[0], res.ExitCode, oneLine(truncate(string(res.Stderr), 400)))
+			return string(res.Stdout), "", fmt.Errorf("%s exited with %d: %s", st.Command[0], res.ExitCode, oneLine(truncate(string(res.Stderr), 400)))
 		}
-		return string(res.Stdout), nil
+		return string(res.Stdout), "", nil
 	case "assert":
-		return n.assert(ctx, a, st)
+		out, err := n.assert(ctx, a, st)
+		return out, "", err
 	}
 	r, err := n.actions.Do(ctx, sandbox, st, display.Space{})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	switch {
-	case st.Action == "cursor_position":
-		return fmt.Sprintf("%d,%d", r.Coordinate[0], r.Coordinate[1]), nil
-	case st.Action == "screenshot":
-		return saveImage(dir, fmt.Sprintf("step-%02d.png", i), r.Image)
-	case st.Action == "zoom":
-		return saveImage(dir, fmt.Sprintf("step-%02d-zoom.png", i), r.Image)
-	case r.Image != nil:
-		// Another vocabulary's screenshot (Gemini's take_screenshot,
-		// OpenAI's screenshot), or a batch's last.
-		return saveImage(dir, fmt.Sprintf("step-%02d-shot.png", i), r.Image)
+	if r.Image != nil {
+		file := fmt.Sprintf("step-%02d.png", i)
+		if st.Action == "zoom" {
+			file = fmt.Sprintf("step-%02d-zoom.png", i)
+		}
+		shot, err := saveImage(dir, file, r.Image)
+		return "", shot, err
 	}
-	return "", nil
+	if r.Coordinate != nil {
+		return fmt.Sprintf("%d,%d", r.Coordinate[0], r.Coordinate[1]), "", nil
+	}
+	return "", "", nil
 }
 
 // assert checks one of: a guest file contains text, a command exits with

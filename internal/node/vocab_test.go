@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,13 +68,20 @@ spec:
 	if res == nil || len(res.Steps) != 6 {
 		t.Fatalf("result %+v", res)
 	}
-	for i, want := range []string{"", "intent: press the corner", "intent: say hi", "", "intent: look\nscreenshots/step-05-shot.png", "intent: where\n5,6"} {
-		if got := res.Steps[i].Output; got != want || !res.Steps[i].OK {
-			t.Errorf("step %d: ok %v, output %q, want %q", i+1, res.Steps[i].OK, got, want)
+	for i, want := range []struct{ action, output string }{
+		{"OpenAI click", ""}, {"Gemini click", "intent: press the corner"}, {"Gemini type", "intent: say hi"},
+		{"a batch of 2 actions", ""}, {"Gemini take_screenshot", "intent: look"}, {"cursor_position", "intent: where\n5,6"},
+	} {
+		if got := res.Steps[i]; got.Action != want.action || got.Output != want.output || !got.OK {
+			t.Errorf("step %d: %q ok %v, output %q, want %q output %q", i+1, got.Action, got.OK, got.Output, want.action, want.output)
 		}
 	}
+	// Gemini's take_screenshot is a screenshot like Anthropic's.
+	if got := res.Steps[4].Screenshot; got != "screenshots/step-05.png" || !slices.Contains(res.Screenshots, got) {
+		t.Errorf("take_screenshot's step screenshot %q, result's %v", got, res.Screenshots)
+	}
 	dir := c.attemptDir("job", 1)
-	if b, err := os.ReadFile(filepath.Join(dir, "screenshots", "step-05-shot.png")); err != nil || !strings.HasPrefix(string(b), "\x89PNG") {
+	if b, err := os.ReadFile(filepath.Join(dir, "screenshots", "step-05.png")); err != nil || !strings.HasPrefix(string(b), "\x89PNG") {
 		t.Errorf("take_screenshot's image: %v", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "agent.log")); err != nil || !strings.Contains(string(b), "intent: press the corner") {
