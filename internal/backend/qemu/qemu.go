@@ -64,8 +64,8 @@ type Config struct {
 	// $XDG_RUNTIME_DIR/hvkube, else the temp dir.
 	RunDir string
 	// ShmDir holds scratch files that should live in memory: a template's
-	// RAM while it boots, screendumps. Default: /dev/shm/hvkube-UID, else
-	// RunDir.
+	// RAM while it boots, screendumps. Default: /dev/shm/hvkube-UID/HASH,
+	// HASH naming Dir, else RunDir.
 	ShmDir string
 	// Binary is qemu-system-x86_64; QEMUImg is qemu-img.
 	Binary  string
@@ -176,7 +176,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.ShmDir == "" {
 		cfg.ShmDir = cfg.RunDir
 		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-			cfg.ShmDir = filepath.Join("/dev/shm", "hvkube-"+strconv.Itoa(os.Geteuid()))
+			// One directory per backend directory: two servers (or
+			// tests) on one host may build templates, and take
+			// screendumps of sandboxes, of the same names.
+			sum := sha256.Sum256([]byte(cfg.Dir))
+			cfg.ShmDir = filepath.Join("/dev/shm", "hvkube-"+strconv.Itoa(os.Geteuid()), hex.EncodeToString(sum[:6]))
 		}
 	}
 	if cfg.Binary == "" {
