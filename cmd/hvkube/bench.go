@@ -22,7 +22,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Measure hvkube end to end and print p50/p95 latencies. With --write FILE the
 results replace their section of FILE (docs/benchmarks.md in the repository).`,
 	}
-	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd())
+	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd(), newBenchBrowserCmd())
 	return cmd
 }
 
@@ -253,6 +253,49 @@ print p50/p95 per update and the throughput of both.`,
 	cmd.Flags().IntVar(&updates, "updates", 200, "full updates to time on each path")
 	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
 	cmd.Flags().StringVar(&image, "image", "linux-desktop", "the image to use")
+	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
+	return cmd
+}
+
+// runBrowserBench runs bench browser; tests replace it to check what the
+// flags ask for.
+var runBrowserBench = bench.Browser
+
+func newBenchBrowserCmd() *cobra.Command {
+	var clones, calls int
+	var imageDir, image, nodeModules, write string
+	cmd := &cobra.Command{
+		Use:   "browser",
+		Short: "Browser desktop: CDP and Playwright through the port forward of a real server, on fresh clones",
+		Long: `Measure automation clients on the browser-desktop image (built by make
+image-browser) through a real server and node that require a token, as a
+client outside the host reaches them. Building the template takes a cold
+boot first (minutes under TCG). Then each of --clones fresh clones is
+created through the API until Running; DevTools' /json/list is read
+through the port forward (/api/v1/sandboxes/NAME/ports/9222); Playwright
+(playwright-core from --node-modules, run by node) connects over CDP with
+the token and opens a page served on the host, which the clone's egress
+rules allow and the guest reaches through its NAT at the gateway; and
+--calls CDP Runtime.evaluate("1+1") calls are timed over the forwarded
+WebSocket. Without node or playwright-core the Playwright rows are left
+out and the output says why. Writes the section "browser".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if clones < 1 || calls < 1 {
+				return fmt.Errorf("--clones and --calls must be at least 1")
+			}
+			rep, err := runBrowserBench(cmd.Context(), bench.BrowserOptions{ImageDir: imageDir, Image: image, Clones: clones, Calls: calls, NodeModules: nodeModules, Log: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			return report(cmd, rep, "browser", write)
+		},
+	}
+	cmd.Flags().IntVar(&clones, "clones", 10, "fresh clones to measure (each once: Running, first DevTools answer, Playwright)")
+	cmd.Flags().IntVar(&calls, "calls", 50, "CDP Runtime.evaluate calls per clone")
+	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image-browser left the image")
+	cmd.Flags().StringVar(&image, "image", "browser-desktop", "the image to use (it must declare a network and a CDP port)")
+	cmd.Flags().StringVar(&nodeModules, "node-modules", "examples/playwright/node_modules", "node_modules directory with playwright-core; the Playwright rows need it and node")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
 	return cmd
 }
