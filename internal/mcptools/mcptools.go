@@ -2,9 +2,10 @@
 // computer-use action (screenshot, left_click, type, key, …, named as the
 // action), computer (a batch of actions in Anthropic's, OpenAI's or
 // Gemini's vocabulary), the sandbox tools (list_sandboxes,
-// acquire_sandbox, release_sandbox), complete_task and ask_human. The tools work on a
-// Desktops, which the server implements in process and `hvkube mcp`
-// over the REST API.
+// acquire_sandbox, release_sandbox), complete_task, ask_human, and the
+// browser tools (browser_navigate, browser_click, …), which drive the
+// guest's Chromium over CDP. The tools work on a Desktops, which the
+// server implements in process and `hvkube mcp` over the REST API.
 //
 // Every tool takes the sandbox as an argument, as the stateless MCP
 // revision (2026-07-28) has it; a caller whose token is scoped to one
@@ -77,6 +78,10 @@ type Scope struct {
 	// holds the sandbox's input). nil: the sandbox's current agent must be
 	// the caller's Agent.
 	Check func(ctx context.Context, n Need) error
+	// Allow, when set, says whether a restricted caller may call the
+	// tool named at all (an mcp-agent's spec.mcp.tools). Its refusal is
+	// the call's tool error, and nothing is done. nil: every tool.
+	Allow func(ctx context.Context, tool string) error
 }
 
 // Need is what a tool call needs of a restricted caller's attempt.
@@ -87,9 +92,17 @@ const (
 	NeedAgent Need = iota
 	// NeedView: see the sandbox (screenshot, zoom, cursor_position, wait).
 	NeedView
-	// NeedAct: act on the sandbox (input).
+	// NeedAct: act on the sandbox (input, the browser tools).
 	NeedAct
 )
+
+// ToolNames are the names of the tools NewServer serves.
+var ToolNames = []string{
+	"screenshot", "left_click", "right_click", "middle_click", "double_click", "triple_click", "mouse_move",
+	"left_click_drag", "left_mouse_down", "left_mouse_up", "scroll", "type", "key", "hold_key", "wait", "zoom",
+	"cursor_position", "computer", "list_sandboxes", "acquire_sandbox", "release_sandbox", "complete_task", "ask_human",
+	"browser_navigate", "browser_click", "browser_type", "browser_snapshot", "browser_back", "browser_tabs",
+}
 
 // Options configure NewServer.
 type Options struct {
@@ -122,7 +135,25 @@ func NewServer(d Desktops, opts Options) *mcp.Server {
 	})
 	t := &tools{d: d, opts: opts}
 	t.register(s)
+	s.AddReceivingMiddleware(t.allowTools)
 	return s
+}
+
+// allowTools refuses a tool call that the caller's scope does not allow,
+// before the tool sees it.
+func (t *tools) allowTools(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		call, ok := req.(*mcp.CallToolRequest)
+		if !ok || call.Params == nil {
+			return next(ctx, method, req)
+		}
+		if sc := t.scope(ctx, call); sc.Restricted && sc.Allow != nil {
+			if err := sc.Allow(ctx, call.Params.Name); err != nil {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: errorText(err).Error()}}}, nil
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 type tools struct {

@@ -170,6 +170,7 @@ func (t *tools) register(s *mcp.Server) {
 		"Returns the last screenshot taken, the pointer's position if asked, or done.",
 		InputSchema: schemaFor[computerArgs]()}, toolErrors(t.computer))
 	t.registerSandboxTools(s)
+	t.registerBrowserTools(s)
 }
 
 // computer runs a batch of actions in any vocabulary.

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/cdp"
 	"github.com/hvkube/hvkube/internal/client"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/display"
@@ -231,7 +234,27 @@ func (s *Server) mcpScope(_ context.Context, req *mcp.CallToolRequest) mcptools.
 	if !ok {
 		return mcptools.Scope{}
 	}
-	return mcptools.Scope{Sandbox: sc.Sandbox, Agent: sc.Agent, Restricted: true, Check: s.checkTool(sc)}
+	return mcptools.Scope{Sandbox: sc.Sandbox, Agent: sc.Agent, Restricted: true, Check: s.checkTool(sc), Allow: s.allowTool(sc)}
+}
+
+// allowTool limits the agent of sc to the tools its spec.mcp.tools lists
+// (all of them when it lists none). An agent that is gone, or another of
+// the same name, is left to checkTool, which refuses it whatever it calls.
+func (s *Server) allowTool(sc authtoken.Scope) func(ctx context.Context, tool string) error {
+	return func(ctx context.Context, tool string) error {
+		o, err := s.opts.Store.Get(ctx, api.KindAgent, sc.Agent)
+		if errors.Is(err, api.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err // refused: the list cannot be read
+		}
+		a := o.(*api.Agent)
+		if a.Metadata.UID != sc.UID || a.Spec.MCP == nil || len(a.Spec.MCP.Tools) == 0 || slices.Contains(a.Spec.MCP.Tools, tool) {
+			return nil
+		}
+		return fmt.Errorf("%w: agent %s may not call tool %s: its spec.mcp.tools lists only %s", mcptools.ErrForbidden, sc.Agent, tool, strings.Join(a.Spec.MCP.Tools, ", "))
+	}
 }
 
 // checkTool is the per-call check of MCP tools for the attempt of sc: the
@@ -335,6 +358,28 @@ func (d *serverDesktops) Do(ctx context.Context, sandbox string, a api.Action, w
 		return mcptools.Result{}, fmt.Errorf("this server runs without a VM backend (start it with --backend qemu): %w", api.ErrUnsupported)
 	}
 	return d.s.opts.Actions.Do(ctx, sandbox, a, display.Space{Width: width})
+}
+
+// Browser reaches the DevTools of the sandbox's browser through the
+// node's port dialer, over the sandbox's own network, as the port
+// forwards do (ports.go): never through this server's HTTP.
+func (d *serverDesktops) Browser(ctx context.Context, sandbox string) (*cdp.Endpoint, error) {
+	if _, err := d.s.opts.Store.Get(ctx, api.KindSandbox, sandbox); err != nil {
+		return nil, err
+	}
+	pd, ok := d.s.opts.Sandboxes.(PortDialer)
+	if !ok {
+		return nil, fmt.Errorf("the browser tools reach a guest's browser over its network, and this server's backend reaches no guest ports: %w", api.ErrUnsupported)
+	}
+	return cdp.NewEndpoint(cdp.DefaultPort, func(ctx context.Context) (net.Conn, error) {
+		dctx, cancel := context.WithTimeout(ctx, portDialTimeout)
+		defer cancel()
+		c, err := pd.DialPort(dctx, sandbox, cdp.DefaultPort)
+		if err != nil {
+			return nil, err
+		}
+		return newIdleConn(c, portDialTimeout+cdp.CallTimeout), nil
+	}), nil
 }
 
 func (d *serverDesktops) Complete(ctx context.Context, agent string, c mcptools.Completion) error {

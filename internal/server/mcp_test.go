@@ -144,7 +144,8 @@ func TestMCPOverHTTP(t *testing.T) {
 		}
 	})
 
-	want := []string{"acquire_sandbox", "ask_human", "complete_task", "computer", "cursor_position", "double_click", "hold_key", "key",
+	want := []string{"acquire_sandbox", "ask_human", "browser_back", "browser_click", "browser_navigate", "browser_snapshot", "browser_tabs",
+		"browser_type", "complete_task", "computer", "cursor_position", "double_click", "hold_key", "key",
 		"left_click", "left_click_drag", "left_mouse_down", "left_mouse_up", "list_sandboxes", "middle_click", "mouse_move",
 		"release_sandbox", "right_click", "screenshot", "scroll", "triple_click", "type", "wait", "zoom"}
 	for _, rev := range []string{"2026-07-28", "2025-11-25"} {
@@ -329,4 +330,65 @@ func answerWhenAsked(t *testing.T, base, agent, answer string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("agent %s asked nothing", agent)
+}
+
+// TestMCPAgentTools checks spec.mcp.tools: admission refuses a name that
+// is no tool, naming its index, and an agent's token may call only the
+// tools its agent lists.
+func TestMCPAgentTools(t *testing.T) {
+	ts := start(t, Options{Token: "s3cret", ScopedKey: testKey})
+	post := func(path, body string) (int, string) {
+		req, _ := http.NewRequest("POST", ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer s3cret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post("/api/v1/agents", `{"apiVersion":"hvkube/v1","kind":"Agent","metadata":{"name":"typo"},"spec":{"type":"mcp-agent","sandboxName":"mine","completion":{"type":"mcp-done"},"mcp":{"tools":["screenshot","browser_typo"]}}}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "spec.mcp.tools[1]") || !strings.Contains(body, "browser_typo") {
+		t.Errorf("an unknown tool in spec.mcp.tools: %d %s", code, body)
+	}
+	for _, b := range []string{
+		`{"apiVersion":"hvkube/v1","kind":"Sandbox","metadata":{"name":"mine"},"spec":{}}`,
+		`{"apiVersion":"hvkube/v1","kind":"Agent","metadata":{"name":"limited"},"spec":{"type":"mcp-agent","sandboxName":"mine","completion":{"type":"mcp-done"},"mcp":{"tools":["list_sandboxes","browser_snapshot"]}}}`,
+	} {
+		path := "/api/v1/sandboxes"
+		if strings.Contains(b, `"Agent"`) {
+			path = "/api/v1/agents"
+		}
+		if code, body := post(path, b); code != http.StatusCreated {
+			t.Fatalf("create: %d %s", code, body)
+		}
+	}
+	bindAgent(t, ts.st, "limited", "mine", 1)
+	tok := attemptToken(t, ts.st, testKey, "limited")
+	for _, rev := range []string{"2026-07-28", "2025-11-25"} {
+		cs, err := mcpConnect(t, ts.URL, tok, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := callTool(t, cs, "list_sandboxes", nil); res.IsError || !strings.Contains(toolText(res), `"mine"`) {
+			t.Errorf("%s: a listed tool: %s", rev, toolText(res))
+		}
+		for _, tool := range []string{"screenshot", "browser_type", "complete_task"} {
+			res := callTool(t, cs, tool, map[string]any{"selector": "#a", "text": "x"})
+			if !res.IsError || !strings.Contains(toolText(res), "forbidden") || !strings.Contains(toolText(res), "tool "+tool) {
+				t.Errorf("%s: %s, which spec.mcp.tools leaves out: %q", rev, tool, toolText(res))
+			}
+		}
+		// A listed browser tool gets past the list, to a server that
+		// reaches no guest.
+		if res := callTool(t, cs, "browser_snapshot", nil); !res.IsError || !strings.Contains(toolText(res), "reaches no guest ports") {
+			t.Errorf("%s: browser_snapshot on a server without a backend: %q", rev, toolText(res))
+		}
+	}
+	a := ts.agent(t, "limited")
+	if a.Status.Phase != api.AgentRunning {
+		t.Errorf("after refused calls the agent is %s", a.Status.Phase)
+	}
 }

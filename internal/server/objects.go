@@ -14,6 +14,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/guestnet"
 	"github.com/hvkube/hvkube/internal/hostpath"
+	"github.com/hvkube/hvkube/internal/mcptools"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -228,7 +229,27 @@ func (s *Server) admit(o api.Object) error {
 			return err
 		}
 	}
+	if err := checkMCPTools(o); err != nil {
+		return err
+	}
 	return checkEgress(o)
+}
+
+// checkMCPTools checks that an agent's spec.mcp.tools names tools of the
+// server's MCP endpoint: the list limits what the agent's token may call
+// (mcp.go), and a misspelt name would refuse a tool the agent was meant
+// to have.
+func checkMCPTools(o api.Object) error {
+	a, ok := o.(*api.Agent)
+	if !ok || a.Spec.MCP == nil {
+		return nil
+	}
+	for i, name := range a.Spec.MCP.Tools {
+		if !slices.Contains(mcptools.ToolNames, name) {
+			return api.Invalid(fmt.Sprintf("spec.mcp.tools[%d]", i), "%q is not a tool of the MCP server (docs/mcp.md lists them)", name)
+		}
+	}
+	return nil
 }
 
 // checkEgress parses the egress rules of o's networks as the guest

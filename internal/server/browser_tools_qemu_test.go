@@ -1,0 +1,281 @@
+//go:build linux
+
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend/qemu"
+	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
+	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// browserTestPages is a small web site on the host for the guest's
+// browser: a form with a button that counts its clicks, and a second page.
+func browserTestPages() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><html><head><title>Order form</title></head><body>
+<h1>Order</h1>
+<p><label>Your name <input id="who" type="text"></label></p>
+<p><button type="button" id="go" onclick="document.getElementById('out').textContent = 'pressed ' + (++window.n || (window.n = 1))">Press me</button></p>
+<p id="out">not pressed</p>
+<p><a href="/second">Next page</a></p>
+</body></html>`)
+	})
+	mux.HandleFunc("/second", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><html><head><title>Second page</title></head><body><h1>Second</h1></body></html>`)
+	})
+	return mux
+}
+
+// startBrowserDesk runs a server over a real QEMU backend with one
+// running sandbox "web" of the browser-desktop image, whose network lets
+// the guest reach the host's port port (as 10.0.2.2:port) and nothing else.
+func startBrowserDesk(t *testing.T, port int) *qemuDesk {
+	t.Helper()
+	imageDir := qemutest.RequireImage(t, "browser-desktop")
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: imageDir, NoSpares: true, BootTimeout: 35 * time.Minute, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := controller.NewManager(st, log, 0)
+	nd := node.New(node.Options{Store: st, Backend: be, Logger: log})
+	nd.Register(mgr)
+	t.Cleanup(func() {
+		mgr.Stop()
+		nd.Stop()
+		list, _ := be.List(context.Background())
+		for _, info := range list {
+			be.Delete(context.Background(), info.ID)
+		}
+		be.Close()
+		st.Close()
+	})
+	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
+	tpl.Metadata.Name = "browser"
+	tpl.Spec.QEMU = &api.QEMUImage{Image: "browser-desktop"}
+	tpl.Spec.Resources.MemoryMB = 1536
+	tpl.Spec.Network.Egress.Allow = []string{fmt.Sprintf("127.0.0.1:%d", port)}
+	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+	sb.Metadata.Name = "web"
+	sb.Spec.TemplateRef = "browser"
+	srv := New(Options{Store: st, Sandboxes: nd, Actions: nd.Actions(), Token: "admin", ScopedKey: testKey, Logger: log})
+	for _, o := range []api.Object{tpl, sb} {
+		if err := srv.admit(o); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	// A template of the browser image boots Chromium once, which takes
+	// minutes under emulation on a busy host.
+	for deadline := time.Now().Add(40 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if o, err := st.Get(ctx, api.KindTemplate, "browser"); err == nil {
+			if s := o.(*api.Template).Status; s.Phase == api.TemplateFailed {
+				t.Fatalf("template browser failed: %s", s.Message)
+			}
+		}
+		o, err := st.Get(ctx, api.KindSandbox, "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := o.(*api.Sandbox).Status
+		if s.Phase == api.SandboxRunning {
+			break
+		}
+		if s.Phase == api.SandboxError || time.Now().After(deadline) {
+			t.Fatalf("sandbox web is %s: %s", s.Phase, s.Message)
+		}
+	}
+	return &qemuDesk{url: hs.URL, st: st, srv: srv}
+}
+
+// TestBrowserToolsOnQEMU drives the Chromium of a real browser-desktop
+// guest through the MCP browser tools, with the SDK's client in both
+// protocol revisions: a page on the host (reached through the sandbox's
+// egress rule) is opened, a button clicked by its accessible name, a
+// field typed into by selector, the snapshot shows both and the tabs list
+// the page. An agent's token whose
+// spec.mcp.tools leaves out browser_type is refused it.
+func TestBrowserToolsOnQEMU(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := &httptest.Server{Listener: ln, Config: &http.Server{Handler: browserTestPages(), ReadHeaderTimeout: 10 * time.Second}}
+	pages.Start()
+	defer pages.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	site := fmt.Sprintf("http://10.0.2.2:%d", port)
+	d := startBrowserDesk(t, port)
+
+	// call calls a tool; a tool error fails the test unless wantErr.
+	call := func(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: protocol error %v", name, err)
+		}
+		if res.IsError {
+			t.Fatalf("%s %v: %s", name, args, toolText(res))
+		}
+		return toolText(res)
+	}
+	// The browser answers its DevTools once the desktop is ready; the
+	// first navigation may find it still settling.
+	first := func(t *testing.T, cs *mcp.ClientSession) string {
+		t.Helper()
+		var last string
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "browser_navigate", Arguments: map[string]any{"sandbox": "web", "url": site + "/", "timeout_seconds": 120}})
+			cancel()
+			if err != nil {
+				t.Fatalf("browser_navigate: protocol error %v", err)
+			}
+			if last = toolText(res); !res.IsError {
+				return last
+			}
+		}
+		t.Fatalf("browser_navigate never worked: %s", last)
+		return ""
+	}
+
+	for _, rev := range []string{"2026-07-28", "2025-11-25"} {
+		t.Run("Revision"+rev, func(t *testing.T) {
+			cs, err := mcpConnect(t, d.url, "admin", rev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := first(t, cs); !strings.Contains(got, `"title":"Order form"`) || strings.Contains(got, `"loading":true`) {
+				t.Fatalf("browser_navigate: %s", got)
+			}
+			if got := call(t, cs, "browser_click", map[string]any{"sandbox": "web", "name": "Press me", "role": "button"}); !strings.Contains(got, "Press me") {
+				t.Errorf("browser_click: %s", got)
+			}
+			if got := call(t, cs, "browser_type", map[string]any{"sandbox": "web", "selector": "#who", "text": "Ada Lovelace"}); !strings.Contains(got, `"Ada Lovelace"`) {
+				t.Errorf("browser_type: %s", got)
+			}
+			snap := call(t, cs, "browser_snapshot", map[string]any{"sandbox": "web"})
+			for _, want := range []string{`- RootWebArea "Order form"`, `heading "Order"`, `textbox "Your name"`, `: Ada Lovelace`, `button "Press me"`, `pressed 1`, `link "Next page"`} {
+				if !strings.Contains(snap, want) {
+					t.Errorf("the snapshot has no %q:\n%s", want, snap)
+				}
+			}
+			// The field's line holds the typed text.
+			for _, line := range strings.Split(snap, "\n") {
+				if strings.Contains(line, `textbox "Your name"`) && !strings.HasSuffix(line, ": Ada Lovelace") {
+					t.Errorf("the field's line: %q", line)
+				}
+			}
+			// Not checked here yet: a click on the link and browser_back.
+			// After a navigation between two pages of one site the page's
+			// session answered no Runtime.evaluate for 30 s on this guest
+			// (docs/mcp.md, known issue).
+			tabs := call(t, cs, "browser_tabs", map[string]any{"sandbox": "web"})
+			if !strings.Contains(tabs, `"url":"`+site+`/"`) || !strings.Contains(tabs, `"current":true`) {
+				t.Errorf("browser_tabs: %s", tabs)
+			}
+
+			// Bad input and missing elements are tool errors that say so.
+			for _, tt := range []struct {
+				tool string
+				args map[string]any
+				want string
+			}{
+				{"browser_click", map[string]any{"sandbox": "web"}, "selector"},
+				{"browser_click", map[string]any{"sandbox": "web", "selector": "#nothing-here"}, "#nothing-here"},
+				{"browser_click", map[string]any{"sandbox": "web", "selector": "[[["}, "selector"},
+				{"browser_navigate", map[string]any{"sandbox": "web", "url": "ftp://example.com/"}, "url"},
+				{"browser_type", map[string]any{"sandbox": "web", "name": "Press me", "text": "x"}, "not a text field"},
+				{"browser_tabs", map[string]any{"sandbox": "web", "action": "select"}, "tab"},
+			} {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tt.tool, Arguments: tt.args})
+				cancel()
+				if err != nil {
+					t.Fatalf("%s: protocol error %v", tt.tool, err)
+				}
+				if !res.IsError || !strings.Contains(toolText(res), tt.want) {
+					t.Errorf("%s %v: IsError %v, %q; want an error about %s", tt.tool, tt.args, res.IsError, toolText(res), tt.want)
+				}
+			}
+		})
+	}
+
+	t.Run("AgentTools", func(t *testing.T) {
+		a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}}
+		a.Metadata.Name = "reader"
+		a.Spec.SandboxName, a.Spec.Type = "web", "mcp-agent"
+		a.Spec.MCP = &api.MCPConfig{Tools: []string{"browser_navigate", "browser_snapshot", "browser_click"}}
+		if err := d.srv.admit(a); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.st.Create(context.Background(), a); err != nil {
+			t.Fatal(err)
+		}
+		bindAgent(t, d.st, "reader", "web", 1)
+		tok := attemptToken(t, d.st, testKey, "reader")
+		for _, rev := range []string{"2026-07-28", "2025-11-25"} {
+			cs, err := mcpConnect(t, d.url, tok, rev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := call(t, cs, "browser_navigate", map[string]any{"url": site + "/"}); !strings.Contains(got, `"title":"Order form"`) {
+				t.Fatalf("%s: the agent's browser_navigate: %s", rev, got)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "browser_type", Arguments: map[string]any{"selector": "#who", "text": "not allowed"}})
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: browser_type: protocol error %v", rev, err)
+			}
+			if !res.IsError || !strings.Contains(toolText(res), "browser_type") || !strings.Contains(toolText(res), "forbidden") {
+				t.Errorf("%s: browser_type with a token whose spec.mcp.tools leaves it out: IsError %v, %q", rev, res.IsError, toolText(res))
+			}
+			// Nothing was typed.
+			for _, line := range strings.Split(call(t, cs, "browser_snapshot", nil), "\n") {
+				if strings.Contains(line, `textbox "Your name"`) && strings.Contains(line, "not allowed") {
+					t.Errorf("%s: the refused browser_type typed: %q", rev, line)
+				}
+			}
+		}
+	})
+}
