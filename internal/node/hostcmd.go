@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/controller"
 )
 
 // HostCommands lets custom agents run their commands on this host
@@ -82,26 +81,7 @@ const ReasonHostCommandsDisabled = "HostCommandsDisabled"
 // same way, so the agent fails for good, whatever its maxRetries. The
 // returned error tells attempt that the outcome is written.
 func (n *Node) refuseHostCommand(ctx context.Context, a *api.Agent, lg *runLog) error {
-	msg := fmt.Sprintf("host commands are disabled on node %s: run the command in the sandbox (spec.task.in: guest), or start hvkube serve with --allow-host-commands", n.name)
-	lg.printf("%s", msg)
-	attempt, now, wrote := a.Status.Attempts, n.now(), false
-	out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
-		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
-			return false
-		}
-		cur.Status.Result = &api.AgentResult{}
-		controller.FailFinally(cur, ReasonHostCommandsDisabled, msg, now)
-		wrote = true
-		return true
-	})
-	if err != nil {
-		// Not written: the attempt fails the ordinary way.
-		return fmt.Errorf("%s (%w)", msg, api.ErrUnsupported)
-	}
-	if wrote {
-		n.event(ctx, out, api.EventWarning, ReasonHostCommandsDisabled, msg)
-	}
-	return fmt.Errorf("%w: %s", errEndedElsewhere, msg)
+	return n.failFinally(ctx, a, lg, ReasonHostCommandsDisabled, fmt.Sprintf("host commands are disabled on node %s: run the command in the sandbox (spec.task.in: guest), or start hvkube serve with --allow-host-commands", n.name))
 }
 
 // workDir makes a fresh working directory for one host command of agent
