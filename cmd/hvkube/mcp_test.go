@@ -22,6 +22,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/mcptools"
 )
 
 type bearerTransport struct{ token string }
@@ -280,8 +281,8 @@ spec:
 			t.Errorf("stdio revision %s", v)
 		}
 		tools, err := cs.ListTools(ctx, nil)
-		if err != nil || len(tools.Tools) != 22 {
-			t.Fatalf("tools: %v", err)
+		if err != nil || len(tools.Tools) != len(mcptools.ToolNames) {
+			t.Fatalf("tools: %v (%d, want %d)", err, len(tools.Tools), len(mcptools.ToolNames))
 		}
 		if got := position(t, cs, nil); fmt.Sprint(got) != "[100 120]" {
 			t.Errorf("cursor_position over stdio: %v", got)
