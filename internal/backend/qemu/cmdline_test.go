@@ -75,3 +75,25 @@ func containsRun(args, run []string) bool {
 	}
 	return false
 }
+
+// TestPaceAcrossDevices: an event of one device waits deviceGap after the
+// other's, and none waits after its own device's.
+func TestPaceAcrossDevices(t *testing.T) {
+	var p pace
+	if d := p.next(false); d != 0 {
+		t.Errorf("the first pointer event waits %v", d)
+	}
+	if d := p.next(false); d != 0 {
+		t.Errorf("a pointer event after a pointer event waits %v", d)
+	}
+	if d := p.next(true); d <= deviceGap/2 || d > deviceGap {
+		t.Errorf("a key right after a pointer event waits %v, want about %v", d, deviceGap)
+	}
+	if d := p.next(true); d != 0 {
+		t.Errorf("a key after a key waits %v", d)
+	}
+	// The pointer waits from the time the key goes out, after its wait.
+	if d := p.next(false); d <= deviceGap || d > 2*deviceGap {
+		t.Errorf("a pointer event right after the key waits %v, want the key's wait and a gap", d)
+	}
+}

@@ -106,9 +106,12 @@ func TestLinkFollowsItsProcess(t *testing.T) {
 		t.Errorf("attachments %d", got)
 	}
 
-	// The process dies (its sockets close with it): the link ends by
-	// itself, and its network with it.
+	// The process dies, and its sockets with it (the stand-in's are the
+	// test's: closed here, so that a link that dials again before it sees
+	// the process gone is refused, as it would be by a dead QEMU): the
+	// link ends by itself, and its network with it.
 	syscall.Kill(p.pid, syscall.SIGKILL)
+	ln.Close()
 	second.Close()
 	select {
 	case <-l.done:

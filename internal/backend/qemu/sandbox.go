@@ -104,6 +104,8 @@ type vm struct {
 	ioStopped bool
 	// denials are what its guest networks refused (network.go).
 	denials *denials
+	// pace parts its key events from its pointer events (screen.go).
+	pace pace
 }
 
 func (v *vm) hasProcess() bool { return v.p != nil && v.p.alive() }

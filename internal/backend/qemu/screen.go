@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -217,13 +218,14 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 		return err
 	}
 	lastKey := false
-	for i, e := range evs {
-		if i > 0 && lastKey != (e.Kind == backend.EventKey) {
-			// The keyboard and the tablet are two devices the guest
-			// drains at its own pace: a key sent right after a click
-			// can reach applications before it (a ctrl+click arrives
-			// as a plain one).
-			if err := clock.Sleep(ctx, deviceGap); err != nil {
+	for _, e := range evs {
+		// The keyboard and the tablet are two devices the guest drains
+		// at its own pace: a key sent right after a click, in this call
+		// or the one before, can reach applications before it (a
+		// ctrl+click arrives as a plain one, text typed into the window
+		// the click was to focus goes elsewhere).
+		if d := v.pace.next(e.Kind == backend.EventKey); d > 0 {
+			if err := clock.Sleep(ctx, d); err != nil {
 				return err
 			}
 		}
@@ -322,6 +324,34 @@ func (b *Backend) CursorPosition(ctx context.Context, id string) (int, int, erro
 // back loses characters. About 20 ms a character keeps a stall of 100 ms
 // inside the queue. (xdotool paces its typing for the same reason.)
 const keyGap = 10 * time.Millisecond
+
+// pace remembers when a VM's last key and pointer events went out, so that
+// an event of one device waits deviceGap after the other's, across calls
+// as within one.
+type pace struct {
+	mu           sync.Mutex
+	key, pointer time.Time
+}
+
+// next is how long an event of the keyboard (key) or else the pointer must
+// wait before it is sent, and records it as sent then.
+func (p *pace) next(key bool) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	mine, other := &p.pointer, p.key
+	if key {
+		mine, other = &p.key, p.pointer
+	}
+	var d time.Duration
+	if !other.IsZero() && !mine.After(other) {
+		d = max(0, deviceGap-now.Sub(other))
+	}
+	if d > 0 || now.After(*mine) {
+		*mine = now.Add(d)
+	}
+	return d
+}
 
 // deviceGap parts key events from pointer events next to them. The
 // keyboard (PS/2) and the pointer (a USB tablet the guest polls) are two
