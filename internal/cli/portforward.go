@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/cdp"
 )
 
 func newPortForwardCmd(e *env) *cobra.Command {
@@ -199,100 +197,56 @@ func (f *localForward) modifyResponse(resp *http.Response) error {
 			resp.Header.Del("Content-Security-Policy")
 		}
 	}
-	p := strings.TrimSuffix(strings.TrimPrefix(resp.Request.URL.Path, f.server.Path+f.prefix), "/")
-	switch p {
-	case "/json", "/json/version", "/json/list", "/json/new":
-	default:
-		return nil
-	}
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
-		return nil
-	}
-	const max = 1 << 20
-	b, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
-	if err != nil {
-		return err
-	}
-	if len(b) > max {
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
-		return nil
-	}
-	resp.Body.Close()
 	local, ok := resp.Request.Context().Value(localHostKey{}).(string)
 	if !ok {
 		local = "127.0.0.1:" + f.port
 	}
-	if out, err := f.rewrite(b, local); err == nil {
-		b = out
-		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
-	}
-	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
-	return nil
+	p := strings.TrimPrefix(resp.Request.URL.Path, strings.TrimRight(f.server.Path, "/")+f.prefix)
+	return cdp.RewriteTargetList(resp, p, f.wsURL(local), f.frontendURL(local))
 }
 
 // localHostKey carries the Host the client used (this forward's address)
 // to modifyResponse.
 type localHostKey struct{}
 
-// rewrite maps the webSocketDebuggerUrl and devtoolsFrontendUrl fields of
-// a DevTools answer from the API's forward to local (HOST:PORT).
-func (f *localForward) rewrite(b []byte, local string) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	remote := f.server.Host + strings.TrimRight(f.server.Path, "/") + f.prefix // HOST/…/ports/PORT
-	fix := func(o any) {
-		m, ok := o.(map[string]any)
-		if !ok {
-			return
-		}
-		if s, ok := m["webSocketDebuggerUrl"].(string); ok {
-			for _, scheme := range []string{"ws://", "wss://"} {
-				if rest, ok := strings.CutPrefix(s, scheme+remote+"/"); ok {
-					m["webSocketDebuggerUrl"] = "ws://" + local + "/" + rest
-				}
+// remote is the API's forward without the scheme: HOST/…/ports/PORT.
+func (f *localForward) remote() string {
+	return f.server.Host + strings.TrimRight(f.server.Path, "/") + f.prefix
+}
+
+// wsURL maps a webSocketDebuggerUrl from the API's forward to local
+// (HOST:PORT).
+func (f *localForward) wsURL(local string) func(string) string {
+	return func(s string) string {
+		for _, scheme := range []string{"ws://", "wss://"} {
+			if rest, ok := strings.CutPrefix(s, scheme+f.remote()+"/"); ok {
+				return "ws://" + local + "/" + rest
 			}
 		}
-		if s, ok := m["devtoolsFrontendUrl"].(string); ok {
-			if u, err := url.Parse(s); err == nil {
-				q := u.Query()
-				for _, key := range []string{"ws", "wss"} {
-					if rest, ok := strings.CutPrefix(q.Get(key), remote+"/"); ok {
-						q.Del(key)
-						q.Set("ws", local+"/"+rest)
-						u.RawQuery = q.Encode()
-					}
-				}
-				if u.Host == "" {
-					u.Path = strings.TrimPrefix(u.Path, strings.TrimRight(f.server.Path, "/")+f.prefix)
-					u.RawPath = ""
-				}
-				m["devtoolsFrontendUrl"] = u.String()
+		return s
+	}
+}
+
+// frontendURL maps a devtoolsFrontendUrl's ws= (or wss=) from the API's
+// forward to local, and a path on the API's forward to the same path here.
+func (f *localForward) frontendURL(local string) func(string) string {
+	return func(s string) string {
+		u, err := url.Parse(s)
+		if err != nil {
+			return s
+		}
+		q := u.Query()
+		for _, key := range []string{"ws", "wss"} {
+			if rest, ok := strings.CutPrefix(q.Get(key), f.remote()+"/"); ok {
+				q.Del(key)
+				q.Set("ws", local+"/"+rest)
+				u.RawQuery = q.Encode()
 			}
 		}
-	}
-	switch v := v.(type) {
-	case []any:
-		for _, o := range v {
-			fix(o)
+		if u.Host == "" {
+			u.Path = strings.TrimPrefix(u.Path, strings.TrimRight(f.server.Path, "/")+f.prefix)
+			u.RawPath = ""
 		}
-	case map[string]any:
-		fix(v)
-	default:
-		return nil, errors.New("not a DevTools target list")
+		return u.String()
 	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
 }

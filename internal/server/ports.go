@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/cdp"
 )
 
 // Port forwards: HTTP and WebSocket to a TCP port inside a sandbox's
@@ -61,10 +61,6 @@ var (
 	// and open WebSockets) of one sandbox: 503 past it.
 	maxPortConns = 64
 )
-
-// maxDevToolsJSON bounds a DevTools target list that is rewritten; a
-// longer one passes unchanged.
-const maxDevToolsJSON = 1 << 20
 
 // forwardCSP is added to every forwarded answer: a guest's page opened in
 // a browser runs as an origin of its own, never as the API's (whose pages
@@ -338,80 +334,7 @@ func (fw *forward) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	resp.Header.Add("Content-Security-Policy", forwardCSP)
-	if !isDevToolsList(resp.Request.URL.Path) || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
-		return nil
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxDevToolsJSON+1))
-	if err != nil {
-		return err
-	}
-	if len(b) > maxDevToolsJSON {
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
-		return nil
-	}
-	resp.Body.Close()
-	if out, ok := rewriteDevTools(b, fw.wsURL, fw.frontendURL); ok {
-		b = out
-		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
-	}
-	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
-	return nil
-}
-
-// isDevToolsList reports whether p (a guest path) is one of DevTools'
-// JSON endpoints that list targets with their WebSocket URLs.
-func isDevToolsList(p string) bool {
-	switch strings.TrimSuffix(p, "/") {
-	case "/json", "/json/version", "/json/list", "/json/new":
-		return true
-	}
-	return false
-}
-
-// rewriteDevTools rewrites the webSocketDebuggerUrl and
-// devtoolsFrontendUrl fields of a DevTools answer (one target, or a list
-// of them) with ws and frontend. It reports false, leaving b alone, for
-// what is not such JSON.
-func rewriteDevTools(b []byte, ws, frontend func(string) string) ([]byte, bool) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, false
-	}
-	fix := func(o any) {
-		m, ok := o.(map[string]any)
-		if !ok {
-			return
-		}
-		if s, ok := m["webSocketDebuggerUrl"].(string); ok {
-			m["webSocketDebuggerUrl"] = ws(s)
-		}
-		if s, ok := m["devtoolsFrontendUrl"].(string); ok {
-			m["devtoolsFrontendUrl"] = frontend(s)
-		}
-	}
-	switch v := v.(type) {
-	case []any:
-		for _, o := range v {
-			fix(o)
-		}
-	case map[string]any:
-		fix(v)
-	default:
-		return nil, false
-	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return nil, false
-	}
-	return out.Bytes(), true
+	return cdp.RewriteTargetList(resp, resp.Request.URL.Path, fw.wsURL, fw.frontendURL)
 }
 
 // loopbackPort returns the port of hostport when it names the guest's

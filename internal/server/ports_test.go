@@ -22,6 +22,7 @@ import (
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
+	"github.com/hvkube/hvkube/internal/cdp"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/store"
@@ -637,13 +638,13 @@ func TestRewriteDevTools(t *testing.T) {
 	if u.Host != "chrome-devtools-frontend.appspot.com" || u.Query().Get("wss") != "hv.example:8443/api/v1/sandboxes/box/ports/9222/devtools/page/P1" || u.Query().Has("ws") {
 		t.Errorf("frontendURL: %s", got)
 	}
-	if _, ok := rewriteDevTools([]byte(`"a string"`), fw.wsURL, fw.frontendURL); ok {
+	if _, ok := cdp.RewriteTargets([]byte(`"a string"`), fw.wsURL, fw.frontendURL); ok {
 		t.Error("a JSON string was rewritten")
 	}
-	if _, ok := rewriteDevTools([]byte(`<html>`), fw.wsURL, fw.frontendURL); ok {
+	if _, ok := cdp.RewriteTargets([]byte(`<html>`), fw.wsURL, fw.frontendURL); ok {
 		t.Error("HTML was rewritten")
 	}
-	out, ok := rewriteDevTools([]byte(`{"webSocketDebuggerUrl":"ws://localhost:9222/devtools/browser/x","n":12345678901234567890}`), fw.wsURL, fw.frontendURL)
+	out, ok := cdp.RewriteTargets([]byte(`{"webSocketDebuggerUrl":"ws://localhost:9222/devtools/browser/x","n":12345678901234567890}`), fw.wsURL, fw.frontendURL)
 	if !ok || !strings.Contains(string(out), "12345678901234567890") || !strings.Contains(string(out), "wss://hv.example:8443/") {
 		t.Errorf("rewritten: %s %v", out, ok)
 	}
