@@ -71,7 +71,7 @@ SERVER/mcp with "Authorization: Bearer TOKEN".`,
 			sc := mcptools.Scope{Sandbox: sandbox, Agent: agent, Restricted: sandbox != "" && authtoken.Is(e.token)}
 			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: level}))
 			srv := mcptools.NewServer(mcptools.NewRemote(c), mcptools.Options{Version: e.opts.Version, Logger: log,
-				Scope: func(context.Context, *mcp.CallToolRequest) mcptools.Scope { return sc }})
+				Scope: func(context.Context, *mcp.RequestExtra) mcptools.Scope { return sc }})
 			err = srv.Run(cmd.Context(), &mcp.IOTransport{Reader: io.NopCloser(e.in), Writer: nopWriteCloser{e.out}})
 			if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 				return nil

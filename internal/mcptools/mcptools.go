@@ -80,7 +80,8 @@ type Scope struct {
 	Check func(ctx context.Context, n Need) error
 	// Allow, when set, says whether a restricted caller may call the
 	// tool named at all (an mcp-agent's spec.mcp.tools). Its refusal is
-	// the call's tool error, and nothing is done. nil: every tool.
+	// the call's tool error, and nothing is done; tools/list leaves out
+	// the tools it refuses. nil: every tool.
 	Allow func(ctx context.Context, tool string) error
 }
 
@@ -108,8 +109,9 @@ var ToolNames = []string{
 type Options struct {
 	Version string
 	Logger  *slog.Logger
-	// Scope tells what the caller of a tool may reach; nil is everything.
-	Scope func(ctx context.Context, req *mcp.CallToolRequest) Scope
+	// Scope tells what the caller of a request (its token, in extra) may
+	// reach; nil is everything.
+	Scope func(ctx context.Context, extra *mcp.RequestExtra) Scope
 }
 
 // Bounds on the tools that wait.
@@ -140,17 +142,36 @@ func NewServer(d Desktops, opts Options) *mcp.Server {
 }
 
 // allowTools refuses a tool call that the caller's scope does not allow,
-// before the tool sees it.
+// before the tool sees it, and leaves such tools out of the caller's
+// tools/list.
 func (t *tools) allowTools(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		call, ok := req.(*mcp.CallToolRequest)
-		if !ok || call.Params == nil {
-			return next(ctx, method, req)
-		}
-		if sc := t.scope(ctx, call); sc.Restricted && sc.Allow != nil {
-			if err := sc.Allow(ctx, call.Params.Name); err != nil {
-				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: errorText(err).Error()}}}, nil
+		switch r := req.(type) {
+		case *mcp.CallToolRequest:
+			if r.Params == nil {
+				break
 			}
+			if sc := t.scopeOf(ctx, r.Extra); sc.Restricted && sc.Allow != nil {
+				if err := sc.Allow(ctx, r.Params.Name); err != nil {
+					return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: errorText(err).Error()}}}, nil
+				}
+			}
+		case *mcp.ListToolsRequest:
+			res, err := next(ctx, method, req)
+			list, ok := res.(*mcp.ListToolsResult)
+			sc := t.scopeOf(ctx, r.Extra)
+			if err != nil || !ok || !sc.Restricted || sc.Allow == nil {
+				return res, err
+			}
+			kept := make([]*mcp.Tool, 0, len(list.Tools))
+			for _, tool := range list.Tools {
+				if sc.Allow(ctx, tool.Name) == nil {
+					kept = append(kept, tool)
+				}
+			}
+			out := *list
+			out.Tools = kept
+			return &out, nil
 		}
 		return next(ctx, method, req)
 	}
@@ -162,10 +183,17 @@ type tools struct {
 }
 
 func (t *tools) scope(ctx context.Context, req *mcp.CallToolRequest) Scope {
+	if req == nil {
+		return t.scopeOf(ctx, nil)
+	}
+	return t.scopeOf(ctx, req.Extra)
+}
+
+func (t *tools) scopeOf(ctx context.Context, extra *mcp.RequestExtra) Scope {
 	if t.opts.Scope == nil {
 		return Scope{}
 	}
-	return t.opts.Scope(ctx, req)
+	return t.opts.Scope(ctx, extra)
 }
 
 // ErrForbidden: the caller's token does not reach what it named.

@@ -166,7 +166,7 @@ func agent(name string, labels map[string]string) *api.Agent {
 func session(t *testing.T, f *fakeDesktops, scope *mcptools.Scope) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
-	srv := mcptools.NewServer(f, mcptools.Options{Version: "test", Scope: func(context.Context, *mcp.CallToolRequest) mcptools.Scope {
+	srv := mcptools.NewServer(f, mcptools.Options{Version: "test", Scope: func(context.Context, *mcp.RequestExtra) mcptools.Scope {
 		return *scope
 	}})
 	st, ct := mcp.NewInMemoryTransports()

@@ -87,7 +87,7 @@ func (r *recDesk) take() string {
 func sessionOver(t *testing.T, d mcptools.Desktops, scope *mcptools.Scope) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
-	srv := mcptools.NewServer(d, mcptools.Options{Version: "test", Scope: func(context.Context, *mcp.CallToolRequest) mcptools.Scope {
+	srv := mcptools.NewServer(d, mcptools.Options{Version: "test", Scope: func(context.Context, *mcp.RequestExtra) mcptools.Scope {
 		return *scope
 	}})
 	st, ct := mcp.NewInMemoryTransports()

@@ -225,12 +225,12 @@ func (s *Server) verifyMCPToken(_ context.Context, tok string, _ *http.Request) 
 	return nil, fmt.Errorf("%w: missing or wrong bearer token", auth.ErrInvalidToken)
 }
 
-// mcpScope is what the token of a tool call reaches.
-func (s *Server) mcpScope(_ context.Context, req *mcp.CallToolRequest) mcptools.Scope {
-	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil {
+// mcpScope is what the token of an MCP request reaches.
+func (s *Server) mcpScope(_ context.Context, extra *mcp.RequestExtra) mcptools.Scope {
+	if extra == nil || extra.TokenInfo == nil {
 		return mcptools.Scope{}
 	}
-	sc, ok := req.Extra.TokenInfo.Extra["scope"].(authtoken.Scope)
+	sc, ok := extra.TokenInfo.Extra["scope"].(authtoken.Scope)
 	if !ok {
 		return mcptools.Scope{}
 	}

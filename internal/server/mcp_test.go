@@ -375,6 +375,18 @@ func TestMCPAgentTools(t *testing.T) {
 		if res := callTool(t, cs, "list_sandboxes", nil); res.IsError || !strings.Contains(toolText(res), `"mine"`) {
 			t.Errorf("%s: a listed tool: %s", rev, toolText(res))
 		}
+		// The agent is told of its own tools only.
+		list, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tool := range list.Tools {
+			names = append(names, tool.Name)
+		}
+		if got, want := strings.Join(names, ","), "browser_snapshot,list_sandboxes"; got != want {
+			t.Errorf("%s: tools/list for the agent: %s, want %s", rev, got, want)
+		}
 		for _, tool := range []string{"screenshot", "browser_type", "complete_task"} {
 			res := callTool(t, cs, tool, map[string]any{"selector": "#a", "text": "x"})
 			if !res.IsError || !strings.Contains(toolText(res), "forbidden") || !strings.Contains(toolText(res), "tool "+tool) {
