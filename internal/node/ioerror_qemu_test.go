@@ -64,26 +64,7 @@ func TestQEMUSandboxOnAFullDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	be, err := qemu.New(ctx, qemu.Config{Dir: qdir, ImageDir: images, MaxSpares: 1, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
-	st, err := store.Open(ctx, dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	nd := New(Options{Store: st, Backend: be, Name: "n1", DataDir: dir, Logger: log, DefaultTemplate: "desk"})
-	t.Cleanup(nd.Stop)
-	if _, err := st.Create(ctx, yamlObj(t, deskTemplate)); err != nil {
-		t.Fatal(err)
-	}
-	reconcileTemplate(t, nd, "desk")
-	if tpl := getTemplate(t, st, "desk"); tpl.Status.Phase != api.TemplateReady {
-		t.Fatalf("template %s: %s", tpl.Status.Phase, tpl.Status.Message)
-	}
+	be, st, nd := qemuNode(t, qemu.Config{Dir: qdir, ImageDir: images, MaxSpares: 1}, dir)
 	sandbox := func(name string) *api.Sandbox {
 		t.Helper()
 		o, err := st.Get(ctx, api.KindSandbox, name)
@@ -187,4 +168,34 @@ func TestQEMUSandboxOnAFullDisk(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the guest call that waited for the write did not come back after the resume")
 	}
+}
+
+// qemuNode runs a node "n1" over a QEMU backend of cfg (its Logger set
+// here), with its store and data in dir, and a Ready template "desk" of
+// the linux-desktop image.
+func qemuNode(t *testing.T, cfg qemu.Config, dir string) (*qemu.Backend, *store.Store, *Node) {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = log
+	be, err := qemu.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	st, err := store.Open(ctx, dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	nd := New(Options{Store: st, Backend: be, Name: "n1", DataDir: dir, Logger: log, DefaultTemplate: "desk"})
+	t.Cleanup(nd.Stop)
+	if _, err := st.Create(ctx, yamlObj(t, deskTemplate)); err != nil {
+		t.Fatal(err)
+	}
+	reconcileTemplate(t, nd, "desk")
+	if tpl := getTemplate(t, st, "desk"); tpl.Status.Phase != api.TemplateReady {
+		t.Fatalf("template %s: %s", tpl.Status.Phase, tpl.Status.Message)
+	}
+	return be, st, nd
 }

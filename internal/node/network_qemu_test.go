@@ -6,11 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +18,6 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
-	"github.com/hvkube/hvkube/internal/store"
 )
 
 // TestQEMUSandboxNetwork runs the node over the QEMU backend: a sandbox
@@ -33,27 +30,8 @@ func TestQEMUSandboxNetwork(t *testing.T) {
 	images := qemutest.RequireImage(t, "linux-desktop")
 	ctx := context.Background()
 	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	be, err := qemu.New(ctx, qemu.Config{Dir: dir + "/qemu", ImageDir: images, NoSpares: true, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
-	st, err := store.Open(ctx, dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	nd := New(Options{Store: st, Backend: be, Name: "n1", DataDir: dir, Logger: log, DefaultTemplate: "desk"})
-	t.Cleanup(nd.Stop)
-	if _, err := st.Create(ctx, yamlObj(t, deskTemplate)); err != nil {
-		t.Fatal(err)
-	}
-	reconcileTemplate(t, nd, "desk")
+	be, st, nd := qemuNode(t, qemu.Config{Dir: dir + "/qemu", ImageDir: images, NoSpares: true}, dir)
 	tpl := getTemplate(t, st, "desk")
-	if tpl.Status.Phase != api.TemplateReady {
-		t.Fatalf("template %s: %s", tpl.Status.Phase, tpl.Status.Message)
-	}
 	if strings.Contains(tpl.Status.Message, "no network") {
 		t.Skipf("the image declares no network: %s", tpl.Status.Message)
 	}

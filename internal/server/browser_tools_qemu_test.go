@@ -5,12 +5,9 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
-	"github.com/hvkube/hvkube/internal/controller"
-	"github.com/hvkube/hvkube/internal/node"
-	"github.com/hvkube/hvkube/internal/store"
 )
 
 // browserTestPages is a small web site on the host for the guest's
@@ -55,31 +47,6 @@ func browserTestPages() http.Handler {
 // the guest reach the host's port port (as 10.0.2.2:port) and nothing else.
 func startBrowserDesk(t *testing.T, port int) *qemuDesk {
 	t.Helper()
-	imageDir := qemutest.RequireImage(t, "browser-desktop")
-	ctx := context.Background()
-	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: imageDir, NoSpares: true, BootTimeout: 35 * time.Minute, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr := controller.NewManager(st, log, 0)
-	nd := node.New(node.Options{Store: st, Backend: be, Logger: log})
-	nd.Register(mgr)
-	t.Cleanup(func() {
-		mgr.Stop()
-		nd.Stop()
-		list, _ := be.List(context.Background())
-		for _, info := range list {
-			be.Delete(context.Background(), info.ID)
-		}
-		be.Close()
-		st.Close()
-	})
 	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
 	tpl.Metadata.Name = "browser"
 	tpl.Spec.QEMU = &api.QEMUImage{Image: "browser-desktop"}
@@ -88,41 +55,9 @@ func startBrowserDesk(t *testing.T, port int) *qemuDesk {
 	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
 	sb.Metadata.Name = "web"
 	sb.Spec.TemplateRef = "browser"
-	srv := New(Options{Store: st, Sandboxes: nd, Actions: nd.Actions(), Token: "admin", ScopedKey: testKey, Logger: log})
-	for _, o := range []api.Object{tpl, sb} {
-		if err := srv.admit(o); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
 	// A template of the browser image boots Chromium once, which takes
 	// minutes under emulation on a busy host.
-	for deadline := time.Now().Add(40 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		if o, err := st.Get(ctx, api.KindTemplate, "browser"); err == nil {
-			if s := o.(*api.Template).Status; s.Phase == api.TemplateFailed {
-				t.Fatalf("template browser failed: %s", s.Message)
-			}
-		}
-		o, err := st.Get(ctx, api.KindSandbox, "web")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := o.(*api.Sandbox).Status
-		if s.Phase == api.SandboxRunning {
-			break
-		}
-		if s.Phase == api.SandboxError || time.Now().After(deadline) {
-			t.Fatalf("sandbox web is %s: %s", s.Phase, s.Message)
-		}
-	}
-	return &qemuDesk{url: hs.URL, st: st, srv: srv}
+	return startOnQEMU(t, tpl, sb, 40*time.Minute)
 }
 
 // TestBrowserToolsOnQEMU drives the Chromium of a real browser-desktop

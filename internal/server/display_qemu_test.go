@@ -39,11 +39,26 @@ type qemuDesk struct {
 
 func startQEMUDesk(t *testing.T) *qemuDesk {
 	t.Helper()
-	imageDir := qemutest.RequireImage(t, "linux-desktop")
+	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
+	tpl.Metadata.Name = "desk-tpl"
+	tpl.Spec.QEMU = &api.QEMUImage{Image: "linux-desktop"}
+	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+	sb.Metadata.Name = "desk"
+	sb.Metadata.Labels = map[string]string{"pool": "web"}
+	sb.Spec.TemplateRef = "desk-tpl"
+	return startOnQEMU(t, tpl, sb, 10*time.Minute)
+}
+
+// startOnQEMU runs a server over a real QEMU backend (no spares) with the
+// template tpl, of a guest image the tests need, and the sandbox sb, and
+// returns once sb runs, within wait (which includes the template's build).
+func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Duration) *qemuDesk {
+	t.Helper()
+	imageDir := qemutest.RequireImage(t, tpl.Spec.QEMU.Image)
 	ctx := context.Background()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: imageDir, NoSpares: true, Logger: log})
+	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: imageDir, NoSpares: true, BootTimeout: wait, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +71,7 @@ func startQEMUDesk(t *testing.T) *qemuDesk {
 	nd.Register(mgr)
 	t.Cleanup(func() {
 		mgr.Stop()
+		nd.Stop()
 		list, _ := be.List(context.Background())
 		for _, info := range list {
 			be.Delete(context.Background(), info.ID)
@@ -63,15 +79,11 @@ func startQEMUDesk(t *testing.T) *qemuDesk {
 		be.Close()
 		st.Close()
 	})
-	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
-	tpl.Metadata.Name = "desk-tpl"
-	tpl.Spec.QEMU = &api.QEMUImage{Image: "linux-desktop"}
-	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
-	sb.Metadata.Name = "desk"
-	sb.Metadata.Labels = map[string]string{"pool": "web"}
-	sb.Spec.TemplateRef = "desk-tpl"
+	srv := New(Options{Store: st, Sandboxes: nd, Actions: nd.Actions(), Token: "admin", ScopedKey: testKey, Logger: log})
 	for _, o := range []api.Object{tpl, sb} {
-		api.Default(o)
+		if err := srv.admit(o); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := st.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
@@ -79,12 +91,15 @@ func startQEMUDesk(t *testing.T) *qemuDesk {
 	if err := mgr.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Options{Store: st, Sandboxes: nd, Actions: nd.Actions(), Token: "admin", ScopedKey: testKey, Logger: log})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		o, err := st.Get(ctx, api.KindSandbox, "desk")
+	for deadline := time.Now().Add(wait); ; time.Sleep(500 * time.Millisecond) {
+		if o, err := st.Get(ctx, api.KindTemplate, tpl.Metadata.Name); err == nil {
+			if s := o.(*api.Template).Status; s.Phase == api.TemplateFailed {
+				t.Fatalf("template %s failed: %s", tpl.Metadata.Name, s.Message)
+			}
+		}
+		o, err := st.Get(ctx, api.KindSandbox, sb.Metadata.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,9 +108,8 @@ func startQEMUDesk(t *testing.T) *qemuDesk {
 			break
 		}
 		if s.Phase == api.SandboxError || time.Now().After(deadline) {
-			t.Fatalf("sandbox desk is %s: %s", s.Phase, s.Message)
+			t.Fatalf("sandbox %s is %s: %s", sb.Metadata.Name, s.Phase, s.Message)
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
 	return &qemuDesk{url: hs.URL, st: st, srv: srv}
 }
