@@ -168,6 +168,20 @@ type TemplateSnapshot struct {
 	DiskBytes       int64     `json:"diskBytes,omitempty"`
 	Resolution      string    `json:"resolution,omitempty"`
 	BackendSnapshot string    `json:"backendSnapshot,omitempty"`
+	// Automation is what the snapshot's guest offers automation clients,
+	// as its image declares it.
+	Automation *Automation `json:"automation,omitempty"`
+}
+
+// Automation is the browser endpoints a guest offers automation clients:
+// ports inside the guest (reached through the API's port forwards), 0 for
+// none.
+type Automation struct {
+	// CDP is the port of Chromium's DevTools (Playwright's connectOverCDP,
+	// Puppeteer, the MCP browser tools).
+	CDP int `json:"cdp,omitempty"`
+	// WebDriver is the port of a WebDriver server (chromedriver).
+	WebDriver int `json:"webdriver,omitempty"`
 }
 
 // ---- Sandbox ----
@@ -297,6 +311,9 @@ type SandboxStatus struct {
 	Control *SandboxControl `json:"control,omitempty"`
 	// Network is the sandbox's network as the node runs it.
 	Network *SandboxNetworkStatus `json:"network,omitempty"`
+	// Automation is what the sandbox's guest offers automation clients,
+	// from its template's snapshot; nil for none.
+	Automation *Automation `json:"automation,omitempty"`
 }
 
 // SandboxControl is a person's hold on a sandbox's input.

@@ -82,6 +82,9 @@ type TemplateInfo struct {
 	// declares no network, or when it was built by a backend without
 	// networks; its clones then have no network.
 	Network bool
+	// Automation is what the guest offers automation clients, as its
+	// image declares it (the zero value: nothing).
+	Automation api.Automation
 }
 
 // SandboxSpec is what a backend needs to create a sandbox.

@@ -28,10 +28,6 @@ import (
 	"time"
 )
 
-// DefaultPort is where Chromium's DevTools listen in hvkube's
-// browser-desktop image (image.json, automation.cdp).
-const DefaultPort = 9222
-
 // Bounds of the client; variables so that tests can shorten them.
 var (
 	// MaxListBytes bounds an answer of the HTTP endpoint.
@@ -48,18 +44,33 @@ var (
 // to close; ctx bounds the dial only.
 type DialFunc func(ctx context.Context) (net.Conn, error)
 
-// Endpoint is a browser's DevTools HTTP endpoint reached through a dial
-// function. Each request gets a connection of its own, which ends with it.
+// Endpoint is a browser's DevTools HTTP endpoint: reached through a dial
+// function (NewEndpoint), or behind an HTTP proxy of its port
+// (NewForwarded). Each request gets a connection of its own, which ends
+// with it.
 type Endpoint struct {
-	dial DialFunc
-	host string // the Host header: DevTools answers only localhost or an address
+	dial   DialFunc    // nil: a proxy, reached by base's address
+	base   string      // http(s)://HOST[/PREFIX]: where DevTools' paths start
+	header http.Header // sent with every request and WebSocket
+	port   int
 }
 
 // NewEndpoint returns the endpoint that dial reaches, which listens on port
 // (it names the port in the Host header, as DevTools expects).
 func NewEndpoint(port int, dial DialFunc) *Endpoint {
-	return &Endpoint{dial: dial, host: "localhost:" + strconv.Itoa(port)}
+	return &Endpoint{dial: dial, base: "http://localhost:" + strconv.Itoa(port), port: port}
 }
+
+// NewForwarded returns the endpoint of DevTools' port port that an HTTP
+// proxy serves at base (http or https; the paths of DevTools follow it),
+// such as hvkube's port forward …/api/v1/sandboxes/NAME/ports/PORT. header
+// goes with every request, for the proxy (its credentials).
+func NewForwarded(base string, port int, header http.Header) *Endpoint {
+	return &Endpoint{base: strings.TrimRight(base, "/"), header: header, port: port}
+}
+
+// Port is the port DevTools listens on, in the browser's host.
+func (e *Endpoint) Port() int { return e.port }
 
 // Target is a DevTools target as /json/list describes it.
 type Target struct {
@@ -78,18 +89,24 @@ var ErrUnreachable = errors.New("no answer from the browser's DevTools")
 // transport is an HTTP transport that reaches the endpoint whatever a URL
 // names, one connection per request.
 func (e *Endpoint) transport() *http.Transport {
-	return &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	tr := &http.Transport{
+		Proxy:                  http.ProxyFromEnvironment,
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: 64 << 10,
+		TLSHandshakeTimeout:    10 * time.Second,
+	}
+	if e.dial != nil {
+		tr.Proxy = nil
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			c, err := e.dial(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 			}
 			return c, nil
-		},
-		DisableKeepAlives:      true,
-		DisableCompression:     true,
-		MaxResponseHeaderBytes: 64 << 10,
+		}
 	}
+	return tr
 }
 
 // withTimeout gives ctx CallTimeout unless it has a deadline already.
@@ -105,9 +122,12 @@ func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 func (e *Endpoint) get(ctx context.Context, method, path string, out any) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+e.host+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, e.base+path, nil)
 	if err != nil {
 		return err
+	}
+	for k, v := range e.header {
+		req.Header[k] = v
 	}
 	tr := e.transport()
 	defer tr.CloseIdleConnections()
@@ -124,7 +144,11 @@ func (e *Endpoint) get(ctx context.Context, method, path string, out any) error 
 		return fmt.Errorf("%s %s: the answer is over %d bytes", method, path, MaxListBytes)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+		err := fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+		if e.dial == nil && (resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout) {
+			err = fmt.Errorf("%w: %w", ErrUnreachable, err) // the proxy reached nothing
+		}
+		return err
 	}
 	if out == nil {
 		return nil
@@ -217,5 +241,5 @@ func (e *Endpoint) Attach(ctx context.Context, id string) (*Conn, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("%q is not a page id", id)
 	}
-	return dialConn(ctx, e.transport(), "ws://"+e.host+"/devtools/page/"+id)
+	return dialConn(ctx, e.transport(), e.header, "ws"+strings.TrimPrefix(e.base, "http")+"/devtools/page/"+id)
 }

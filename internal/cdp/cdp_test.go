@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -56,7 +60,7 @@ func newFakeDevTools(t *testing.T) *fakeDevTools {
 // endpoint is an Endpoint that reaches f through a dial function, as the
 // server reaches a guest's port.
 func (f *fakeDevTools) endpoint() *Endpoint {
-	return NewEndpoint(DefaultPort, func(ctx context.Context) (net.Conn, error) {
+	return NewEndpoint(9222, func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", f.srv.Listener.Addr().String())
 	})
@@ -215,7 +219,7 @@ func TestPages(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	ep := NewEndpoint(DefaultPort, func(context.Context) (net.Conn, error) { return nil, errors.New("connection refused") })
+	ep := NewEndpoint(9222, func(context.Context) (net.Conn, error) { return nil, errors.New("connection refused") })
 	if _, err := ep.Pages(context.Background()); !errors.Is(err, ErrUnreachable) {
 		t.Errorf("Pages: %v, want ErrUnreachable", err)
 	}
@@ -555,5 +559,71 @@ func TestFormatAXTree(t *testing.T) {
 	long := strings.Repeat("x", 500)
 	if got := FormatAXTree([]AXNode{{NodeID: "1", Role: str("link"), Name: str(long)}}, 0); len(got) > 250 || !strings.Contains(got, "…") {
 		t.Errorf("a long name: %d bytes: %s", len(got), got)
+	}
+}
+
+// TestForwarded reaches DevTools behind an HTTP proxy of its port, as
+// `hvkube mcp` reaches a guest's through the API's port forward: the
+// paths follow the proxy's prefix, the header (the token) goes with every
+// request and with the WebSocket, and a proxy that reaches nothing is
+// ErrUnreachable.
+func TestForwarded(t *testing.T) {
+	f := newFakeDevTools(t)
+	f.list = `[{"id":"A1","type":"page","title":"Front","url":"https://example.com/"}]`
+	f.setHandler(func(s *fakeSession, method string, params json.RawMessage) (any, *Error) {
+		return map[string]any{"ok": true}, nil
+	})
+	const prefix = "/api/v1/sandboxes/web/ports/9222"
+	up := &url.URL{Scheme: "http", Host: f.srv.Listener.Addr().String()}
+	rp := httputil.NewSingleHostReverseProxy(up)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		r.Host = "localhost:9222"
+	}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		rest, ok := strings.CutPrefix(r.URL.Path, prefix)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		r.URL.Path = rest
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	ctx := context.Background()
+
+	ep := NewForwarded(proxy.URL+prefix+"/", 9222, http.Header{"Authorization": {"Bearer tok"}})
+	if ep.Port() != 9222 {
+		t.Errorf("port %d", ep.Port())
+	}
+	cur, err := ep.Current(ctx)
+	if err != nil || cur.ID != "A1" {
+		t.Fatalf("current page through the proxy: %+v %v", cur, err)
+	}
+	c, err := ep.Attach(ctx, cur.ID)
+	if err != nil {
+		t.Fatalf("attach through the proxy: %v", err)
+	}
+	var out struct{ OK bool }
+	if err := c.Call(ctx, "Runtime.evaluate", map[string]any{"expression": "1"}, &out); err != nil || !out.OK {
+		t.Errorf("a command through the proxy: %+v %v", out, err)
+	}
+	c.Close()
+
+	if _, err := NewForwarded(proxy.URL+prefix, 9222, nil).Pages(ctx); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("without the token: %v", err)
+	}
+	if _, err := NewForwarded(proxy.URL+prefix, 9222, nil).Attach(ctx, "A1"); err == nil {
+		t.Error("a WebSocket without the token was opened")
+	}
+	f.srv.Close()
+	if _, err := ep.Pages(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("a proxy that reaches nothing: %v, want ErrUnreachable", err)
 	}
 }

@@ -75,12 +75,12 @@ const writeTimeout = 10 * time.Second
 // ErrClosed: the session ended (Close, or the target went away).
 var ErrClosed = errors.New("the CDP session ended")
 
-func dialConn(ctx context.Context, tr *http.Transport, url string) (*Conn, error) {
+func dialConn(ctx context.Context, tr *http.Transport, header http.Header, url string) (*Conn, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	// No Origin: DevTools refuses a WebSocket with one it was not told
 	// to allow (coder/websocket sends none).
-	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}, HTTPHeader: header})
 	if err != nil {
 		tr.CloseIdleConnections()
 		return nil, fmt.Errorf("open %s: %w", url, err)

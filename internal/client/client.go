@@ -52,6 +52,17 @@ func New(server, token string) (*Client, error) {
 // Server returns the base URL.
 func (c *Client) Server() string { return c.base }
 
+// PortForward is the API's forward of port in sandbox's guest (HTTP and
+// WebSocket: …/api/v1/sandboxes/NAME/ports/PORT) and the header that
+// carries this client's token to it.
+func (c *Client) PortForward(sandbox string, port int) (string, http.Header) {
+	h := http.Header{}
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	return c.base + "/api/v1/sandboxes/" + url.PathEscape(sandbox) + "/ports/" + strconv.Itoa(port), h
+}
+
 // Error is an error answer from the server.
 type Error struct {
 	Code    int

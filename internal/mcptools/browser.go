@@ -25,10 +25,21 @@ import (
 // answer that they are not served here.
 type Browsers interface {
 	// Browser returns the DevTools endpoint of sandbox's browser. A
-	// sandbox without a network to reach it over is an error wrapping
-	// api.ErrUnsupported; the endpoint's own dial fails with
+	// sandbox whose guest offers none (status.automation.cdp), or without
+	// a network to reach it over, is an error wrapping
+	// api.ErrUnsupported; the endpoint's own requests fail with
 	// cdp.ErrUnreachable when nothing listens there.
 	Browser(ctx context.Context, sandbox string) (*cdp.Endpoint, error)
+}
+
+// NoBrowser is the error of Browser for sandbox sb, whose guest offers no
+// DevTools endpoint; nil when it offers one.
+func NoBrowser(sb *api.Sandbox) error {
+	if au := sb.Status.Automation; au != nil && au.CDP != 0 {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s (template %s) has no browser for the browser tools: its guest offers no Chrome DevTools endpoint (status.automation.cdp); use a sandbox of the browser-desktop image: %w",
+		sb.Metadata.Name, sb.Status.Template, api.ErrUnsupported)
 }
 
 // Bounds of the browser tools.
@@ -165,8 +176,8 @@ func browserError(sandbox string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, cdp.ErrUnreachable) && !errors.Is(err, api.ErrUnsupported) && !errors.Is(err, api.ErrConflict) && !errors.Is(err, api.ErrNotFound):
-		return fmt.Errorf("no browser answers in sandbox %s (Chromium's DevTools on the guest's port %d): the browser tools need a sandbox of the browser-desktop image, with its browser open (the task bar's Browser button opens it again): %w",
-			sandbox, cdp.DefaultPort, err)
+		return fmt.Errorf("no browser answers in sandbox %s (Chromium's DevTools, on the guest's port in status.automation.cdp): the browser tools need a sandbox of the browser-desktop image, with its browser open (the task bar's Browser button opens it again): %w",
+			sandbox, err)
 	case errors.Is(err, cdp.ErrNoPage):
 		return fmt.Errorf("%w: open one with browser_tabs (action new)", err)
 	case errors.Is(err, cdp.ErrBadSelector):

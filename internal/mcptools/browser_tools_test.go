@@ -83,8 +83,8 @@ func (d *browserDesktops) Browser(_ context.Context, sandbox string) (*cdp.Endpo
 	if d.err != nil {
 		return nil, d.err
 	}
-	return cdp.NewEndpoint(cdp.DefaultPort, func(context.Context) (net.Conn, error) {
-		return nil, fmt.Errorf("dial port %d of sandbox %s: connection refused", cdp.DefaultPort, sandbox)
+	return cdp.NewEndpoint(9222, func(context.Context) (net.Conn, error) {
+		return nil, fmt.Errorf("dial port %d of sandbox %s: connection refused", 9222, sandbox)
 	}), nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/cdp"
 	"github.com/hvkube/hvkube/internal/client"
 )
 
@@ -57,6 +58,23 @@ func (r *Remote) Do(ctx context.Context, sandbox string, a api.Action, width int
 		return Result{}, err
 	}
 	return Result{Coordinate: res.Coordinate, Image: res.Image, ContentType: res.ContentType}, nil
+}
+
+// Browser implements Browsers through the API's port forward of the
+// sandbox's DevTools port, with the client's token: the server checks
+// that the token reaches the sandbox, as it does for a port-forward.
+func (r *Remote) Browser(ctx context.Context, sandbox string) (*cdp.Endpoint, error) {
+	o, err := r.c.Get(ctx, api.KindSandbox, sandbox)
+	if err != nil {
+		return nil, err
+	}
+	sb := o.(*api.Sandbox)
+	if err := NoBrowser(sb); err != nil {
+		return nil, err
+	}
+	port := sb.Status.Automation.CDP
+	base, header := r.c.PortForward(sandbox, port)
+	return cdp.NewForwarded(base, port, header), nil
 }
 
 // Complete implements Desktops.

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,26 +30,19 @@ import (
 // token (HVKUBE_TOKEN, sent as Authorization: Bearer); in the guest they
 // are the guest's own (http://127.0.0.1:PORT) and need no token.
 //
-// The ports are the image's: an image whose guest has a browser for
-// automation clients says so in /etc/hvkube/image.conf (HVKUBE_CDP_PORT,
-// HVKUBE_WEBDRIVER_PORT; the browser-desktop image writes them, as it
-// writes image.json's automation block). A sandbox without the endpoint
-// its agent needs fails the agent for good with
-// ReasonNoAutomationEndpoint: a retry on a sandbox of the same template
-// would meet the same guest.
+// The ports are the image's, as the sandbox's status.automation gives
+// them (from its template's snapshot; the browser-desktop image declares
+// them in image.json). A sandbox without the endpoint its agent needs
+// fails the agent for good with ReasonNoAutomationEndpoint: a retry on a
+// sandbox of the same template would meet the same guest.
 
 // ReasonNoAutomationEndpoint is the reason of a playwright or selenium
 // agent whose sandbox offers no endpoint (or no way to it) for its client.
 const ReasonNoAutomationEndpoint = "NoAutomationEndpoint"
 
-// imageConf is where a guest image keeps its facts, as KEY=VALUE lines.
-const imageConf = "/etc/hvkube/image.conf"
-
 // automation is the browser endpoints of a guest: ports in the guest, 0
 // for none.
-type automation struct {
-	CDP, WebDriver int
-}
+type automation api.Automation
 
 // need is the endpoint an agent of type typ drives, by name and port.
 func (au automation) need(typ string) (string, int) {
@@ -97,18 +88,14 @@ func (n *Node) automationEnv(ctx context.Context, a *api.Agent, host bool) ([]st
 	if err != nil {
 		return nil, err
 	}
-	tpl := sb.Spec.TemplateRef
-	if tpl == "" {
-		tpl = n.opt.DefaultTemplate
-	}
-	au, err := n.guestAutomation(ctx, sb, tpl)
-	if err != nil {
-		return nil, err
+	var au automation
+	if sb.Status.Automation != nil {
+		au = automation(*sb.Status.Automation)
 	}
 	what, port := au.need(a.Spec.Type)
 	if port == 0 {
-		return nil, &errNoEndpoint{fmt.Sprintf("sandbox %s (template %s) has no %s for a %s agent: its image declares none (%s has no HVKUBE_CDP_PORT or HVKUBE_WEBDRIVER_PORT); use a template of an image with a browser for automation clients, such as browser-desktop",
-			sandbox, tpl, what, a.Spec.Type, imageConf)}
+		return nil, &errNoEndpoint{fmt.Sprintf("sandbox %s (template %s) has no %s for a %s agent: its image declares none (status.automation); use a template of an image with a browser for automation clients, such as browser-desktop",
+			sandbox, sb.Status.Template, what, a.Spec.Type)}
 	}
 	var base string
 	if host {
@@ -134,52 +121,6 @@ func (n *Node) automationEnv(ctx context.Context, a *api.Agent, host bool) ([]st
 		env = append(env, "HVKUBE_WEBDRIVER_URL="+base+strconv.Itoa(au.WebDriver))
 	}
 	return env, nil
-}
-
-// guestAutomation reads the browser endpoints of sandbox sb (of template
-// tpl) from its guest's image.conf. A guest without one, or a Windows
-// guest, has none; a guest that cannot be asked is an ordinary error.
-func (n *Node) guestAutomation(ctx context.Context, sb *api.Sandbox, tpl string) (automation, error) {
-	if o, err := n.st.Get(ctx, api.KindTemplate, tpl); err == nil {
-		if gos := o.(*api.Template).Spec.Guest.OS; gos != "" && gos != "linux" {
-			return automation{}, nil
-		}
-	}
-	res, err := n.Exec(ctx, sb.Metadata.Name, backend.ExecRequest{Path: "cat", Args: []string{imageConf}})
-	if err != nil {
-		return automation{}, fmt.Errorf("read %s in sandbox %s: %w", imageConf, sb.Metadata.Name, err)
-	}
-	if res.ExitCode != 0 {
-		return automation{}, nil // no image.conf: an image that declares nothing
-	}
-	return parseAutomation(res.Stdout), nil
-}
-
-// parseAutomation reads the automation ports of an image.conf: shell
-// variable assignments, one a line, of which it takes HVKUBE_CDP_PORT and
-// HVKUBE_WEBDRIVER_PORT when they are port numbers (quoted or not). The
-// file is parsed, never run.
-func parseAutomation(conf []byte) automation {
-	var au automation
-	sc := bufio.NewScanner(bytes.NewReader(conf))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if !ok {
-			continue
-		}
-		v = strings.Trim(v, `'"`)
-		p, err := strconv.Atoi(v)
-		if err != nil || p < 1 || p > 65535 {
-			continue
-		}
-		switch strings.TrimPrefix(k, "export ") {
-		case "HVKUBE_CDP_PORT":
-			au.CDP = p
-		case "HVKUBE_WEBDRIVER_PORT":
-			au.WebDriver = p
-		}
-	}
-	return au
 }
 
 // failFinally fails the running attempt of a and the agent with it,

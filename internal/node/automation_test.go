@@ -10,52 +10,34 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/fake"
 )
 
-func TestParseAutomation(t *testing.T) {
-	tests := []struct {
-		name string
-		conf string
-		want automation
-	}{
-		{"browser-desktop", "HVKUBE_GUEST_USER=agent\nHVKUBE_BROWSER_START_TITLE='hvkube browser desktop'\nHVKUBE_CDP_PORT=9222\nHVKUBE_WEBDRIVER_PORT=9515\n", automation{CDP: 9222, WebDriver: 9515}},
-		{"quoted and exported", "export HVKUBE_CDP_PORT=\"9333\"\n  HVKUBE_WEBDRIVER_PORT='4444'\n", automation{CDP: 9333, WebDriver: 4444}},
-		{"linux-desktop", "HVKUBE_GUEST_USER=agent\nHVKUBE_READY_WAIT=0\n", automation{}},
-		{"CDP only", "HVKUBE_CDP_PORT=9222\n", automation{CDP: 9222}},
-		{"not ports", "HVKUBE_CDP_PORT=$(reboot)\nHVKUBE_WEBDRIVER_PORT=70000\n", automation{}},
-		{"empty", "", automation{}},
-	}
-	for _, tt := range tests {
-		if got := parseAutomation([]byte(tt.conf)); got != tt.want {
-			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
-		}
-	}
-}
-
 // TestAutomationAgentInTheGuest: a playwright or selenium agent's command
 // in the guest gets the guest's own endpoints, as its image declares
-// them, and completes by its exit code; on a sandbox whose image declares
+// them (status.automation, from its template's snapshot), and completes
+// by its exit code; on a sandbox whose image declares
 // no endpoint for its client the agent fails at once, for good, with
 // NoAutomationEndpoint, whatever retries it has. (The fake backend stands
 // for the guest here; cmd/hvkube's TestAutomationAgentsOnQEMU runs the
 // examples on a real one, on the host.)
 func TestAutomationAgentInTheGuest(t *testing.T) {
-	both := "HVKUBE_GUEST_USER=agent\nHVKUBE_CDP_PORT=9222\nHVKUBE_WEBDRIVER_PORT=9515\n"
+	both := api.Automation{CDP: 9222, WebDriver: 9515}
 	tests := []struct {
-		name, typ, conf string
-		ok              bool
-		env             []string
+		name, typ string
+		au        api.Automation
+		ok        bool
+		env       []string
 	}{
 		{"playwright", "playwright", both, true, []string{"HVKUBE_CDP_URL=http://127.0.0.1:9222", "HVKUBE_WEBDRIVER_URL=http://127.0.0.1:9515", "HVKUBE_DEBUGGER_ADDRESS=localhost:9222", "HVKUBE_AGENT=job"}},
 		{"selenium", "selenium", both, true, []string{"HVKUBE_WEBDRIVER_URL=http://127.0.0.1:9515", "HVKUBE_DEBUGGER_ADDRESS=localhost:9222", `HVKUBE_TASK_INPUT={"url":"http://10.0.2.2:8000/"}`}},
-		{"playwright on a guest with CDP only", "playwright", "HVKUBE_CDP_PORT=9222\n", true, []string{"HVKUBE_CDP_URL=http://127.0.0.1:9222"}},
-		{"selenium on a guest with CDP only", "selenium", "HVKUBE_CDP_PORT=9222\n", false, nil},
-		{"playwright on a guest without image.conf", "playwright", "", false, nil},
+		{"playwright on a guest with CDP only", "playwright", api.Automation{CDP: 9222}, true, []string{"HVKUBE_CDP_URL=http://127.0.0.1:9222"}},
+		{"selenium on a guest with CDP only", "selenium", api.Automation{CDP: 9222}, false, nil},
+		{"playwright on a guest that offers nothing", "playwright", api.Automation{}, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newClusterWith(t, clusterOptions{fake: fake.Options{Exec: guestShell}})
+			c := newClusterWith(t, clusterOptions{fake: fake.Options{Exec: guestShell, Automation: tt.au}})
 			c.runningBox(t)
-			if tt.conf != "" {
-				c.be.WriteFile("box", imageConf, []byte(tt.conf))
+			if got := c.sandbox(t, "box").Status.Automation; (got == nil) != (tt.au == api.Automation{}) || (got != nil && *got != tt.au) {
+				t.Errorf("status.automation %+v, want %+v", got, tt.au)
 			}
 			c.create(t, yamlObj(t, fmt.Sprintf(`apiVersion: hvkube/v1
 kind: Agent
@@ -101,7 +83,7 @@ spec:
 						t.Errorf("the command's environment %v lacks %s", ex.Env, want)
 					}
 				}
-				if tt.typ == "playwright" && tt.conf != both && slices.ContainsFunc(ex.Env, func(kv string) bool { return strings.HasPrefix(kv, "HVKUBE_WEBDRIVER_URL=") }) {
+				if tt.typ == "playwright" && tt.au != both && slices.ContainsFunc(ex.Env, func(kv string) bool { return strings.HasPrefix(kv, "HVKUBE_WEBDRIVER_URL=") }) {
 					t.Errorf("a WebDriver URL without a WebDriver port: %v", ex.Env)
 				}
 			}

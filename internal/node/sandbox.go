@@ -176,6 +176,7 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message = phase, "Started", msg
 		s.Template = tplName
+		s.Automation = tpl.Status.Snapshot.Automation
 		s.BackendID = info.ID
 		s.Display = info.Display
 		s.Resolution = info.Resolution

@@ -89,6 +89,9 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 	}
 	snap := &api.TemplateSnapshot{ID: info.ID, CreatedAt: info.CreatedAt, BootSeconds: info.BootTime.Seconds(),
 		MemoryBytes: info.MemoryBytes, DiskBytes: info.DiskBytes, Resolution: info.Resolution}
+	if info.Automation != (api.Automation{}) {
+		snap.Automation = &info.Automation
+	}
 	n.event(ctx, t, api.EventNormal, "Ready", fmt.Sprintf("snapshot %s ready in %.1fs (desktop booted in %.1fs)", id, n.now().Sub(start).Seconds(), info.BootTime.Seconds()))
 	msg := "sandboxes clone from the snapshot"
 	if t.Spec.Network.Mode != api.NetworkNone && !info.Network && n.be.Name() == "qemu" {

@@ -15,6 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/mcptools"
 )
 
 // browserTestPages is a small web site on the host for the guest's
@@ -174,6 +176,56 @@ func TestBrowserToolsOnQEMU(t *testing.T) {
 			}
 		})
 	}
+
+	// What `hvkube mcp` serves on stdio: the tools over the REST API, the
+	// browser tools through the API's port forward of the guest's
+	// DevTools, with the token given (here an agent's, which reaches its
+	// own sandbox only).
+	t.Run("Stdio", func(t *testing.T) {
+		ctx := context.Background()
+		for _, tt := range []struct{ name, token string }{{"server token", "admin"}, {"agent token", ""}} {
+			tok := tt.token
+			if tok == "" {
+				a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}}
+				a.Metadata.Name = "stdio"
+				a.Spec.SandboxName, a.Spec.Type = "web", "mcp-agent"
+				if err := d.srv.admit(a); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := d.st.Create(ctx, a); err != nil {
+					t.Fatal(err)
+				}
+				bindAgent(t, d.st, "stdio", "web", 1)
+				tok = attemptToken(t, d.st, testKey, "stdio")
+			}
+			c, err := client.New(d.url, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := mcptools.NewServer(mcptools.NewRemote(c), mcptools.Options{Version: "test"})
+			st, ct := mcp.NewInMemoryTransports()
+			ss, err := srv.Connect(ctx, st, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tabs := call(t, cs, "browser_tabs", map[string]any{"sandbox": "web"})
+			if !strings.Contains(tabs, `"url":"`+site+`/"`) {
+				t.Errorf("%s: browser_tabs: %s", tt.name, tabs)
+			}
+			if got := call(t, cs, "browser_type", map[string]any{"sandbox": "web", "selector": "#who", "text": "Grace Hopper"}); !strings.Contains(got, `"Grace Hopper"`) {
+				t.Errorf("%s: browser_type: %s", tt.name, got)
+			}
+			if snap := call(t, cs, "browser_snapshot", map[string]any{"sandbox": "web"}); !strings.Contains(snap, `textbox "Your name"`) || !strings.Contains(snap, ": Grace Hopper") {
+				t.Errorf("%s: browser_snapshot: %s", tt.name, snap)
+			}
+			cs.Close()
+			ss.Wait()
+		}
+	})
 
 	t.Run("AgentTools", func(t *testing.T) {
 		a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}}

@@ -364,17 +364,23 @@ func (d *serverDesktops) Do(ctx context.Context, sandbox string, a api.Action, w
 // node's port dialer, over the sandbox's own network, as the port
 // forwards do (ports.go): never through this server's HTTP.
 func (d *serverDesktops) Browser(ctx context.Context, sandbox string) (*cdp.Endpoint, error) {
-	if _, err := d.s.opts.Store.Get(ctx, api.KindSandbox, sandbox); err != nil {
+	o, err := d.s.opts.Store.Get(ctx, api.KindSandbox, sandbox)
+	if err != nil {
 		return nil, err
 	}
 	pd, ok := d.s.opts.Sandboxes.(PortDialer)
 	if !ok {
 		return nil, fmt.Errorf("the browser tools reach a guest's browser over its network, and this server's backend reaches no guest ports: %w", api.ErrUnsupported)
 	}
-	return cdp.NewEndpoint(cdp.DefaultPort, func(ctx context.Context) (net.Conn, error) {
+	sb := o.(*api.Sandbox)
+	if err := mcptools.NoBrowser(sb); err != nil {
+		return nil, err
+	}
+	port := sb.Status.Automation.CDP
+	return cdp.NewEndpoint(port, func(ctx context.Context) (net.Conn, error) {
 		dctx, cancel := context.WithTimeout(ctx, portDialTimeout)
 		defer cancel()
-		c, err := pd.DialPort(dctx, sandbox, cdp.DefaultPort)
+		c, err := pd.DialPort(dctx, sandbox, port)
 		if err != nil {
 			return nil, err
 		}

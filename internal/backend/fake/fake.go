@@ -119,6 +119,9 @@ type Options struct {
 	// the built-in interpreter. It is called without the backend's lock
 	// held, so it may call the backend; fs is the sandbox's file system.
 	Exec func(id string, fs FS, req backend.ExecRequest) (backend.ExecResult, error)
+	// Automation is what every template's guest offers automation
+	// clients (default: nothing).
+	Automation api.Automation
 }
 
 // Call is one recorded call: its Op name and the sandbox or template ID it
@@ -346,7 +349,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	b.mu.Lock()
 	info, ok := b.templates[spec.ID]
 	if !ok {
-		info = backend.TemplateInfo{ID: spec.ID, CreatedAt: b.now(), MemoryBytes: int64(mem) << 20, Resolution: res}
+		info = backend.TemplateInfo{ID: spec.ID, CreatedAt: b.now(), MemoryBytes: int64(mem) << 20, Resolution: res, Automation: b.opts.Automation}
 		b.templates[spec.ID] = info
 	}
 	b.mu.Unlock()

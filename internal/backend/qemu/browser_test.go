@@ -80,6 +80,13 @@ func TestBrowserDesktop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("template built in %s (boot %s)", time.Since(start).Round(time.Second), tpl.BootTime.Round(time.Second))
+	// The image declares its automation ports, and the snapshot keeps them.
+	if want := (api.Automation{CDP: 9222, WebDriver: 9515}); tpl.Automation != want {
+		t.Errorf("template automation %+v, want %+v", tpl.Automation, want)
+	}
+	if again, err := b.InspectTemplate(ctx, tpl.ID); err != nil || again.Automation != tpl.Automation {
+		t.Errorf("inspected template automation %+v (%v), want %+v", again.Automation, err, tpl.Automation)
+	}
 
 	info, err := b.Create(ctx, backend.SandboxSpec{ID: "browser-1", TemplateID: tpl.ID})
 	if err != nil {

@@ -30,6 +30,9 @@ type imageInfo struct {
 	// Network is the NIC the guest configures at boot when it has one;
 	// an image without it gets none.
 	Network *imageNetwork `json:"network"`
+	// Automation is the browser endpoints the guest offers automation
+	// clients (the browser-desktop image's Chromium); none when absent.
+	Automation *api.Automation `json:"automation"`
 }
 
 // imageNetwork is image.json's network: how the guest configures its NIC
@@ -60,6 +63,8 @@ type image struct {
 	// Network is what the image declares of its guest's NIC; nil when it
 	// declares none (no image.json, or one from before guest networks).
 	Network *imageNetwork `json:",omitempty"`
+	// Automation is what the image declares for automation clients.
+	Automation *api.Automation `json:",omitempty"`
 }
 
 // resolveImage finds a template's image: by name under imageDir (NAME/current,
@@ -107,6 +112,7 @@ func resolveImage(imageDir string, roots hostpath.Roots, q api.QEMUImage) (image
 			img.Append = q.KernelArgs
 		}
 		img.Network = info.Network
+		img.Automation = info.Automation
 		return img.withDefaults(), nil
 	}
 	img := image{Kernel: q.Kernel, Initrd: q.Initrd, Disk: q.Disk, Append: q.KernelArgs, Helpers: guestos.DefaultHelpers,

@@ -303,8 +303,12 @@ type tplMeta struct {
 }
 
 func (t tplMeta) info() backend.TemplateInfo {
-	return backend.TemplateInfo{ID: t.ID, CreatedAt: t.CreatedAt, BootTime: time.Duration(t.BootSeconds * float64(time.Second)),
+	info := backend.TemplateInfo{ID: t.ID, CreatedAt: t.CreatedAt, BootTime: time.Duration(t.BootSeconds * float64(time.Second)),
 		MemoryBytes: t.MemoryBytes, DiskBytes: t.DiskBytes, Resolution: t.Resolution, Network: t.Network}
+	if a := t.Image.Automation; a != nil {
+		info.Automation = *a
+	}
+	return info
 }
 
 func (b *Backend) tplDir(id string) string { return filepath.Join(b.cfg.Dir, "templates", id) }
