@@ -165,24 +165,7 @@ func agent(name string, labels map[string]string) *api.Agent {
 // scope is whatever *scope holds at the call.
 func session(t *testing.T, f *fakeDesktops, scope *mcptools.Scope) *mcp.ClientSession {
 	t.Helper()
-	ctx := context.Background()
-	srv := mcptools.NewServer(f, mcptools.Options{Version: "test", Scope: func(context.Context, *mcp.RequestExtra) mcptools.Scope {
-		return *scope
-	}})
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cs.Close()
-		ss.Wait()
-	})
-	return cs
+	return sessionOver(t, f, scope)
 }
 
 // call calls a tool and returns its text (or structured output) and

@@ -82,8 +82,8 @@ func (r *recDesk) take() string {
 	return s
 }
 
-// sessionOver serves the tools over d to an in-memory client, as session
-// does over a fakeDesktops.
+// sessionOver serves the tools over d to an in-memory client; the
+// caller's scope is whatever *scope holds at the call.
 func sessionOver(t *testing.T, d mcptools.Desktops, scope *mcptools.Scope) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
