@@ -37,7 +37,26 @@ spec:
 // runningBox creates the sandbox box of its own and waits until it runs.
 func (c *cluster) runningBox(t *testing.T) {
 	t.Helper()
-	c.create(t, yamlObj(t, sandboxYAML("box", "  templateRef: desk\n")))
+	c.runningBoxOf(t, "desk")
+}
+
+// smallBox creates a template "small" with a small screen, which keeps
+// screenshots cheap, and the sandbox box of it, and waits until it runs.
+func (c *cluster) smallBox(t *testing.T) {
+	t.Helper()
+	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
+kind: Template
+metadata: {name: small}
+spec:
+  qemu: {image: linux-desktop}
+  display: {resolution: 320x200}
+`))
+	c.runningBoxOf(t, "small")
+}
+
+func (c *cluster) runningBoxOf(t *testing.T, template string) {
+	t.Helper()
+	c.create(t, yamlObj(t, sandboxYAML("box", "  templateRef: "+template+"\n")))
 	eventually(t, "sandbox box runs", func() (bool, string) {
 		sb := c.sandbox(t, "box")
 		return sb.Status.Phase == api.SandboxRunning, sb.Status.Phase + "/" + sb.Status.Reason
@@ -64,19 +83,7 @@ func (c *cluster) waitReleased(t *testing.T, name, phase string) *api.Sandbox {
 
 func TestWorkflowAgentRunsToCompletion(t *testing.T) {
 	c := newClusterWith(t, clusterOptions{fake: fake.Options{Exec: guestShell}})
-	// A small screen keeps the screenshots cheap.
-	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
-kind: Template
-metadata: {name: small}
-spec:
-  qemu: {image: linux-desktop}
-  display: {resolution: 320x200}
-`))
-	c.create(t, yamlObj(t, sandboxYAML("box", "  templateRef: small\n")))
-	eventually(t, "sandbox box runs", func() (bool, string) {
-		sb := c.sandbox(t, "box")
-		return sb.Status.Phase == api.SandboxRunning, sb.Status.Phase + "/" + sb.Status.Reason
-	})
+	c.smallBox(t)
 	c.be.WriteFile("box", "/home/agent/report.txt", []byte("total: 42\n"))
 	c.be.WriteFile("box", "/home/agent/notes.txt", []byte("checked\n"))
 	c.be.WriteFile("box", "/home/agent/image.png", []byte("not collected"))

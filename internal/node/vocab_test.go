@@ -18,18 +18,7 @@ import (
 // results and the agent's log keep their intents.
 func TestWorkflowStepsInEveryVocabulary(t *testing.T) {
 	c := newClusterWith(t, clusterOptions{fake: fake.Options{Exec: guestShell}})
-	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
-kind: Template
-metadata: {name: small}
-spec:
-  qemu: {image: linux-desktop}
-  display: {resolution: 320x200}
-`))
-	c.create(t, yamlObj(t, sandboxYAML("box", "  templateRef: small\n")))
-	eventually(t, "sandbox box runs", func() (bool, string) {
-		sb := c.sandbox(t, "box")
-		return sb.Status.Phase == api.SandboxRunning, sb.Status.Phase + "/" + sb.Status.Reason
-	})
+	c.smallBox(t)
 	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
 kind: Agent
 metadata: {name: job}
