@@ -270,9 +270,7 @@ type browserImage struct {
 	Network  *struct {
 		Gateway string `json:"gateway"`
 	} `json:"network"`
-	Automation struct {
-		CDP int `json:"cdp"`
-	} `json:"automation"`
+	Automation api.Automation `json:"automation"`
 }
 
 // readBrowserImage reads the image's image.json; an image without a

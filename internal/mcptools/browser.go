@@ -66,9 +66,15 @@ type navigateArgs struct {
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"How long to wait for the page to load (default 30, at most 120). A page still loading then is reported, not an error."`
 }
 
+// browserWaitArgs is the wait of a browser tool that may start a navigation.
+type browserWaitArgs struct {
+	TimeoutSeconds int `json:"timeout_seconds,omitempty" jsonschema:"How long to wait, for the element and for a page the action opens to load (default 30, at most 120). A page still loading then is reported, not an error."`
+}
+
 type clickElementArgs struct {
 	sandboxArg
 	locatorArgs
+	browserWaitArgs
 }
 
 type typeElementArgs struct {
@@ -76,6 +82,7 @@ type typeElementArgs struct {
 	locatorArgs
 	Text   string `json:"text" jsonschema:"The text to put in the field; it replaces what the field holds (empty: clear it). At most 4096 characters."`
 	Submit bool   `json:"submit,omitempty" jsonschema:"Press Enter in the field afterwards (submits its form)."`
+	browserWaitArgs
 }
 
 type snapshotArgs struct {
@@ -85,6 +92,7 @@ type snapshotArgs struct {
 
 type backArgs struct {
 	sandboxArg
+	browserWaitArgs
 }
 
 type tabsArgs struct {
@@ -251,7 +259,7 @@ func (t *tools) browserNavigate(ctx context.Context, req *mcp.CallToolRequest, i
 		return nil, PageOut{}, err
 	}
 	var out PageOut
-	err = t.onPage(ctx, req, in.Sandbox, wait+5*time.Second, func(ctx context.Context, p *cdp.Page) error {
+	err = t.onPage(ctx, req, in.Sandbox, wait+pageLineWait, func(ctx context.Context, p *cdp.Page) error {
 		lctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		i, err := p.Navigate(lctx, in.URL)
@@ -266,9 +274,15 @@ func (t *tools) browserClick(ctx context.Context, req *mcp.CallToolRequest, in c
 	if err != nil {
 		return nil, nil, err
 	}
+	wait, err := waitArg(in.TimeoutSeconds)
+	if err != nil {
+		return nil, nil, err
+	}
 	var text string
-	err = t.onPage(ctx, req, in.Sandbox, DefaultBrowserWait, func(ctx context.Context, p *cdp.Page) error {
-		desc, err := p.Click(ctx, l)
+	err = t.onPage(ctx, req, in.Sandbox, wait+pageLineWait, func(ctx context.Context, p *cdp.Page) error {
+		lctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		desc, err := p.Click(lctx, l)
 		if err != nil {
 			return err
 		}
@@ -289,9 +303,15 @@ func (t *tools) browserType(ctx context.Context, req *mcp.CallToolRequest, in ty
 	if n := len([]rune(in.Text)); n > api.MaxTypeText {
 		return nil, nil, api.Invalid("text", "%d characters: at most %d", n, api.MaxTypeText)
 	}
+	wait, err := waitArg(in.TimeoutSeconds)
+	if err != nil {
+		return nil, nil, err
+	}
 	var text string
-	err = t.onPage(ctx, req, in.Sandbox, DefaultBrowserWait, func(ctx context.Context, p *cdp.Page) error {
-		desc, value, err := p.Type(ctx, l, in.Text, in.Submit)
+	err = t.onPage(ctx, req, in.Sandbox, wait+pageLineWait, func(ctx context.Context, p *cdp.Page) error {
+		lctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		desc, value, err := p.Type(lctx, l, in.Text, in.Submit)
 		if err != nil {
 			return err
 		}
@@ -308,11 +328,15 @@ func (t *tools) browserType(ctx context.Context, req *mcp.CallToolRequest, in ty
 	return textResult(text), nil, nil
 }
 
-// pageLine says where the page is after an action, when it can tell.
+// pageLineWait is the time left to pageLine after an action's wait.
+const pageLineWait = 5 * time.Second
+
+// pageLine says where the page is after an action. A page that does not
+// answer is still loading (a navigation the action started).
 func pageLine(ctx context.Context, p *cdp.Page) string {
 	i, err := p.Info(ctx)
 	if err != nil {
-		return ""
+		return "; the page is still loading (it did not answer in time)"
 	}
 	b, _ := json.Marshal(pageOut(i))
 	return "; page " + string(b)
@@ -344,9 +368,13 @@ func (t *tools) browserSnapshot(ctx context.Context, req *mcp.CallToolRequest, i
 }
 
 func (t *tools) browserBack(ctx context.Context, req *mcp.CallToolRequest, in backArgs) (*mcp.CallToolResult, PageOut, error) {
+	wait, err := waitArg(in.TimeoutSeconds)
+	if err != nil {
+		return nil, PageOut{}, err
+	}
 	var out PageOut
-	err := t.onPage(ctx, req, in.Sandbox, DefaultBrowserWait+5*time.Second, func(ctx context.Context, p *cdp.Page) error {
-		lctx, cancel := context.WithTimeout(ctx, DefaultBrowserWait)
+	err = t.onPage(ctx, req, in.Sandbox, wait+pageLineWait, func(ctx context.Context, p *cdp.Page) error {
+		lctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		i, err := p.Back(lctx)
 		out = pageOut(i)
