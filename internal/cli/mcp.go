@@ -32,9 +32,12 @@ HVKUBE_TOKEN. Logs go to standard error.
 The tools are the computer-use actions, each named as the action (screenshot,
 left_click, right_click, middle_click, double_click, triple_click,
 mouse_move, left_click_drag, left_mouse_down, left_mouse_up, scroll, type,
-key, hold_key, cursor_position, wait, zoom), the sandbox tools
-(list_sandboxes, acquire_sandbox, release_sandbox), complete_task and
-ask_human. Each takes the sandbox as an argument; --sandbox (HVKUBE_SANDBOX)
+key, hold_key, cursor_position, wait, zoom) and computer, which runs a batch
+of actions in Anthropic's, OpenAI's or Gemini's words; the browser tools (browser_navigate, browser_click,
+browser_type, browser_snapshot, browser_back, browser_tabs), which reach a
+browser-desktop sandbox's Chromium through the server's port forward; the
+sandbox tools (list_sandboxes, acquire_sandbox, release_sandbox),
+complete_task and ask_human. Each takes the sandbox as an argument; --sandbox (HVKUBE_SANDBOX)
 makes one the default, and --agent (HVKUBE_AGENT) the agent complete_task and
 ask_human speak for.
 
