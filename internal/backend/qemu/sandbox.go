@@ -528,7 +528,13 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	if v.g.ga.Busy() || v.ioStopped {
 		v.g.ga.Abort()
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// A guest that QEMU stopped on a failed write first completes the
+	// writes that waited: it is given longer to answer.
+	wait := 10 * time.Second
+	if v.ioStopped {
+		wait = 30 * time.Second
+	}
+	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	ioStop.onStop(cancel)
 	err = v.g.answer(pctx, v.p)
