@@ -115,11 +115,18 @@ func stoppedForGood(ctx context.Context, p *proc) error {
 // can leave the next one failing once: the ping is tried again on a new
 // connection until ctx ends, while p runs.
 func (g *guest) answer(ctx context.Context, p *proc) error {
+	// Each ping has a time of its own, growing: a request can stay stuck
+	// in the channel until more bytes come (after a stop, for one), and a
+	// new connection sends them.
+	try := 2 * time.Second
 	for {
-		err := g.ga.Ping(ctx)
+		pctx, cancel := context.WithTimeout(ctx, try)
+		err := g.ga.Ping(pctx)
+		cancel()
 		if err == nil || ctx.Err() != nil || !p.alive() {
 			return err
 		}
+		try = min(2*try, 16*time.Second)
 		g.ga.Disconnect()
 		select {
 		case <-ctx.Done():
