@@ -127,7 +127,9 @@ func (g *guest) answer(ctx context.Context, p *proc) error {
 			return err
 		}
 		try = min(2*try, 16*time.Second)
-		g.ga.Disconnect()
+		// Abort, not Disconnect: Disconnect waits for the requests in
+		// flight, and one stuck in the channel never ends.
+		g.ga.Abort()
 		select {
 		case <-ctx.Done():
 			return err
