@@ -30,9 +30,11 @@ import (
 	"context"
 	"io"
 	"net"
+	"sort"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/capacity"
 )
 
 // Run states of a sandbox.
@@ -141,15 +143,52 @@ type NetworkInfo struct {
 	Unavailable string
 }
 
-// Capacity is what the host can still give.
+// Capacity is the host's memory as the backend admits sandboxes, in MiB.
+// Backends that measure what their VMs use (qemu) count that; others
+// (hyperv) count the memory the VMs were given.
 type Capacity struct {
 	TotalMemoryMB     int
 	AvailableMemoryMB int
-	// CommittedMemoryMB is the guest memory of the sandboxes that run.
-	CommittedMemoryMB int
-	// LimitMemoryMB is the most guest memory the backend will commit (80 %
-	// of host memory).
+	// LimitMemoryMB is the most the sandboxes may use, reserves included.
 	LimitMemoryMB int
+	// UsedMemoryMB is what the sandboxes' VMs use now.
+	UsedMemoryMB int
+	// ReservedMemoryMB is held for VMs being made and for running ones to
+	// grow in.
+	ReservedMemoryMB int
+	// FreeMemoryMB is what a new sandbox may still take.
+	FreeMemoryMB int
+	// Running and Paused count the VMs with a process.
+	Running, Paused int
+	// Templates are the templates in use: what their clones take, and
+	// how many more fit now.
+	Templates []TemplateCapacity
+}
+
+// TemplateCapacity is one template's share of Capacity.
+type TemplateCapacity struct {
+	ID string
+	// GuestMB is its guest memory; CloneMB what a fresh clone uses;
+	// WorkingSetMB the most a running clone was seen to use (0: not
+	// measured).
+	GuestMB, CloneMB, WorkingSetMB int
+	// Fit is how many more clones fit now.
+	Fit int
+}
+
+// CapacityOf reports an account and the templates' profiles.
+func CapacityOf(a capacity.Account, book *capacity.Book, templates []string) Capacity {
+	c := Capacity{
+		TotalMemoryMB: a.TotalMB, AvailableMemoryMB: a.AvailableMB, LimitMemoryMB: a.LimitMB,
+		UsedMemoryMB: a.UsedMB, ReservedMemoryMB: a.ReservedMB, FreeMemoryMB: max(a.FreeMB, 0),
+		Running: a.Running, Paused: a.Paused,
+	}
+	sort.Strings(templates)
+	for _, id := range templates {
+		p := book.Profile(id)
+		c.Templates = append(c.Templates, TemplateCapacity{ID: id, GuestMB: p.GuestMB, CloneMB: p.CloneMB, WorkingSetMB: p.WorkingSetMB, Fit: a.More(p.Expect())})
+	}
+	return c
 }
 
 // Progress reports a step of a long operation.

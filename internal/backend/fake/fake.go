@@ -29,6 +29,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/display"
 )
 
@@ -102,8 +103,14 @@ type Options struct {
 	// DefaultMemoryMB).
 	MemoryMB int
 	// LimitPercent is the share of MemoryMB that sandboxes with a process
-	// (Running or Paused) may commit (default DefaultLimitPercent).
+	// (Running or Paused) may use (default DefaultLimitPercent).
 	LimitPercent int
+	// RunningReserveMB is capacity.Policy's: 0 learns it per template.
+	RunningReserveMB int
+	// Memory, when set, measures the host and each sandbox's process (by
+	// its PID, as Inspect reports it) in place of MemoryMB and the guest
+	// memory: tests inject one to drive admission and pressure.
+	Memory capacity.Reader
 	// Resolution is the screen size of templates whose spec names none
 	// (default DefaultResolution).
 	Resolution string
@@ -132,9 +139,9 @@ type Call struct {
 
 // Backend is the fake backend. Make one with New.
 type Backend struct {
-	opts  Options
-	limit int // MB that sandboxes with a process may commit
-	enc   display.Encoder
+	opts Options
+	book *capacity.Book // what the templates' clones are measured to use
+	enc  display.Encoder
 
 	mu        sync.Mutex // guards the following fields
 	templates map[string]backend.TemplateInfo
@@ -198,7 +205,7 @@ func New(opts Options) *Backend {
 	}
 	return &Backend{
 		opts:      opts,
-		limit:     opts.MemoryMB * opts.LimitPercent / 100,
+		book:      capacity.NewBook(),
 		templates: map[string]backend.TemplateInfo{},
 		sandboxes: map[string]*sandbox{},
 		counts:    map[string]int{},
@@ -421,7 +428,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 	if err != nil {
 		return backend.Info{}, api.Invalid("resolution", "%v", err)
 	}
-	if err := b.reserveLocked(mem, nil); err != nil {
+	if err := b.reserveLocked(b.expectLocked(spec.TemplateID), nil); err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
 	hostname := spec.Hostname
@@ -436,6 +443,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		network: spec.Network, networkInfo: networkInfoOf(spec.Network),
 	}
 	b.sandboxes[spec.ID] = s
+	b.observeCloneLocked(s)
 	s.log = append(s.log, fmt.Sprintf("%s create: from template %s -> %s", b.now().Format(time.RFC3339Nano), spec.TemplateID, s.state))
 	return s.infoLocked(), nil
 }
@@ -528,7 +536,7 @@ func (b *Backend) Restore(ctx context.Context, id string) error {
 // memory limit refuses the new process (ErrUnavailable), nothing changes.
 func (b *Backend) Reset(ctx context.Context, id string) error {
 	return b.lifecycle(ctx, OpReset, id, func(s *sandbox) error {
-		if err := b.reserveLocked(s.memoryMB, s); err != nil {
+		if err := b.reserveLocked(b.expectLocked(s.templateID), s); err != nil {
 			return fmt.Errorf("reset %s: %w", s.id, err)
 		}
 		s.pid = b.newPIDLocked()
@@ -622,23 +630,23 @@ func (b *Backend) Alive(ctx context.Context, id string) error {
 	return b.lifecycle(ctx, OpAlive, id, func(s *sandbox) error { return s.needRunning(OpAlive) })
 }
 
-// Capacity implements backend.Backend. The host has Options.MemoryMB; the
-// limit is Options.LimitPercent of it; committed is the memory of the
-// sandboxes that have a process (Running or Paused), and available is what
-// the host has beyond it.
+// Capacity implements backend.Backend. Memory is counted as
+// internal/capacity counts it, from Options.Memory when set; without it
+// the host has Options.MemoryMB and each sandbox with a process (Running
+// or Paused) uses its whole guest memory.
 func (b *Backend) Capacity(ctx context.Context) (backend.Capacity, error) {
 	if err := b.begin(ctx, OpCapacity, ""); err != nil {
 		return backend.Capacity{}, err
 	}
 	b.mu.Lock()
-	used := b.committedLocked(nil)
-	b.mu.Unlock()
-	return backend.Capacity{
-		TotalMemoryMB:     b.opts.MemoryMB,
-		AvailableMemoryMB: max(b.opts.MemoryMB-used, 0),
-		CommittedMemoryMB: used,
-		LimitMemoryMB:     b.limit,
-	}, nil
+	defer b.mu.Unlock()
+	a := b.accountLocked(nil)
+	var tpls []string
+	for id := range b.templates {
+		b.expectLocked(id)
+		tpls = append(tpls, id)
+	}
+	return backend.CapacityOf(a, b.book, tpls), nil
 }
 
 // Logs implements backend.Logs: one line per lifecycle operation that took
@@ -677,27 +685,62 @@ func (b *Backend) newPIDLocked() int {
 	return b.nextPID
 }
 
-// committedLocked is the memory of the sandboxes with a process, but
-// except's.
-func (b *Backend) committedLocked(except *sandbox) int {
-	used := 0
-	for _, s := range b.sandboxes {
-		if s != except && s.hasProcess() {
-			used += s.memoryMB
-		}
+// footprintLocked is what a sandbox's process uses: as Options.Memory
+// measures it, else its whole guest memory.
+func (b *Backend) footprintLocked(s *sandbox) int {
+	if b.opts.Memory == nil {
+		return s.memoryMB
 	}
-	return used
+	mb, err := b.opts.Memory.FootprintMB(s.pid)
+	if err != nil {
+		return 0
+	}
+	return mb
 }
 
-// reserveLocked refuses with ErrUnavailable when memMB more (besides
-// except's, which is being replaced) would pass the limit.
+// accountLocked counts the host's memory without except's process (which
+// is being replaced).
+func (b *Backend) accountLocked(except *sandbox) capacity.Account {
+	var ds []capacity.Desktop
+	used := 0
+	for _, s := range b.sandboxes {
+		if s == except || !s.hasProcess() {
+			continue
+		}
+		d := capacity.Desktop{Template: s.templateID, Running: s.state == backend.StateRunning, FootprintMB: b.footprintLocked(s), ExpectMB: s.memoryMB}
+		used += d.FootprintMB
+		ds = append(ds, d)
+	}
+	h := capacity.Host{TotalMB: b.opts.MemoryMB, AvailableMB: max(b.opts.MemoryMB-used, 0), PressureAvg10: -1}
+	if b.opts.Memory != nil {
+		if mh, err := b.opts.Memory.Host(); err == nil {
+			h = mh
+		}
+	}
+	return capacity.Count(h, capacity.Policy{LimitPercent: b.opts.LimitPercent, RunningReserveMB: b.opts.RunningReserveMB}, b.book, ds)
+}
+
+// expectLocked is what a new clone of a template is expected to use.
+func (b *Backend) expectLocked(tplID string) int {
+	b.book.Set(tplID, capacity.Profile{GuestMB: int(b.templates[tplID].MemoryBytes >> 20)})
+	return b.book.Profile(tplID).Expect()
+}
+
+// reserveLocked refuses with ErrUnavailable when a process expected to
+// use memMB (besides except's, which is being replaced) does not fit.
 func (b *Backend) reserveLocked(memMB int, except *sandbox) error {
-	used := b.committedLocked(except)
-	if used+memMB > b.limit {
-		return fmt.Errorf("not enough host memory: %d MB more would commit %d MB of guest memory, over the limit of %d MB (%d%% of %d MB): %w",
-			memMB, used+memMB, b.limit, b.opts.LimitPercent, b.opts.MemoryMB, api.ErrUnavailable)
+	if a := b.accountLocked(except); !a.Fits(memMB) {
+		return fmt.Errorf("%s: %w", a.Refusal("the sandbox", memMB), api.ErrUnavailable)
 	}
 	return nil
+}
+
+// observeCloneLocked refines the template's clone size from the clone's
+// measured footprint.
+func (b *Backend) observeCloneLocked(s *sandbox) {
+	if b.opts.Memory != nil {
+		b.book.ObserveClone(s.templateID, b.footprintLocked(s))
+	}
 }
 
 func (b *Backend) transitionLocked(s *sandbox, op, to string) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/display"
 )
 
@@ -336,18 +337,21 @@ func TestCapacity(t *testing.T) {
 	capacity := func(want backend.Capacity) {
 		t.Helper()
 		got, err := b.Capacity(ctx)
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("capacity %+v %v, want %+v", got, err, want)
 		}
 	}
-	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 4096, LimitMemoryMB: 2048})
+	tpl := func(fit int) []backend.TemplateCapacity {
+		return []backend.TemplateCapacity{{ID: tplID, GuestMB: 1024, Fit: fit}}
+	}
+	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 4096, LimitMemoryMB: 2048, FreeMemoryMB: 2048, Templates: tpl(2)})
 	for _, id := range []string{"a", "b"} {
 		if err := create(id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	b.Resume(ctx, "a")
-	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 2048, CommittedMemoryMB: 2048, LimitMemoryMB: 2048})
+	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 2048, UsedMemoryMB: 2048, LimitMemoryMB: 2048, Running: 1, Paused: 1, Templates: tpl(0)})
 	if err := create("c"); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("create past the limit: %v", err)
 	}
@@ -384,7 +388,7 @@ func TestCapacity(t *testing.T) {
 	if err := b.Delete(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
-	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 3072, CommittedMemoryMB: 1024, LimitMemoryMB: 2048})
+	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 3072, UsedMemoryMB: 1024, LimitMemoryMB: 2048, FreeMemoryMB: 1024, Running: 1, Templates: tpl(1)})
 	if err := b.Reset(ctx, "b"); err != nil {
 		t.Fatalf("reset of a stopped sandbox within the limit: %v", err)
 	}
@@ -912,5 +916,88 @@ func TestConcurrent(t *testing.T) {
 	}
 	if got, want := b.Count(OpCreate), workers*rounds; got != want {
 		t.Fatalf("Count(create) = %d, want %d", got, want)
+	}
+}
+
+// memReader is a capacity.Reader whose host and footprints a test sets.
+type memReader struct {
+	mu   sync.Mutex
+	host capacity.Host
+	foot map[int]int // pid -> MiB; missing: defaultMB
+	def  int
+}
+
+func (r *memReader) Host() (capacity.Host, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.host, nil
+}
+
+func (r *memReader) FootprintMB(pid int) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if mb, ok := r.foot[pid]; ok {
+		return mb, nil
+	}
+	return r.def, nil
+}
+
+// TestCapacityMeasured: with a memory reader, clones count what they are
+// measured to use, not their guest memory, and a running one keeps room
+// to grow to its template's working set.
+func TestCapacityMeasured(t *testing.T) {
+	r := &memReader{host: capacity.Host{TotalMB: 10000, AvailableMB: 10000}, def: 60}
+	b := New(Options{Memory: r})
+	ctx := context.Background()
+	if _, err := b.BuildTemplate(ctx, backend.TemplateSpec{ID: tplID, MemoryMB: 512}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// 8000 MiB may be used: at 512 MiB each 15 would fit; at 60, 133.
+	n := 0
+	for ; n < 200; n++ {
+		if _, err := b.Create(ctx, backend.SandboxSpec{ID: fmt.Sprintf("sb-%d", n), TemplateID: tplID}); err != nil {
+			if !errors.Is(err, api.ErrUnavailable) {
+				t.Fatal(err)
+			}
+			break
+		}
+		r.mu.Lock()
+		r.host.AvailableMB -= 60
+		r.mu.Unlock()
+	}
+	if n != 133 {
+		t.Fatalf("%d clones of 60 MiB fit under 8000 MiB, want 133", n)
+	}
+	c, err := b.Capacity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UsedMemoryMB != 133*60 || c.Paused != 133 || c.Templates[0].CloneMB != 60 || c.Templates[0].Fit != 0 {
+		t.Fatalf("capacity %+v", c)
+	}
+	// A running desktop reserves its growth: delete two, run one whose
+	// template's working set is 200 MiB.
+	for _, id := range []string{"sb-0", "sb-1"} {
+		if err := b.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.mu.Lock()
+	r.host.AvailableMB += 120
+	r.mu.Unlock()
+	b.book.ObserveRunning(tplID, 200)
+	if err := b.Resume(ctx, "sb-2"); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = b.Capacity(ctx)
+	if c.ReservedMemoryMB != 140 || c.FreeMemoryMB != 8000-131*60-140 || c.Running != 1 {
+		t.Fatalf("with one running: %+v", c)
+	}
+	// Others' use of the host counts too: the host has little available.
+	r.mu.Lock()
+	r.host.AvailableMB = 2000 + 50
+	r.mu.Unlock()
+	if _, err := b.Create(ctx, backend.SandboxSpec{ID: "late", TemplateID: tplID}); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "not enough host memory") {
+		t.Fatalf("create with the host short of memory: %v", err)
 	}
 }

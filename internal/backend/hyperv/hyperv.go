@@ -546,8 +546,9 @@ func (b *Backend) Capacity(ctx context.Context) (backend.Capacity, error) {
 	return backend.Capacity{
 		TotalMemoryMB:     total,
 		AvailableMemoryMB: int(c.FreeKB / 1024),
-		CommittedMemoryMB: committed,
+		UsedMemoryMB:      committed,
 		LimitMemoryMB:     total * b.cfg.MemoryLimitPercent / 100,
+		FreeMemoryMB:      max(total*b.cfg.MemoryLimitPercent/100-committed, 0),
 	}, nil
 }
 
@@ -560,9 +561,9 @@ func (b *Backend) reserve(ctx context.Context, id string, memMB int) error {
 	if err != nil {
 		return err
 	}
-	if c.CommittedMemoryMB+memMB > c.LimitMemoryMB {
+	if c.UsedMemoryMB+memMB > c.LimitMemoryMB {
 		return fmt.Errorf("not enough host memory: %d MB more would commit %d MB of guest memory, over the limit of %d MB (%d%% of %d MB): %w",
-			memMB, c.CommittedMemoryMB+memMB, c.LimitMemoryMB, b.cfg.MemoryLimitPercent, c.TotalMemoryMB, api.ErrUnavailable)
+			memMB, c.UsedMemoryMB+memMB, c.LimitMemoryMB, b.cfg.MemoryLimitPercent, c.TotalMemoryMB, api.ErrUnavailable)
 	}
 	b.mu.Lock()
 	b.building[id] = memMB

@@ -242,7 +242,7 @@ func TestCreateCleansUpOnFailure(t *testing.T) {
 			if _, err := os.Stat(r.b.sbDir("web-1")); !os.IsNotExist(err) {
 				t.Fatalf("the sandbox's folder is left: %v", err)
 			}
-			if c, _ := r.b.Capacity(ctx); c.CommittedMemoryMB != 0 {
+			if c, _ := r.b.Capacity(ctx); c.UsedMemoryMB != 0 {
 				t.Fatalf("memory still reserved: %+v", c)
 			}
 		})
@@ -289,14 +289,14 @@ func TestCreateRefusesPastTheMemoryLimit(t *testing.T) {
 		t.Fatalf("scripts %v", got)
 	}
 	c, err := r.b.Capacity(ctx)
-	if err != nil || c.TotalMemoryMB != 8192 || c.LimitMemoryMB != 6553 || c.CommittedMemoryMB != 4096 || c.AvailableMemoryMB != 48<<10 {
+	if err != nil || c.TotalMemoryMB != 8192 || c.LimitMemoryMB != 6553 || c.UsedMemoryMB != 4096 || c.AvailableMemoryMB != 48<<10 {
 		t.Fatalf("capacity %+v %v", c, err)
 	}
 	// A saved sandbox commits nothing.
 	if err := r.b.Save(ctx, "one"); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := r.b.Capacity(ctx); c.CommittedMemoryMB != 0 {
+	if c, _ := r.b.Capacity(ctx); c.UsedMemoryMB != 0 {
 		t.Fatalf("capacity with the sandbox saved: %+v", c)
 	}
 	r.create(t, "two")

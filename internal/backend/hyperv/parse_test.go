@@ -146,8 +146,8 @@ func TestParseCapacity(t *testing.T) {
 	}
 	// web-1 runs and web-3 is paused (8192 MB); web-2 is saved and the
 	// template's VM is not a sandbox.
-	want := backend.Capacity{TotalMemoryMB: 65535, AvailableMemoryMB: 39299, CommittedMemoryMB: 8192, LimitMemoryMB: 52428}
-	if got != want {
+	want := backend.Capacity{TotalMemoryMB: 65535, AvailableMemoryMB: 39299, UsedMemoryMB: 8192, LimitMemoryMB: 52428, FreeMemoryMB: 44236}
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("capacity\n got %+v\nwant %+v", got, want)
 	}
 }

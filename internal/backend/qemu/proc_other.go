@@ -16,9 +16,7 @@ func startProcess(binary string, args []string, dir, logPath string, files []*os
 func processAlive(pid int, name string) bool                        { return false }
 func killProcess(pid int, name string, timeout time.Duration) error { return nil }
 func privateMemory(pid int) (int64, error)                          { return 0, errNoQEMU }
-func hostMemory() (int, int, error)                                 { return 0, 0, errNoQEMU }
-
-func diskUsage(path string) int64 { return 0 }
+func diskUsage(path string) int64                                   { return 0 }
 
 func freeSpace(dir string) (int64, error) { return 0, errNoQEMU }
 

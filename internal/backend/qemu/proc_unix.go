@@ -105,28 +105,6 @@ func privateMemory(pid int) (int64, error) {
 	return total, nil
 }
 
-// hostMemory returns total and available host memory in MiB.
-func hostMemory() (total, available int, err error) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.Atoi(f[1])
-		switch f[0] {
-		case "MemTotal:":
-			total = kb / 1024
-		case "MemAvailable:":
-			available = kb / 1024
-		}
-	}
-	return total, available, nil
-}
-
 // diskUsage is the space a (sparse) file takes on disk.
 func diskUsage(path string) int64 {
 	var st syscall.Stat_t

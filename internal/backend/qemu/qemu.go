@@ -46,6 +46,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/display"
 	guestos "github.com/hvkube/hvkube/internal/guest"
 	"github.com/hvkube/hvkube/internal/guestnet"
@@ -73,9 +74,15 @@ type Config struct {
 	// Accel is kvm, tcg, or empty to choose at New: kvm when a probe VM
 	// runs under KVM, else tcg.
 	Accel string
-	// MemoryLimitPercent of host memory is the most guest memory the
-	// backend commits (default 80).
+	// MemoryLimitPercent of host memory is the most the VMs may use,
+	// measured as they use it, reserves included (default
+	// capacity.DefaultLimitPercent).
 	MemoryLimitPercent int
+	// RunningReserveMB is the room kept for each running VM to grow in;
+	// 0 learns it per template (see capacity.Policy).
+	RunningReserveMB int
+	// Memory measures the host and the VMs (default capacity.ProcReader).
+	Memory capacity.Reader
 	// BootTimeout bounds a cold boot (default 5 minutes: TCG is slow).
 	BootTimeout time.Duration
 	// NoSpares turns off spare clones (see spare): every clone then starts
@@ -116,6 +123,11 @@ type Backend struct {
 	building  map[string]int       // template id -> guest MB being booted
 	spares    map[string]*spareSet // template id -> its spare clones
 	closeOnce sync.Once
+
+	// book learns what the templates' clones use; foot holds the VMs'
+	// measured footprints (memory.go).
+	book *capacity.Book
+	foot footprints
 
 	// bgCtx bounds the backend's own background work (making spares);
 	// Close cancels it.
@@ -190,7 +202,13 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		cfg.QEMUImg = "qemu-img"
 	}
 	if cfg.MemoryLimitPercent == 0 {
-		cfg.MemoryLimitPercent = 80
+		cfg.MemoryLimitPercent = capacity.DefaultLimitPercent
+	}
+	if err := (capacity.Policy{LimitPercent: cfg.MemoryLimitPercent, RunningReserveMB: cfg.RunningReserveMB}).Validate(); err != nil {
+		return nil, fmt.Errorf("qemu backend: %w: %w", err, api.ErrInvalid)
+	}
+	if cfg.Memory == nil {
+		cfg.Memory = capacity.ProcReader{}
 	}
 	if cfg.BootTimeout == 0 {
 		cfg.BootTimeout = 5 * time.Minute
@@ -234,13 +252,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		hostAddrs = []netip.Addr{}
 	}
 	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSet{},
-		hostAddrs: hostAddrs, netHosts: netHosts, resolver: net.DefaultResolver}
+		hostAddrs: hostAddrs, netHosts: netHosts, resolver: net.DefaultResolver, book: capacity.NewBook()}
 	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := b.List(ctx); err != nil {
 		return nil, err
 	}
 	b.removeStrays()
 	b.removeStaleSpares()
+	go b.sampleLoop()
 	b.log.Info("qemu backend ready", "accel", cfg.Accel, "accelReason", accelReason, "dir", cfg.Dir, "images", cfg.ImageDir, "sandboxes", len(b.vms))
 	return b, nil
 }
@@ -300,6 +319,9 @@ type tplMeta struct {
 	BootSeconds float64   `json:"bootSeconds"`
 	MemoryBytes int64     `json:"memoryBytes"`
 	DiskBytes   int64     `json:"diskBytes"`
+	// WorkingSetMB is what the template's own VM used when its desktop
+	// was ready: the first measure of the working set its clones reach.
+	WorkingSetMB int `json:"workingSetMB,omitempty"`
 }
 
 func (t tplMeta) info() backend.TemplateInfo {
@@ -456,6 +478,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	boot := time.Since(start)
 	meta.BootSeconds = boot.Seconds()
 	progress(fmt.Sprintf("desktop ready after %.1fs; taking the snapshot", boot.Seconds()))
+	meta.WorkingSetMB, _ = b.cfg.Memory.FootprintMB(p.pid)
 	// The guest agent's connection is dropped before the snapshot so that
 	// clones start with no host end attached.
 	ga.Disconnect()
@@ -606,73 +629,6 @@ func migrateFromFile(ctx context.Context, mon *qmp.Monitor, path string) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
-}
-
-// ---- capacity ----
-
-// reserve counts memMB of guest memory against the host limit under key
-// until release, or refuses with api.ErrUnavailable. A clone of a template
-// that has a spare does not count the spare: the clone takes it. Spares
-// give way: ready ones are discarded when the room is needed.
-func (b *Backend) reserve(key string, memMB int, tplID string) error {
-	total, _, err := hostMemory()
-	if err != nil {
-		return nil // unknown host: do not refuse
-	}
-	limit := total * b.cfg.MemoryLimitPercent / 100
-	b.mu.Lock()
-	used := b.committedLocked()
-	if s := b.spares[tplID]; s != nil && tplID != "" && s.count() > 0 {
-		used -= s.memMB
-	}
-	drop, used := b.shedSparesLocked(used, memMB, limit, tplID)
-	if used+memMB > limit {
-		b.mu.Unlock()
-		discardAll(drop)
-		return fmt.Errorf("not enough host memory: %d MB more would commit %d MB of guest memory, over the limit of %d MB (%d%% of %d MB): %w",
-			memMB, used+memMB, limit, b.cfg.MemoryLimitPercent, total, api.ErrUnavailable)
-	}
-	b.building[key] = memMB
-	b.mu.Unlock()
-	discardAll(drop)
-	return nil
-}
-
-func (b *Backend) release(key string) {
-	b.mu.Lock()
-	delete(b.building, key)
-	b.mu.Unlock()
-}
-
-func (b *Backend) committedLocked() int {
-	used := 0
-	for _, mb := range b.building {
-		used += mb
-	}
-	for _, s := range b.spares {
-		used += s.count() * s.memMB
-	}
-	for id, v := range b.vms {
-		if _, ok := b.building[id]; ok {
-			continue
-		}
-		if v.live.Load().alive() {
-			used += v.meta.MemoryMB
-		}
-	}
-	return used
-}
-
-// Capacity implements backend.Backend.
-func (b *Backend) Capacity(ctx context.Context) (backend.Capacity, error) {
-	total, avail, err := hostMemory()
-	if err != nil {
-		return backend.Capacity{}, err
-	}
-	b.mu.Lock()
-	used := b.committedLocked()
-	b.mu.Unlock()
-	return backend.Capacity{TotalMemoryMB: total, AvailableMemoryMB: avail, CommittedMemoryMB: used, LimitMemoryMB: total * b.cfg.MemoryLimitPercent / 100}, nil
 }
 
 // ---- helpers ----

@@ -247,7 +247,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		b.forget(v)
 		return backend.Info{}, api.Invalid("resources.memoryMB", "%d MB differs from template %s (%d MB): a clone has its template's memory", spec.MemoryMB, spec.TemplateID, tpl.MemoryMB)
 	}
-	if err := b.reserve(spec.ID, mem, tpl.ID); err != nil {
+	if err := b.reserve(spec.ID, b.expectMB(tpl), tpl.ID); err != nil {
 		b.forget(v)
 		return backend.Info{}, err
 	}
@@ -295,6 +295,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		return backend.Info{}, err
 	}
 	steps.Mark("record the sandbox")
+	if p := v.p; p != nil && !v.meta.ColdBoot {
+		b.book.ObserveClone(tpl.ID, b.measure(p.pid, tpl.ID, false))
+	}
 	return b.inspectLocked(ctx, v), nil
 }
 
@@ -632,7 +635,7 @@ func (b *Backend) restoreLocked(ctx context.Context, v *vm) error {
 	if !v.meta.Saved {
 		return v.needProcess()
 	}
-	if err := b.reserve(v.meta.ID, v.meta.MemoryMB, ""); err != nil {
+	if err := b.reserve(v.meta.ID, b.restoreMB(v), ""); err != nil {
 		return err
 	}
 	defer b.release(v.meta.ID)
@@ -687,7 +690,7 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 	}
 	steps.Mark("kill the old QEMU")
 	os.Remove(filepath.Join(v.dir, "saved.state"))
-	if err := b.reserve(id, v.meta.MemoryMB, v.meta.TemplateID); err != nil {
+	if err := b.reserve(id, b.expectMB(v.tpl), v.meta.TemplateID); err != nil {
 		return err
 	}
 	defer b.release(id)

@@ -61,7 +61,7 @@ func (r *pathRef) set(p string) { r.mu.Lock(); r.path = p; r.mu.Unlock() }
 type spareSet struct {
 	ready  []*spare   // made and paused, oldest first
 	making *spareSlot // the one being made, if any
-	memMB  int        // each one's guest memory, counted against the host limit
+	memMB  int        // what each one is expected to use (memory.go)
 	// takes are when clones and resets asked for a spare, over the last
 	// SpareChurnWindow; makeTook is how long the last spare took to make.
 	takes    []time.Time
@@ -286,7 +286,8 @@ func (b *Backend) startMakingLocked(tpl tplMeta, set *spareSet) {
 	if b.bgCtx.Err() != nil || set.making != nil || set.count() >= set.want(time.Now(), b.cfg.MaxSpares) {
 		return
 	}
-	if total, _, err := hostMemory(); err == nil && b.committedLocked()+tpl.MemoryMB > total*b.cfg.MemoryLimitPercent/100 {
+	set.memMB = b.expectMB(tpl)
+	if h, err := b.cfg.Memory.Host(); err == nil && !b.accountLocked(h).Fits(set.memMB) {
 		b.log.Debug("no spare clone: it would pass the host memory limit", "template", tpl.ID)
 		return
 	}
@@ -395,28 +396,28 @@ func (b *Backend) trimSpares(tplID string, set *spareSet) {
 }
 
 // shedSparesLocked takes ready spares out of their sets (other templates'
-// first) until committed guest memory (used) has room for needMB more
-// under limitMB. It returns them, for the caller to discard outside the
-// lock, and what is committed without them.
-func (b *Backend) shedSparesLocked(used, needMB, limitMB int, keepTpl string) ([]*spare, int) {
+// first) until free memory has room for needMB more. It returns them, for
+// the caller to discard outside the lock, and what is free without them.
+func (b *Backend) shedSparesLocked(free, needMB int, keepTpl string) ([]*spare, int) {
 	var drop []*spare
-	for pass := 0; pass < 2 && used+needMB > limitMB; pass++ {
+	for pass := 0; pass < 2 && needMB > free; pass++ {
 		for id, set := range b.spares {
 			if (pass == 0) == (id == keepTpl) {
 				continue
 			}
-			for len(set.ready) > 0 && used+needMB > limitMB {
+			for len(set.ready) > 0 && needMB > free {
 				// A template's own last spare is what the clone takes.
 				if id == keepTpl && set.count() == 1 {
 					break
 				}
-				drop = append(drop, set.ready[len(set.ready)-1])
+				sp := set.ready[len(set.ready)-1]
+				drop = append(drop, sp)
 				set.ready = set.ready[:len(set.ready)-1]
-				used -= set.memMB
+				free += b.spareMB(sp, set)
 			}
 		}
 	}
-	return drop, used
+	return drop, free
 }
 
 func discardAll(sps []*spare) {

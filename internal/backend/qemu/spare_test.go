@@ -40,21 +40,23 @@ func TestSpareSetWant(t *testing.T) {
 }
 
 func TestShedSpares(t *testing.T) {
-	sp := func() *spare { return &spare{} }
+	sp := func(pid int) *spare { return &spare{p: &proc{pid: pid}} }
 	b := &Backend{spares: map[string]*spareSet{
-		"mine":  {memMB: 512, ready: []*spare{sp(), sp()}},
-		"other": {memMB: 1024, ready: []*spare{sp()}},
+		"mine":  {memMB: 512, ready: []*spare{sp(1), sp(2)}},
+		"other": {memMB: 1024, ready: []*spare{sp(3)}},
 	}}
-	// 512 MB needed with 3072 committed under a 3072 limit: the other
-	// template's spare goes first.
-	drop, used := b.shedSparesLocked(3072, 512, 3072, "mine")
-	if len(drop) != 1 || used != 2048 || len(b.spares["other"].ready) != 0 {
-		t.Fatalf("dropped %d, used %d, other keeps %d", len(drop), used, len(b.spares["other"].ready))
+	// The other template's spare was measured at 100 MiB; the rest were
+	// not, and count at their expected size.
+	b.foot.set(3, footprint{mb: 100})
+	// 512 MiB needed with nothing free: the other template's spare goes
+	// first, then the template's own extra one, never its last.
+	drop, free := b.shedSparesLocked(0, 512, "mine")
+	if len(drop) != 2 || free != 612 || len(b.spares["other"].ready) != 0 || len(b.spares["mine"].ready) != 1 {
+		t.Fatalf("dropped %d, free %d, other keeps %d, mine keeps %d", len(drop), free, len(b.spares["other"].ready), len(b.spares["mine"].ready))
 	}
-	// More needed: the template's own extra spare, never its last one.
-	drop, used = b.shedSparesLocked(3072, 1024, 3072, "mine")
-	if len(drop) != 1 || used != 2560 || len(b.spares["mine"].ready) != 1 {
-		t.Fatalf("dropped %d, used %d, mine keeps %d", len(drop), used, len(b.spares["mine"].ready))
+	// Enough free: nothing goes.
+	if drop, free := b.shedSparesLocked(600, 512, "mine"); len(drop) != 0 || free != 600 {
+		t.Fatalf("dropped %d with room, free %d", len(drop), free)
 	}
 }
 
