@@ -19,6 +19,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/hyperv"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
+	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/datadir"
 	"github.com/hvkube/hvkube/internal/gateway"
@@ -46,6 +47,10 @@ type serveConfig struct {
 	hypervDir       string
 	hypervSwitch    string
 	credentialFile  string
+	// Memory admission and pressure (internal/capacity, node.Pressure).
+	memoryLimitPercent int
+	runningReserveMB   int
+	pressurePercent    int
 	// allowHostCommands lets custom agents run commands on this host, as
 	// hostCommandUser ("" is nobody).
 	allowHostCommands bool
@@ -89,6 +94,14 @@ carries it.
 Objects may name host files (template image files, volume host folders) only
 under --image-dir and the --allow-host-path directories.
 
+Memory is counted as the desktops use it, not as their guest memory: a
+paused clone shares its template's memory and counts the few pages of its
+own. A new desktop starts when what the desktops use, plus what is held
+for running ones to grow, plus its own expected size stays under
+--memory-limit-percent of host memory. When the host runs short anyway
+(--memory-pressure-percent), idle paused desktops of pools move to disk.
+"hvkube get nodes" shows the count; see docs/capacity.md.
+
 On Windows, --backend hyperv (the default there when Hyper-V answers) runs
 Windows desktops on Hyper-V: VM files under --hyperv-dir, sandboxes on
 --hyperv-switch, guest programs and files through PowerShell Direct with
@@ -117,6 +130,9 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.nodeName, "node-name", node.DefaultName(), "this host's name in the status of the sandboxes and agents it runs")
 	f.StringVar(&cfg.hypervDir, "hyperv-dir", "", "hyperv: where templates and sandbox VMs live (default DATA-DIR\\hyperv; a fast local disk)")
 	f.StringVar(&cfg.hypervSwitch, "hyperv-switch", "Default Switch", "hyperv: the virtual switch sandboxes connect to")
+	f.IntVar(&cfg.memoryLimitPercent, "memory-limit-percent", capacity.DefaultLimitPercent, "share of host memory the desktops may use, measured as they use it (reserves included); the rest stays free")
+	f.IntVar(&cfg.runningReserveMB, "memory-running-reserve-mb", 0, "room kept for each running desktop to grow in, MiB; 0 learns it per template (the working set its desktops reach)")
+	f.IntVar(&cfg.pressurePercent, "memory-pressure-percent", node.DefaultPressurePercent, "when less than this share of host memory is available, idle paused desktops of pools move to disk, least recently used first; -1 turns it off")
 	f.StringVar(&cfg.credentialFile, "guest-credential-file", "", "hyperv: JSON file {\"user\", \"password\"} of the guest account PowerShell Direct logs on with (readable only by the server's account)")
 	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
 	return cmd
@@ -160,7 +176,8 @@ func openBackend(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log
 			}
 			return be, err
 		}
-		be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(cfg.dataDir, "qemu"), ImageDir: cfg.imageDir, AllowedRoots: roots, Logger: log})
+		be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(cfg.dataDir, "qemu"), ImageDir: cfg.imageDir, AllowedRoots: roots, Logger: log,
+			MemoryLimitPercent: cfg.memoryLimitPercent, RunningReserveMB: cfg.runningReserveMB})
 		if err != nil && cfg.backend == "auto" && errors.Is(err, api.ErrUnavailable) {
 			log.Warn("running without a VM backend", "err", err)
 			return nil, nil
@@ -281,7 +298,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			DataDir: cfg.dataDir, ServerURL: "http://" + ln.Addr().String(),
 			Tokens: func(a *api.Agent, ttl time.Duration) string {
 				return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
-			}, ObserveAcquire: mx.ObserveAcquire, HostCommands: hostCommands, AllowedRoots: roots})
+			}, ObserveAcquire: mx.ObserveAcquire, HostCommands: hostCommands, AllowedRoots: roots,
+			Pressure: node.Pressure{Percent: cfg.pressurePercent}})
 		if err := nd.Start(ctx); err != nil {
 			return err
 		}

@@ -62,7 +62,7 @@ func TestExamplesDecode(t *testing.T) {
 		}
 	}
 	for _, k := range Kinds {
-		if !kinds[k.Kind] {
+		if !kinds[k.Kind] && k.Kind != KindNode { // nodes are not written by users
 			t.Errorf("no example of %s", k.Kind)
 		}
 	}

@@ -38,6 +38,10 @@ func (o *Agent) GetMeta() *ObjectMeta   { return &o.Metadata }
 func (o *Agent) GetSpec() any           { return &o.Spec }
 func (o *Agent) GetStatus() any         { return &o.Status }
 
+func (o *Node) GetTypeMeta() *TypeMeta           { return &o.TypeMeta }
+func (o *Node) GetMeta() *ObjectMeta             { return &o.Metadata }
+func (o *Node) GetSpec() any                     { return &o.Spec }
+func (o *Node) GetStatus() any                   { return &o.Status }
 func (o *DisplayService) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
 func (o *DisplayService) GetMeta() *ObjectMeta   { return &o.Metadata }
 func (o *DisplayService) GetSpec() any           { return &o.Spec }
@@ -74,6 +78,7 @@ var Kinds = []KindInfo{
 	{KindSandboxPool, "sandboxpools", "sandboxpool", []string{"pools", "pool", "sp"}, func() Object { return &SandboxPool{} }},
 	{KindAgent, "agents", "agent", []string{"ag"}, func() Object { return &Agent{} }},
 	{KindDisplayService, "displayservices", "displayservice", []string{"ds"}, func() Object { return &DisplayService{} }},
+	{KindNode, "nodes", "node", []string{"no"}, func() Object { return &Node{} }},
 }
 
 // EventKind names the audit log, which can be read and watched but not

@@ -22,6 +22,7 @@ const (
 	KindSandboxPool    = "SandboxPool"
 	KindAgent          = "Agent"
 	KindDisplayService = "DisplayService"
+	KindNode           = "Node"
 	KindEvent          = "Event"
 )
 
@@ -674,6 +675,75 @@ type DisplayServiceStatus struct {
 type Endpoint struct {
 	Sandbox string `json:"sandbox"`
 	URL     string `json:"url"`
+}
+
+// ---- Node ----
+
+// Node is a host that runs sandboxes, as the node itself reports it. Only
+// the node writes it: the API serves it read-only.
+type Node struct {
+	TypeMeta
+	Metadata ObjectMeta `json:"metadata"`
+	Spec     NodeSpec   `json:"spec,omitzero"`
+	Status   NodeStatus `json:"status,omitzero"`
+}
+
+// NodeSpec is empty: a node is configured by its server's flags.
+type NodeSpec struct{}
+
+// NodeStatus is what a node has and holds.
+type NodeStatus struct {
+	// Backend runs its VMs: qemu, hyperv (or fake, in tests).
+	Backend string `json:"backend,omitempty"`
+	// Memory is the host's memory as admission counts it.
+	Memory NodeMemory `json:"memory,omitzero"`
+	// Sandboxes counts this node's sandboxes by phase.
+	Sandboxes map[string]int `json:"sandboxes,omitempty"`
+	// Templates are the templates whose clones it runs: what one takes
+	// and how many more fit now.
+	Templates []NodeTemplate `json:"templates,omitempty"`
+	// Pressure is the memory pressure policy's record.
+	Pressure   NodePressure `json:"pressure,omitzero"`
+	Conditions []Condition  `json:"conditions,omitempty"`
+	// LastHeartbeat is when the node last wrote its status.
+	LastHeartbeat *time.Time `json:"lastHeartbeat,omitempty"`
+}
+
+// NodeMemory is the host's memory in MiB: what the desktops use (measured
+// where the backend measures, else what they were given), what is held
+// for desktops being made and running ones to grow, and what a new
+// desktop may still take under the limit.
+type NodeMemory struct {
+	TotalMB     int `json:"totalMB"`
+	AvailableMB int `json:"availableMB"`
+	LimitMB     int `json:"limitMB"`
+	UsedMB      int `json:"usedMB"`
+	ReservedMB  int `json:"reservedMB"`
+	FreeMB      int `json:"freeMB"`
+}
+
+// NodeTemplate is one template's share of a node.
+type NodeTemplate struct {
+	// Name is the Template object; Snapshot the build its clones come from.
+	Name     string `json:"name"`
+	Snapshot string `json:"snapshot"`
+	// GuestMB is its guest memory; CloneMB what a fresh clone uses;
+	// WorkingSetMB the most a running one was seen to use.
+	GuestMB      int `json:"guestMB"`
+	CloneMB      int `json:"cloneMB,omitempty"`
+	WorkingSetMB int `json:"workingSetMB,omitempty"`
+	// Fit is how many more clones fit now.
+	Fit int `json:"fit"`
+}
+
+// NodePressure records what the node moved to disk to keep memory free.
+type NodePressure struct {
+	// Moved counts idle desktops moved from RAM to disk (paused to saved)
+	// since the node started.
+	Moved int `json:"moved,omitempty"`
+	// LastMoved is when the latest one was moved; LastReason why.
+	LastMoved  *time.Time `json:"lastMoved,omitempty"`
+	LastReason string     `json:"lastReason,omitempty"`
 }
 
 // ---- Event ----

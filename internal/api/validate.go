@@ -96,6 +96,8 @@ func Validate(o Object) error {
 		return validateAgent(&o.Spec)
 	case *DisplayService:
 		return validateDisplayService(&o.Spec)
+	case *Node:
+		return Invalid("kind", "a Node is written by the node that runs it: the API serves it read-only")
 	}
 	return Invalid("kind", "unknown kind %q", o.GetTypeMeta().Kind)
 }

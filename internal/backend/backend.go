@@ -160,6 +160,9 @@ type Capacity struct {
 	FreeMemoryMB int
 	// Running and Paused count the VMs with a process.
 	Running, Paused int
+	// MemoryPressure is the share (percent) of the last 10 s in which
+	// tasks waited for memory (Linux PSI); negative when unknown.
+	MemoryPressure float64
 	// Templates are the templates in use: what their clones take, and
 	// how many more fit now.
 	Templates []TemplateCapacity
@@ -181,7 +184,7 @@ func CapacityOf(a capacity.Account, book *capacity.Book, templates []string) Cap
 	c := Capacity{
 		TotalMemoryMB: a.TotalMB, AvailableMemoryMB: a.AvailableMB, LimitMemoryMB: a.LimitMB,
 		UsedMemoryMB: a.UsedMB, ReservedMemoryMB: a.ReservedMB, FreeMemoryMB: max(a.FreeMB, 0),
-		Running: a.Running, Paused: a.Paused,
+		Running: a.Running, Paused: a.Paused, MemoryPressure: a.PressureAvg10,
 	}
 	sort.Strings(templates)
 	for _, id := range templates {

@@ -98,12 +98,14 @@ type Account struct {
 	FreeMB int
 	// Running and Paused count the desktops with a process.
 	Running, Paused int
+	// PressureAvg10 is the host's (see Host).
+	PressureAvg10 float64
 }
 
 // Count sums the desktops against the host.
 func Count(h Host, p Policy, book *Book, ds []Desktop) Account {
 	p = p.WithDefaults()
-	a := Account{TotalMB: h.TotalMB, AvailableMB: h.AvailableMB, LimitMB: h.TotalMB * p.LimitPercent / 100}
+	a := Account{TotalMB: h.TotalMB, AvailableMB: h.AvailableMB, LimitMB: h.TotalMB * p.LimitPercent / 100, PressureAvg10: h.PressureAvg10}
 	for _, d := range ds {
 		if d.Running {
 			a.Running++

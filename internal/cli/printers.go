@@ -109,6 +109,32 @@ func tableFor(kind string) table {
 					[]string{gw, strconv.Itoa(len(d.Status.Endpoints))}
 			},
 		}
+	case api.KindNode:
+		return table{
+			headers: []string{"NAME", "STATUS", "MEMORY USED", "RESERVED", "FREE", "RUNNING", "PAUSED", "SAVED", "FITS", "HEARTBEAT"},
+			wide:    []string{"BACKEND", "TOTAL", "AVAILABLE", "LIMIT", "MOVED TO DISK", "PENDING"},
+			row: func(o api.Object, now time.Time) ([]string, []string) {
+				n := o.(*api.Node)
+				m, sb := n.Status.Memory, n.Status.Sandboxes
+				status := "Ready"
+				if c := api.FindCondition(n.Status.Conditions, "MemoryPressure"); c != nil && c.Status == api.ConditionTrue {
+					status = "MemoryPressure"
+				}
+				var fits []string
+				for _, t := range n.Status.Templates {
+					fits = append(fits, fmt.Sprintf("%s=%d", t.Name, t.Fit))
+				}
+				beat := "-"
+				if n.Status.LastHeartbeat != nil {
+					beat = age(*n.Status.LastHeartbeat, now)
+				}
+				return []string{n.Metadata.Name, status, mib(m.UsedMB), mib(m.ReservedMB), mib(m.FreeMB),
+						strconv.Itoa(sb[api.SandboxRunning]), strconv.Itoa(sb[api.SandboxPaused]), strconv.Itoa(sb[api.SandboxSaved]),
+						orDash(strings.Join(fits, ",")), beat},
+					[]string{orDash(n.Status.Backend), mib(m.TotalMB), mib(m.AvailableMB), mib(m.LimitMB),
+						strconv.Itoa(n.Status.Pressure.Moved), strconv.Itoa(sb[api.SandboxPending] + sb[api.SandboxCreating])}
+			},
+		}
 	case api.KindEvent:
 		return table{
 			headers: []string{"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"},
@@ -121,6 +147,9 @@ func tableFor(kind string) table {
 	}
 	return table{headers: []string{"NAME"}, row: func(o api.Object, _ time.Time) ([]string, []string) { return []string{o.GetMeta().Name}, nil }}
 }
+
+// mib writes a memory size as kubectl top does: 1234Mi.
+func mib(mb int) string { return strconv.Itoa(mb) + "Mi" }
 
 // sandboxStatus is a sandbox's STATUS: its phase, or IOError while its
 // guest, meant to run, is stopped on a failed disk write (kubectl shows a

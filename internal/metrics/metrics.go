@@ -131,6 +131,12 @@ var (
 	poolReplicas  = prometheus.NewDesc("hvkube_pool_replicas", "Sandboxes the pool has.", []string{"pool"}, nil)
 	humanDesc     = prometheus.NewDesc("hvkube_human_requests_pending", "Agents waiting for a person's answer.", nil, nil)
 	controlDesc   = prometheus.NewDesc("hvkube_sandboxes_controlled", "Sandboxes whose input a person holds.", nil, nil)
+	nodeMemory    = prometheus.NewDesc("hvkube_node_memory_bytes", "A node's memory as admission counts it: total, available (the kernel's MemAvailable), limit, used (by its desktops, measured), reserved (for desktops being made and running ones to grow), free (what a new desktop may take).", []string{"node", "kind"}, nil)
+	nodeDesktops  = prometheus.NewDesc("hvkube_node_sandboxes", "A node's sandboxes by phase.", []string{"node", "phase"}, nil)
+	nodeFit       = prometheus.NewDesc("hvkube_node_template_fit", "How many more clones of the template's snapshot fit on the node now.", []string{"node", "template", "snapshot"}, nil)
+	nodeClone     = prometheus.NewDesc("hvkube_node_template_clone_bytes", "What a fresh clone of the template's snapshot uses on the node, measured.", []string{"node", "template", "snapshot"}, nil)
+	nodeMoved     = prometheus.NewDesc("hvkube_node_moved_to_disk_total", "Idle desktops the node moved from RAM to disk under memory pressure since it started.", []string{"node"}, nil)
+	nodePressure  = prometheus.NewDesc("hvkube_node_memory_pressure", "1 while the node is under memory pressure (moving idle desktops to disk), else 0.", []string{"node"}, nil)
 )
 
 var (
@@ -139,7 +145,8 @@ var (
 )
 
 func (c *objects) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{sandboxesDesc, agentsDesc, poolReady, poolDesired, poolReplicas, humanDesc, controlDesc} {
+	for _, d := range []*prometheus.Desc{sandboxesDesc, agentsDesc, poolReady, poolDesired, poolReplicas, humanDesc, controlDesc,
+		nodeMemory, nodeDesktops, nodeFit, nodeClone, nodeMoved, nodePressure} {
 		ch <- d
 	}
 }
@@ -186,6 +193,34 @@ func (c *objects) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(poolDesired, prometheus.GaugeValue, float64(p.Status.Desired), p.Metadata.Name)
 		ch <- prometheus.MustNewConstMetric(poolReplicas, prometheus.GaugeValue, float64(p.Status.Replicas), p.Metadata.Name)
 	}
+	nodes, _ := list(api.KindNode, nodeMemory)
+	for _, it := range nodes {
+		collectNode(ch, it.(*api.Node))
+	}
+}
+
+// collectNode sends one node's gauges.
+func collectNode(ch chan<- prometheus.Metric, n *api.Node) {
+	name, m := n.Metadata.Name, n.Status.Memory
+	for _, kv := range []struct {
+		kind string
+		mb   int
+	}{{"total", m.TotalMB}, {"available", m.AvailableMB}, {"limit", m.LimitMB}, {"used", m.UsedMB}, {"reserved", m.ReservedMB}, {"free", m.FreeMB}} {
+		ch <- prometheus.MustNewConstMetric(nodeMemory, prometheus.GaugeValue, float64(kv.mb)*(1<<20), name, kv.kind)
+	}
+	for _, p := range sandboxPhases {
+		ch <- prometheus.MustNewConstMetric(nodeDesktops, prometheus.GaugeValue, float64(n.Status.Sandboxes[p]), name, p)
+	}
+	for _, t := range n.Status.Templates {
+		ch <- prometheus.MustNewConstMetric(nodeFit, prometheus.GaugeValue, float64(t.Fit), name, t.Name, t.Snapshot)
+		ch <- prometheus.MustNewConstMetric(nodeClone, prometheus.GaugeValue, float64(t.CloneMB)*(1<<20), name, t.Name, t.Snapshot)
+	}
+	ch <- prometheus.MustNewConstMetric(nodeMoved, prometheus.CounterValue, float64(n.Status.Pressure.Moved), name)
+	pressure := 0.0
+	if c := api.FindCondition(n.Status.Conditions, "MemoryPressure"); c != nil && c.Status == api.ConditionTrue {
+		pressure = 1
+	}
+	ch <- prometheus.MustNewConstMetric(nodePressure, prometheus.GaugeValue, pressure, name)
 }
 
 // gauges sends one gauge per known phase (zero included, so that series

@@ -507,3 +507,40 @@ func TestStoreFails(t *testing.T) {
 		})
 	}
 }
+
+func TestNodeGauges(t *testing.T) {
+	st := openStore(t)
+	n := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}}
+	n.Metadata.Name = "host-1"
+	n.Status = api.NodeStatus{
+		Memory:     api.NodeMemory{TotalMB: 24000, AvailableMB: 6000, LimitMB: 19200, UsedMB: 17000, ReservedMB: 200, FreeMB: 2000},
+		Sandboxes:  map[string]int{api.SandboxPaused: 290, api.SandboxRunning: 10, api.SandboxSaved: 4},
+		Templates:  []api.NodeTemplate{{Name: "desk", Snapshot: "desk-1", GuestMB: 512, CloneMB: 58, Fit: 34}},
+		Pressure:   api.NodePressure{Moved: 4},
+		Conditions: []api.Condition{{Type: "MemoryPressure", Status: api.ConditionTrue}},
+	}
+	put(t, st, n)
+	fams := families(t, metrics.New(st))
+	tests := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"hvkube_node_memory_bytes", []string{"node", "host-1", "kind", "used"}, 17000 << 20},
+		{"hvkube_node_memory_bytes", []string{"node", "host-1", "kind", "free"}, 2000 << 20},
+		{"hvkube_node_memory_bytes", []string{"node", "host-1", "kind", "total"}, 24000 << 20},
+		{"hvkube_node_sandboxes", []string{"node", "host-1", "phase", api.SandboxPaused}, 290},
+		{"hvkube_node_sandboxes", []string{"node", "host-1", "phase", api.SandboxPending}, 0},
+		{"hvkube_node_template_fit", []string{"node", "host-1", "template", "desk", "snapshot", "desk-1"}, 34},
+		{"hvkube_node_template_clone_bytes", []string{"node", "host-1", "template", "desk", "snapshot", "desk-1"}, 58 << 20},
+		{"hvkube_node_memory_pressure", []string{"node", "host-1"}, 1},
+	}
+	if m := series(fams, "hvkube_node_moved_to_disk_total", "node", "host-1"); m == nil || m.Counter.GetValue() != 4 {
+		t.Errorf("hvkube_node_moved_to_disk_total = %v, want 4", m)
+	}
+	for _, tt := range tests {
+		if got := gauge(t, fams, tt.name, tt.labels...); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -55,6 +56,11 @@ type Options struct {
 	// ObserveAcquire, when set, hears how long each acquire took and how
 	// it went: resume, restore (the clean snapshot) or clone.
 	ObserveAcquire func(how string, d time.Duration)
+	// StatusInterval is how often the node writes its Node object and
+	// looks at memory pressure (default DefaultStatusInterval).
+	StatusInterval time.Duration
+	// Pressure is the memory pressure policy (memory.go).
+	Pressure Pressure
 }
 
 // Node reconciles this host's templates and sandboxes and serves their
@@ -76,6 +82,9 @@ type Node struct {
 	runCtx    context.Context
 	runCancel context.CancelFunc
 	runs      runs
+	// status is the status loop (memory.go), started by Start.
+	status   sync.WaitGroup
+	pressure pressureBook
 
 	// actions is the action layer over this node's sandboxes: the API, MCP
 	// and workflow steps act through it.
@@ -106,6 +115,7 @@ func New(opts Options) *Node {
 func (n *Node) Stop() {
 	n.runCancel()
 	n.runs.wg.Wait()
+	n.status.Wait()
 }
 
 // DefaultName is the host name, or "local" when it has none that is a DNS
@@ -127,14 +137,19 @@ func (n *Node) Name() string { return n.name }
 func (n *Node) Register(m *controller.Manager) {
 	n.templates = m.Register(controller.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
 		Reconciler: controller.ReconcilerFunc(n.reconcileTemplate)})
-	// Four clones at once: more contend for the host's cores (measured:
-	// a pool of ten fills slower with eight).
-	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: 4,
+	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: SandboxWorkers(runtime.NumCPU()),
 		Reconciler: controller.ReconcilerFunc(n.reconcileSandbox),
 		Watches:    []controller.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
 	n.agentsQ = m.Register(controller.Controller{Name: "agent-run", For: api.KindAgent, Workers: 4,
 		Reconciler: controller.ReconcilerFunc(n.reconcileAgent)})
 }
+
+// SandboxWorkers is how many sandboxes a node clones (and reconciles) at
+// once on a host with cpus cores: two per core, at least four and at most
+// sixteen. A clone mostly waits for QEMU to start and load its state, so
+// two per core keep the cores busy; more contend for them (measured on
+// two cores: a pool of ten fills slower with eight than with four).
+func SandboxWorkers(cpus int) int { return min(max(2*cpus, 4), 16) }
 
 // sandboxesWaitingFor maps a template change to the sandboxes still
 // waiting for a snapshot of it.
@@ -175,6 +190,11 @@ func (n *Node) Start(ctx context.Context) error {
 			n.log.Error("delete orphaned VM", "sandbox", vm.ID, "err", err)
 		}
 	}
+	n.status.Add(1)
+	go func() {
+		defer n.status.Done()
+		n.statusLoop(n.runCtx)
+	}()
 	return nil
 }
 

@@ -32,6 +32,9 @@ type cluster struct {
 	now func() time.Time
 	// hostCommands is the node's Options.HostCommands.
 	hostCommands *HostCommands
+	// statusInterval and pressure are the node's Options.
+	statusInterval time.Duration
+	pressure       Pressure
 }
 
 // clusterOptions change what newClusterWith builds.
@@ -43,6 +46,9 @@ type clusterOptions struct {
 	fake fake.Options
 	// hostCommands lets custom agents run on the host (nil: refused).
 	hostCommands *HostCommands
+	// statusInterval and pressure are the node's (Options).
+	statusInterval time.Duration
+	pressure       Pressure
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -59,7 +65,7 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands}
+	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands, statusInterval: opts.statusInterval, pressure: opts.pressure}
 	c.nd, c.mgr = c.startNode(t)
 	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
 kind: Template
@@ -76,7 +82,8 @@ spec:
 func (c *cluster) startNode(t *testing.T) (*Node, *controller.Manager) {
 	t.Helper()
 	mgr := controller.NewManager(c.st, c.log, time.Second)
-	nd := New(Options{Store: c.st, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands})
+	nd := New(Options{Store: c.st, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands,
+		StatusInterval: c.statusInterval, Pressure: c.pressure})
 	if err := nd.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

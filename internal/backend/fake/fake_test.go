@@ -344,14 +344,14 @@ func TestCapacity(t *testing.T) {
 	tpl := func(fit int) []backend.TemplateCapacity {
 		return []backend.TemplateCapacity{{ID: tplID, GuestMB: 1024, Fit: fit}}
 	}
-	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 4096, LimitMemoryMB: 2048, FreeMemoryMB: 2048, Templates: tpl(2)})
+	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 4096, LimitMemoryMB: 2048, FreeMemoryMB: 2048, MemoryPressure: -1, Templates: tpl(2)})
 	for _, id := range []string{"a", "b"} {
 		if err := create(id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	b.Resume(ctx, "a")
-	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 2048, UsedMemoryMB: 2048, LimitMemoryMB: 2048, Running: 1, Paused: 1, Templates: tpl(0)})
+	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 2048, UsedMemoryMB: 2048, LimitMemoryMB: 2048, Running: 1, Paused: 1, MemoryPressure: -1, Templates: tpl(0)})
 	if err := create("c"); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("create past the limit: %v", err)
 	}
@@ -388,7 +388,7 @@ func TestCapacity(t *testing.T) {
 	if err := b.Delete(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
-	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 3072, UsedMemoryMB: 1024, LimitMemoryMB: 2048, FreeMemoryMB: 1024, Running: 1, Templates: tpl(1)})
+	capacity(backend.Capacity{TotalMemoryMB: 4096, AvailableMemoryMB: 3072, UsedMemoryMB: 1024, LimitMemoryMB: 2048, FreeMemoryMB: 1024, Running: 1, MemoryPressure: -1, Templates: tpl(1)})
 	if err := b.Reset(ctx, "b"); err != nil {
 		t.Fatalf("reset of a stopped sandbox within the limit: %v", err)
 	}

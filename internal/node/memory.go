@@ -1,0 +1,360 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/controller"
+)
+
+// The node writes its Node object (capacity, desktops by phase, what each
+// template takes and how many more fit) every StatusInterval, and watches
+// memory pressure on the same beat: when the host runs short, the least
+// recently used idle paused desktops of pools move to disk (paused →
+// saved). They stay in their pools, warm on the saved tier, and a claim
+// restores them through the usual fallback chain. Running desktops and
+// desktops an agent holds are never touched.
+
+// Defaults of the pressure policy.
+const (
+	// DefaultStatusInterval is how often the node writes its status and
+	// looks at memory pressure.
+	DefaultStatusInterval = 5 * time.Second
+	// DefaultPressurePercent: the host is under pressure when less than
+	// this share of its memory is available.
+	DefaultPressurePercent = 10
+	// DefaultPressurePSI: or when tasks waited for memory more than this
+	// share (percent) of the last 10 s.
+	DefaultPressurePSI = 10.0
+	// movesPerRound bounds the desktops moved in one round: each move
+	// writes a state file, and memory is measured again between rounds.
+	movesPerRound = 8
+)
+
+// Condition and reasons of memory pressure.
+const (
+	ConditionMemoryPressure = "MemoryPressure"
+	ReasonMovedToDisk       = "MovedToDisk"
+)
+
+// Pressure configures the memory pressure policy.
+type Pressure struct {
+	// Percent of host memory available under which idle desktops move to
+	// disk (default DefaultPressurePercent; negative turns the policy
+	// off).
+	Percent int
+	// PSI is the memory pressure (some avg10, percent) over which they
+	// move too (default DefaultPressurePSI).
+	PSI float64
+}
+
+func (p Pressure) withDefaults() Pressure {
+	if p.Percent == 0 {
+		p.Percent = DefaultPressurePercent
+	}
+	if p.PSI == 0 {
+		p.PSI = DefaultPressurePSI
+	}
+	return p
+}
+
+// statusLoop writes the node's status and applies the pressure policy
+// until ctx ends.
+func (n *Node) statusLoop(ctx context.Context) {
+	every := n.opt.StatusInterval
+	if every <= 0 {
+		every = DefaultStatusInterval
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := n.statusRound(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("node status", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// statusRound is one beat: measure, move desktops to disk if the host is
+// under pressure, and write the Node object.
+func (n *Node) statusRound(ctx context.Context) error {
+	c, err := n.be.Capacity(ctx)
+	if err != nil {
+		return fmt.Errorf("capacity: %w", err)
+	}
+	sbs, err := n.ownSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	if why := n.pressureReason(c); why != "" {
+		moved := n.relieve(ctx, sbs, why)
+		if moved > 0 {
+			if c, err = n.be.Capacity(ctx); err != nil {
+				return fmt.Errorf("capacity: %w", err)
+			}
+			if sbs, err = n.ownSandboxes(ctx); err != nil {
+				return err
+			}
+		}
+		n.pressure.set(why)
+	} else if n.pressure.set("") {
+		n.clearPools(ctx)
+	}
+	return n.writeNode(ctx, c, sbs)
+}
+
+// ownSandboxes lists the sandboxes this node runs (or that no node took
+// yet).
+func (n *Node) ownSandboxes(ctx context.Context) ([]*api.Sandbox, error) {
+	items, _, err := n.st.List(ctx, api.KindSandbox, api.Selector{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*api.Sandbox, 0, len(items))
+	for _, it := range items {
+		sb := it.(*api.Sandbox)
+		if sb.Status.Node == "" || sb.Status.Node == n.name {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+// pressureReason says why the host is under memory pressure, or "". A
+// pool that asks for more than fits is not pressure: admission keeps it
+// waiting (InsufficientMemory) and nothing is moved for it; pressure is
+// the host itself running short, from what else runs on it or from
+// desktops growing past their reserves.
+func (n *Node) pressureReason(c backend.Capacity) string {
+	p := n.opt.Pressure.withDefaults()
+	if p.Percent < 0 || c.TotalMemoryMB == 0 {
+		return ""
+	}
+	switch {
+	case c.AvailableMemoryMB*100 < c.TotalMemoryMB*p.Percent:
+		return fmt.Sprintf("the host has %d MiB of %d MiB available, under %d%%", c.AvailableMemoryMB, c.TotalMemoryMB, p.Percent)
+	case c.MemoryPressure > p.PSI:
+		return fmt.Sprintf("tasks waited for memory %.1f%% of the last 10 s (over %.1f%%)", c.MemoryPressure, p.PSI)
+	}
+	return ""
+}
+
+// lruIdle returns the idle paused desktops of pools, least recently used
+// first: no agent holds them and none is being deleted.
+func lruIdle(sbs []*api.Sandbox) []*api.Sandbox {
+	var idle []*api.Sandbox
+	for _, sb := range sbs {
+		if sb.Status.Phase == api.SandboxPaused && sb.Status.CurrentAgent == "" && sb.Metadata.DeletionTimestamp == nil &&
+			api.OwnerOf(sb, api.KindSandboxPool) != "" {
+			idle = append(idle, sb)
+		}
+	}
+	sort.SliceStable(idle, func(i, j int) bool { return lastUsed(idle[i]).Before(lastUsed(idle[j])) })
+	return idle
+}
+
+// lastUsed is when a sandbox last did anything: resumed, released, ready
+// or started.
+func lastUsed(sb *api.Sandbox) time.Time {
+	var t time.Time
+	for _, x := range []*time.Time{sb.Status.LastResumedAt, sb.Status.ReleasedAt, sb.Status.ReadyAt, sb.Status.StartedAt} {
+		if x != nil && x.After(t) {
+			t = *x
+		}
+	}
+	return t
+}
+
+// relieve moves up to movesPerRound idle desktops to disk, least recently
+// used first, and reports how many moved.
+func (n *Node) relieve(ctx context.Context, sbs []*api.Sandbox, why string) int {
+	moved := 0
+	for _, sb := range lruIdle(sbs) {
+		if moved == movesPerRound || ctx.Err() != nil {
+			break
+		}
+		ok, err := n.moveToDisk(ctx, sb.Metadata.Name, why)
+		if err != nil {
+			n.log.Warn("moving an idle desktop to disk", "sandbox", sb.Metadata.Name, "err", err)
+			continue
+		}
+		if ok {
+			moved++
+		}
+	}
+	if moved == 0 {
+		n.log.Warn("memory pressure, and no idle paused desktop to move to disk", "why", why)
+	}
+	return moved
+}
+
+// moveToDisk saves one idle paused desktop, if it still is one.
+func (n *Node) moveToDisk(ctx context.Context, name, why string) (bool, error) {
+	unlock := n.locks.lock(name)
+	defer unlock()
+	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	if errors.Is(err, api.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Status.Phase != api.SandboxPaused || sb.Status.CurrentAgent != "" || sb.Metadata.DeletionTimestamp != nil {
+		return false, nil // claimed or changed since the list
+	}
+	start := n.now()
+	if err := n.be.Save(ctx, name); err != nil {
+		return false, err
+	}
+	took := n.now().Sub(start).Round(time.Millisecond)
+	msg := fmt.Sprintf("moved to disk (saved in %s), least recently used idle desktop: %s; a claim restores it", took, why)
+	n.event(ctx, sb, api.EventNormal, ReasonMovedToDisk, msg)
+	n.pressure.moved(n.now().UTC(), why)
+	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		s.Phase, s.Reason, s.Message, s.PID = api.SandboxSaved, ReasonMovedToDisk, msg, 0
+	})
+	if pool := api.OwnerOf(sb, api.KindSandboxPool); pool != "" {
+		n.markPool(ctx, pool, msg)
+	}
+	return true, err
+}
+
+// markPool sets the pool's MemoryPressure condition.
+func (n *Node) markPool(ctx context.Context, pool, msg string) {
+	_, err := controller.UpdateStatus(ctx, n.st, api.KindSandboxPool, pool, func(p *api.SandboxPool) bool {
+		return api.SetCondition(&p.Status.Conditions, api.Condition{Type: ConditionMemoryPressure, Status: "True", Reason: ReasonMovedToDisk,
+			Message: "idle desktops were moved to disk to keep host memory free: " + msg}, n.now())
+	})
+	if err != nil && !errors.Is(err, api.ErrNotFound) {
+		n.log.Warn("pool condition", "pool", pool, "err", err)
+	}
+}
+
+// writeNode writes the Node object's status.
+func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox) error {
+	names, err := n.templateNames(ctx)
+	if err != nil {
+		return err
+	}
+	now := n.now().UTC()
+	st := api.NodeStatus{
+		Backend: n.be.Name(),
+		Memory: api.NodeMemory{TotalMB: c.TotalMemoryMB, AvailableMB: c.AvailableMemoryMB, LimitMB: c.LimitMemoryMB,
+			UsedMB: c.UsedMemoryMB, ReservedMB: c.ReservedMemoryMB, FreeMB: c.FreeMemoryMB},
+		Sandboxes:     map[string]int{},
+		LastHeartbeat: &now,
+	}
+	for _, sb := range sbs {
+		st.Sandboxes[orDefault(sb.Status.Phase, api.SandboxPending)]++
+	}
+	for _, t := range c.Templates {
+		st.Templates = append(st.Templates, api.NodeTemplate{Name: orDefault(names[t.ID], "-"), Snapshot: t.ID,
+			GuestMB: t.GuestMB, CloneMB: t.CloneMB, WorkingSetMB: t.WorkingSetMB, Fit: t.Fit})
+	}
+	st.Pressure, st.Conditions = n.pressure.status()
+	if _, err := n.st.Get(ctx, api.KindNode, n.name); errors.Is(err, api.ErrNotFound) {
+		o := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: n.name}}
+		if _, err := n.st.Create(ctx, o); err != nil && !errors.Is(err, api.ErrConflict) {
+			return err
+		}
+	}
+	_, err = controller.UpdateStatus(ctx, n.st, api.KindNode, n.name, func(o *api.Node) bool {
+		o.Status = st
+		return true
+	})
+	return err
+}
+
+// templateNames maps snapshot IDs to their Template objects' names.
+func (n *Node) templateNames(ctx context.Context) (map[string]string, error) {
+	items, _, err := n.st.List(ctx, api.KindTemplate, api.Selector{})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, it := range items {
+		t := it.(*api.Template)
+		if t.Status.Snapshot != nil {
+			m[t.Status.Snapshot.ID] = t.Metadata.Name
+		}
+		for _, s := range t.Status.Shapes {
+			m[s.ID] = t.Metadata.Name
+		}
+	}
+	return m, nil
+}
+
+// pressureBook is the policy's record, kept across rounds.
+type pressureBook struct {
+	mu     sync.Mutex
+	count  int
+	last   *time.Time
+	reason string
+	now    string // why the host is under pressure now ("" if not)
+	since  time.Time
+}
+
+// set records whether the host is under pressure now (why, or "").
+func (p *pressureBook) set(why string) (ended bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ended = p.now != "" && why == ""
+	if why != "" && p.now == "" {
+		p.since = time.Now()
+	}
+	p.now = why
+	return ended
+}
+
+// moved records a desktop moved to disk.
+func (p *pressureBook) moved(at time.Time, why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.count++
+	p.last, p.reason = &at, why
+}
+
+// status is the Node's pressure record and its MemoryPressure condition.
+func (p *pressureBook) status() (api.NodePressure, []api.Condition) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	np := api.NodePressure{Moved: p.count, LastMoved: p.last, LastReason: p.reason}
+	c := api.Condition{Type: ConditionMemoryPressure, Status: api.ConditionFalse, Reason: "EnoughMemory"}
+	if p.now != "" {
+		c = api.Condition{Type: ConditionMemoryPressure, Status: api.ConditionTrue, Reason: "LowMemory", Message: p.now, LastTransitionTime: p.since.UTC()}
+	}
+	return np, []api.Condition{c}
+}
+
+// clearPools sets MemoryPressure False on the pools that have it True,
+// once the host is no longer under pressure.
+func (n *Node) clearPools(ctx context.Context) {
+	items, _, err := n.st.List(ctx, api.KindSandboxPool, api.Selector{})
+	if err != nil {
+		return
+	}
+	for _, it := range items {
+		p := it.(*api.SandboxPool)
+		if c := api.FindCondition(p.Status.Conditions, ConditionMemoryPressure); c == nil || c.Status != api.ConditionTrue {
+			continue
+		}
+		_, err := controller.UpdateStatus(ctx, n.st, api.KindSandboxPool, p.Metadata.Name, func(p *api.SandboxPool) bool {
+			return api.SetCondition(&p.Status.Conditions, api.Condition{Type: ConditionMemoryPressure, Status: api.ConditionFalse, Reason: "EnoughMemory",
+				Message: "the host has memory again; desktops moved to disk stay there until claimed"}, n.now())
+		})
+		if err != nil && !errors.Is(err, api.ErrNotFound) {
+			n.log.Warn("pool condition", "pool", p.Metadata.Name, "err", err)
+		}
+	}
+}
