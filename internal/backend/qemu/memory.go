@@ -31,6 +31,9 @@ type footprint struct {
 	mb      int
 	running bool
 	at      time.Time
+	// cold: a clone waiting to be readied (warm.go); it counts at least at
+	// its template's clone size, which it will grow to.
+	cold bool
 }
 
 // footprints are the measurements by process ID.
@@ -102,6 +105,9 @@ func (b *Backend) desktopsLocked() []capacity.Desktop {
 			continue
 		}
 		fp := b.foot.get(p.pid)
+		if fp.cold && fp.mb > 0 {
+			fp.mb = max(fp.mb, b.book.Profile(v.tpl.ID).CloneMB)
+		}
 		ds = append(ds, capacity.Desktop{Template: v.tpl.ID, Running: fp.running, FootprintMB: fp.mb, ExpectMB: max(v.tpl.MemoryMB, v.meta.MemoryMB)})
 	}
 	return ds
@@ -233,11 +239,22 @@ func (b *Backend) sample() {
 			running = s.v.p != nil && !s.v.paused
 			s.v.mu.RUnlock()
 		}
+		if old.cold && !running {
+			continue // measured when readied
+		}
 		if old.at.IsZero() || running || old.running || now.Sub(old.at) >= pausedSampleEvery {
 			b.measure(s.pid, s.tpl, running)
 		}
 	}
 	b.foot.keep(live)
+}
+
+// measureCold measures a fresh clone; cold marks one that will be
+// readied (and grow).
+func (b *Backend) measureCold(pid int, tpl string, cold bool) {
+	if mb, err := b.cfg.Memory.FootprintMB(pid); err == nil {
+		b.foot.set(pid, footprint{mb: mb, at: time.Now(), cold: cold})
+	}
 }
 
 // measure reads one process's footprint and, for a running VM, refines its

@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,9 @@ type Config struct {
 	// NoSpares turns off spare clones (see spare): every clone then starts
 	// its QEMU on demand.
 	NoSpares bool
+	// NoWarm leaves clones started on demand as they were cloned instead
+	// of readying them in the background (warm.go).
+	NoWarm bool
 	// MaxSpares is the most spares a template keeps (default
 	// DefaultMaxSpares).
 	MaxSpares int
@@ -128,6 +132,8 @@ type Backend struct {
 	// measured footprints (memory.go).
 	book *capacity.Book
 	foot footprints
+	// warmQ holds clones to ready in the background (warm.go).
+	warmQ chan string
 
 	// bgCtx bounds the backend's own background work (making spares);
 	// Close cancels it.
@@ -252,7 +258,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		hostAddrs = []netip.Addr{}
 	}
 	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSet{},
-		hostAddrs: hostAddrs, netHosts: netHosts, resolver: net.DefaultResolver, book: capacity.NewBook()}
+		hostAddrs: hostAddrs, netHosts: netHosts, resolver: net.DefaultResolver, book: capacity.NewBook(), warmQ: make(chan string, warmQueueLen)}
 	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := b.List(ctx); err != nil {
 		return nil, err
@@ -260,6 +266,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.removeStrays()
 	b.removeStaleSpares()
 	go b.sampleLoop()
+	for range max(1, runtime.NumCPU()) {
+		go b.warmLoop()
+	}
 	b.log.Info("qemu backend ready", "accel", cfg.Accel, "accelReason", accelReason, "dir", cfg.Dir, "images", cfg.ImageDir, "sandboxes", len(b.vms))
 	return b, nil
 }
