@@ -51,6 +51,7 @@ type serveConfig struct {
 	memoryLimitPercent int
 	runningReserveMB   int
 	pressurePercent    int
+	noWarmClones       bool
 	// allowHostCommands lets custom agents run commands on this host, as
 	// hostCommandUser ("" is nobody).
 	allowHostCommands bool
@@ -132,6 +133,7 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.hypervSwitch, "hyperv-switch", "Default Switch", "hyperv: the virtual switch sandboxes connect to")
 	f.IntVar(&cfg.memoryLimitPercent, "memory-limit-percent", capacity.DefaultLimitPercent, "share of host memory the desktops may use, measured as they use it (reserves included); the rest stays free")
 	f.IntVar(&cfg.runningReserveMB, "memory-running-reserve-mb", 0, "room kept for each running desktop to grow in, MiB; 0 learns it per template (the working set its desktops reach)")
+	f.BoolVar(&cfg.noWarmClones, "no-warm-clones", false, "qemu: leave clones started on demand as cloned instead of readying them in the background: about half the memory each under TCG, but their first resume is slow there (docs/capacity.md)")
 	f.IntVar(&cfg.pressurePercent, "memory-pressure-percent", node.DefaultPressurePercent, "when less than this share of host memory is available, idle paused desktops of pools move to disk, least recently used first; -1 turns it off")
 	f.StringVar(&cfg.credentialFile, "guest-credential-file", "", "hyperv: JSON file {\"user\", \"password\"} of the guest account PowerShell Direct logs on with (readable only by the server's account)")
 	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
@@ -177,7 +179,7 @@ func openBackend(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log
 			return be, err
 		}
 		be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(cfg.dataDir, "qemu"), ImageDir: cfg.imageDir, AllowedRoots: roots, Logger: log,
-			MemoryLimitPercent: cfg.memoryLimitPercent, RunningReserveMB: cfg.runningReserveMB})
+			MemoryLimitPercent: cfg.memoryLimitPercent, RunningReserveMB: cfg.runningReserveMB, NoWarm: cfg.noWarmClones})
 		if err != nil && cfg.backend == "auto" && errors.Is(err, api.ErrUnavailable) {
 			log.Warn("running without a VM backend", "err", err)
 			return nil, nil
