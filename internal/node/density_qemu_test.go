@@ -93,7 +93,7 @@ func TestDensityOnQEMU(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, 20*time.Minute, fmt.Sprintf("%d desktops paused", replicas), func() (bool, string) {
+	waitFor(t, 20*time.Minute, 200*time.Millisecond, fmt.Sprintf("%d desktops paused", replicas), func() (bool, string) {
 		phases := map[string]int{}
 		for _, sb := range members() {
 			phases[sb.Status.Phase+"/"+sb.Status.Reason]++
@@ -107,7 +107,7 @@ func TestDensityOnQEMU(t *testing.T) {
 		}
 		return o.(*api.Node)
 	}
-	waitFor(t, time.Minute, "the node counts them", func() (bool, string) {
+	waitFor(t, time.Minute, 200*time.Millisecond, "the node counts them", func() (bool, string) {
 		n := node()
 		return n.Status.Sandboxes[api.SandboxPaused] == replicas && len(n.Status.Templates) == 1 && n.Status.Templates[0].CloneMB > 0, fmt.Sprintf("%+v", n.Status)
 	})
@@ -121,7 +121,7 @@ func TestDensityOnQEMU(t *testing.T) {
 	// Pressure: the node moves idle desktops to disk.
 	mem.squeezed.Store(true)
 	var moved string
-	waitFor(t, 5*time.Minute, "a desktop moved to disk", func() (bool, string) {
+	waitFor(t, 5*time.Minute, 200*time.Millisecond, "a desktop moved to disk", func() (bool, string) {
 		for _, sb := range members() {
 			if sb.Status.Phase == api.SandboxSaved && sb.Status.Reason == ReasonMovedToDisk {
 				moved = sb.Metadata.Name
@@ -134,7 +134,7 @@ func TestDensityOnQEMU(t *testing.T) {
 	if evs := storeEvents(t, st, api.KindSandbox, moved, ReasonMovedToDisk); len(evs) != 1 {
 		t.Errorf("events of %s: %v, want one MovedToDisk", moved, evs)
 	}
-	waitFor(t, time.Minute, "the node records it", func() (bool, string) {
+	waitFor(t, time.Minute, 200*time.Millisecond, "the node records it", func() (bool, string) {
 		n := node()
 		return n.Status.Pressure.Moved > 0 && n.Status.Sandboxes[api.SandboxSaved] > 0, fmt.Sprintf("%+v", n.Status.Pressure)
 	})
@@ -151,7 +151,7 @@ spec:
 `, moved))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Minute, "the agent completes on the moved desktop", func() (bool, string) {
+	waitFor(t, 5*time.Minute, 200*time.Millisecond, "the agent completes on the moved desktop", func() (bool, string) {
 		o, err := st.Get(ctx, api.KindAgent, "back")
 		if err != nil {
 			t.Fatal(err)
@@ -162,20 +162,4 @@ spec:
 		}
 		return a.Status.Phase == api.AgentCompleted && a.Status.Sandbox == moved, a.Status.Phase + " " + a.Status.Message
 	})
-}
-
-// waitFor polls cond every 200 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s (%s)", what, d, last)
 }

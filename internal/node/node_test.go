@@ -131,10 +131,16 @@ func (c *cluster) create(t *testing.T, o api.Object) {
 	}
 }
 
-// eventually waits until cond holds.
+// eventually waits until cond holds (20 s at most).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	waitFor(t, 20*time.Second, 20*time.Millisecond, what, cond)
+}
+
+// waitFor polls cond every poll until it holds, failing the test after d.
+func waitFor(t *testing.T, d, poll time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	last := ""
 	for time.Now().Before(deadline) {
 		ok, s := cond()
@@ -142,9 +148,9 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 			return
 		}
 		last = s
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(poll)
 	}
-	t.Fatalf("%s: still %s", what, last)
+	t.Fatalf("%s: not within %s (%s)", what, d, last)
 }
 
 func (c *cluster) agent(t *testing.T, name string) *api.Agent {

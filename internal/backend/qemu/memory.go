@@ -3,6 +3,9 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -183,6 +186,17 @@ func (b *Backend) Capacity(ctx context.Context) (backend.Capacity, error) {
 		tpls[id] = true
 	}
 	b.mu.Unlock()
+	// Built templates that nothing uses yet fit too.
+	entries, _ := os.ReadDir(filepath.Join(b.cfg.Dir, "templates"))
+	for _, e := range entries {
+		if !e.IsDir() || tpls[e.Name()] || strings.HasSuffix(e.Name(), ".building") {
+			continue
+		}
+		if t, err := b.loadTemplate(e.Name()); err == nil {
+			b.expectMB(t)
+			tpls[t.ID] = true
+		}
+	}
 	ids := make([]string, 0, len(tpls))
 	for id := range tpls {
 		ids = append(ids, id)
