@@ -136,16 +136,19 @@ func (b *Backend) policy() capacity.Policy {
 }
 
 // reserve holds memMB (what the VM is expected to use) for key until
-// release, or refuses with api.ErrUnavailable. A clone of a template that
-// has a spare does not count the spare: the clone takes it. Spares give
-// way: ready ones are discarded when the room is needed.
-func (b *Backend) reserve(key string, memMB int, tplID string) error {
+// release, or refuses with api.ErrUnavailable. freedMB is what a process
+// the VM replaces (a reset's old one, being killed) used: the host has it
+// back in a moment. A clone of a template that has a spare does not count
+// the spare: the clone takes it. Spares give way: ready ones are discarded
+// when the room is needed.
+func (b *Backend) reserve(key string, memMB int, tplID string, freedMB int) error {
 	h, err := b.cfg.Memory.Host()
 	if err != nil {
 		return nil // unknown host: do not refuse
 	}
 	b.mu.Lock()
 	a := b.accountLocked(h)
+	a.FreeMB += freedMB
 	if s := b.spares[tplID]; s != nil && tplID != "" && s.count() > 0 {
 		a.FreeMB += s.memMB
 	}

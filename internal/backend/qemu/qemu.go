@@ -430,7 +430,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 		}
 		meta.Network = true
 	}
-	if err := b.reserve(spec.ID, meta.MemoryMB, ""); err != nil {
+	if err := b.reserve(spec.ID, meta.MemoryMB, "", 0); err != nil {
 		return backend.TemplateInfo{}, err
 	}
 	defer b.release(spec.ID)
