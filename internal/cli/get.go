@@ -18,8 +18,11 @@ func newGetCmd(e *env) *cobra.Command {
 		Long: `List objects of a kind, or show the named ones.
 
 Kinds: templates (tpl), sandboxes (sb), sandboxpools (pools, pool),
-agents, displayservices (ds), events (ev). Singular and plural both work.`,
+agents, displayservices (ds), nodes (no: each host's memory, desktops by
+phase and how many more of each template fit), events (ev). Singular and
+plural both work.`,
 		Example: `  hvkube get pools
+  hvkube get nodes -o wide
   hvkube get agents -o yaml
   hvkube get sandboxes -l pool=browser-workers -o wide
   hvkube get agents -w`,
