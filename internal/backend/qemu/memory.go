@@ -147,6 +147,13 @@ func (b *Backend) reserve(key string, memMB int, tplID string, freedMB int) erro
 		return nil // unknown host: do not refuse
 	}
 	b.mu.Lock()
+	if freedMB >= memMB {
+		// It takes no more than the process it replaces: never refused,
+		// or a full host could not reset what it holds.
+		b.building[key] = memMB
+		b.mu.Unlock()
+		return nil
+	}
 	a := b.accountLocked(h)
 	a.FreeMB += freedMB
 	if s := b.spares[tplID]; s != nil && tplID != "" && s.count() > 0 {
