@@ -12,6 +12,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/bench"
+	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/cli"
 )
 
@@ -22,7 +23,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Measure hvkube end to end and print p50/p95 latencies. With --write FILE the
 results replace their section of FILE (docs/benchmarks.md in the repository).`,
 	}
-	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd(), newBenchBrowserCmd())
+	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd(), newBenchBrowserCmd(), newBenchDensityCmd())
 	return cmd
 }
 
@@ -296,6 +297,64 @@ out and the output says why. Writes the section "browser".`,
 	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image-browser left the image")
 	cmd.Flags().StringVar(&image, "image", "browser-desktop", "the image to use (it must declare a network and a CDP port)")
 	cmd.Flags().StringVar(&nodeModules, "node-modules", "examples/playwright/node_modules", "node_modules directory with playwright-core; the Playwright rows need it and node")
+	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
+	return cmd
+}
+
+// runDensityBench runs bench density; tests replace it to check what the
+// flags ask for.
+var runDensityBench = bench.Density
+
+func newBenchDensityCmd() *cobra.Command {
+	var o bench.DensityOptions
+	var write string
+	cmd := &cobra.Command{
+		Use:   "density",
+		Short: "Density: how many warm (paused) desktops one host holds, and how they behave when it is full",
+		Long: `Measure how many warm desktops one host holds, through a real server's API
+on the QEMU backend. After building the template from --image (a cold boot),
+one pool of --max desktops (warm tier paused) is filled until all are paused
+or the node refuses more (none paused for a minute while one waits for
+memory, InsufficientMemory). It prints the desktops held, the fill's time and
+rate (overall and over the middle 80 %), CPU seconds per desktop, host memory
+before and after, and each desktop's footprint (Pss of its QEMU) p50/p95.
+Then, on the full host: --resumes held desktops are resumed one at a time;
+--burst agents are submitted at once; with --pressure N a second pool of N
+desktops is created and the desktops the node moves to disk for it are
+counted, along with anything lost, and agents claim moved desktops; with
+--ksm-running N, N desktops run and their memory is measured with KSM off and
+then on (this needs a writable /sys/kernel/mm/ksm/run; the settings are
+restored). Everything it creates is deleted on the way out. An image other
+than linux-desktop writes its own section (density-IMAGE).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case o.Max < 1:
+				return fmt.Errorf("--max must be at least 1")
+			case o.Resumes < 0 || o.Burst < 0 || o.Pressure < 0 || o.KSMRunning < 0:
+				return fmt.Errorf("--resumes, --burst, --pressure and --ksm-running cannot be negative")
+			case o.MemoryLimitPercent < 1 || o.MemoryLimitPercent > 100:
+				return fmt.Errorf("--memory-limit-percent must be between 1 and 100")
+			}
+			o.Log = cmd.ErrOrStderr()
+			rep, err := runDensityBench(cmd.Context(), o)
+			if err != nil {
+				if rep != nil {
+					rep.Print(cmd.OutOrStdout()) // what was measured before the failure
+				}
+				return err
+			}
+			return report(cmd, rep, o.Key(), write)
+		},
+	}
+	cmd.Flags().StringVar(&o.Image, "image", "linux-desktop", "the image to use (linux-desktop or browser-desktop)")
+	cmd.Flags().StringVar(&o.ImageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
+	cmd.Flags().IntVar(&o.Max, "max", 400, "most desktops to try")
+	cmd.Flags().IntVar(&o.Resumes, "resumes", 20, "held desktops to resume one at a time")
+	cmd.Flags().IntVar(&o.Burst, "burst", 10, "agents to submit at once on the full host")
+	cmd.Flags().IntVar(&o.Pressure, "pressure", 0, "desktops of a second pool for the pressure step (0 skips it)")
+	cmd.Flags().IntVar(&o.KSMRunning, "ksm-running", 0, "running desktops for the KSM off/on step (0 skips it)")
+	cmd.Flags().IntVar(&o.MemoryLimitPercent, "memory-limit-percent", capacity.DefaultLimitPercent, "the most of host memory the VMs may use, in percent")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
 	return cmd
 }

@@ -16,6 +16,70 @@ import (
 	"github.com/hvkube/hvkube/internal/client"
 )
 
+// qemuBench is a QEMU backend in a temporary directory, a server over it
+// and its API clients, with a watch of its agents. close deletes every
+// object and VM and removes the directory.
+type qemuBench struct {
+	be   *qemu.Backend
+	h    *httpAPI
+	c    *client.Client
+	tr   *agentTracker
+	wctx context.Context // ends at close: for more watches
+	undo []func()
+}
+
+// startQEMUBench starts a qemuBench; cfg's Dir and Logger are set here.
+func startQEMUBench(ctx context.Context, prefix string, cfg qemu.Config, logw io.Writer) (qb *qemuBench, err error) {
+	qb = &qemuBench{}
+	defer func() {
+		if err != nil {
+			qb.close()
+		}
+	}()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	qb.undo = append(qb.undo, func() { os.RemoveAll(dir) })
+	log := quietLogger(logw)
+	cfg.Dir, cfg.Logger = filepath.Join(dir, "qemu"), log
+	if qb.be, err = qemu.New(ctx, cfg); err != nil {
+		return nil, err
+	}
+	// VMs outlive a backend: end them, even on failure.
+	qb.undo = append(qb.undo, func() { qb.be.Close() }, func() { deleteSandboxes(ctx, qb.be) })
+	cl, err := startCluster(ctx, dir, qb.be, log)
+	if err != nil {
+		return nil, err
+	}
+	qb.undo = append(qb.undo, cl.stop)
+	qb.h = newHTTPAPI(cl.url, 16)
+	qb.undo = append(qb.undo, func() {
+		fmt.Fprintln(logw, "deleting everything…")
+		if cerr := deleteEverything(context.WithoutCancel(ctx), qb.h); cerr != nil {
+			fmt.Fprintf(logw, "cleaning up: %v\n", cerr)
+		}
+	})
+	if qb.c, err = client.New(cl.url, ""); err != nil {
+		return nil, err
+	}
+	wctx, stop := context.WithCancel(ctx)
+	qb.wctx = wctx
+	qb.undo = append(qb.undo, stop)
+	if qb.tr, err = newAgentTracker(wctx, qb.c); err != nil {
+		return nil, err
+	}
+	return qb, nil
+}
+
+// close undoes what startQEMUBench did, last first.
+func (qb *qemuBench) close() {
+	for i := len(qb.undo) - 1; i >= 0; i-- {
+		qb.undo[i]()
+	}
+	qb.undo = nil
+}
+
 // AgentsOptions size the agent benchmark on QEMU.
 type AgentsOptions struct {
 	ImageDir string
@@ -33,40 +97,12 @@ type AgentsOptions struct {
 // creates is deleted on the way out, also when a step fails.
 func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
-	dir, err := os.MkdirTemp("", "hvkube-bench-agents-")
+	qb, err := startQEMUBench(ctx, "hvkube-bench-agents-", qemu.Config{ImageDir: o.ImageDir}, o.Log)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	log := quietLogger(o.Log)
-	be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(dir, "qemu"), ImageDir: o.ImageDir, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	defer be.Close()
-	defer deleteSandboxes(ctx, be) // VMs outlive a backend: end them, even on failure
-	cl, err := startCluster(ctx, dir, be, log)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.stop()
-	h := newHTTPAPI(cl.url, 16)
-	defer func() {
-		if cerr := deleteEverything(context.WithoutCancel(ctx), h); cerr != nil {
-			logf("cleaning up: %v", cerr)
-		}
-	}()
-
-	c, err := client.New(cl.url, "")
-	if err != nil {
-		return nil, err
-	}
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	tr, err := newAgentTracker(wctx, c)
-	if err != nil {
-		return nil, err
-	}
+	defer qb.close()
+	be, h, tr := qb.be, qb.h, qb.tr
 
 	logf("building the template (a cold boot)…")
 	if err := h.create(ctx, "templates", benchTemplate("bench", o.Image)); err != nil {

@@ -46,11 +46,15 @@ type QEMUOptions struct {
 
 // Key is the benchmarks.md section of a run: "qemu" for linux-desktop,
 // "qemu-IMAGE" for another image.
-func (o QEMUOptions) Key() string {
-	if o.Image == "" || o.Image == "linux-desktop" {
-		return "qemu"
+func (o QEMUOptions) Key() string { return sectionKey("qemu", o.Image) }
+
+// sectionKey names the benchmarks.md section of a run of bench on image:
+// bench itself for linux-desktop, bench-IMAGE for another image.
+func sectionKey(bench, image string) string {
+	if image == "" || image == "linux-desktop" {
+		return bench
 	}
-	return "qemu-" + o.Image
+	return bench + "-" + image
 }
 
 // QEMU measures the desktop fast path on the QEMU backend: cold boot,

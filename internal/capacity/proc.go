@@ -50,7 +50,7 @@ func (r ProcReader) FootprintMB(pid int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	kb, ok := fieldKB(b, "Pss:")
+	kb, ok := FieldKB(b, "Pss:")
 	if !ok {
 		return 0, fmt.Errorf("process %d: no Pss in smaps_rollup", pid)
 	}
@@ -59,8 +59,8 @@ func (r ProcReader) FootprintMB(pid int) (int, error) {
 
 // ParseMeminfo reads MemTotal and MemAvailable (MiB) from /proc/meminfo.
 func ParseMeminfo(b []byte) (Host, error) {
-	total, ok1 := fieldKB(b, "MemTotal:")
-	avail, ok2 := fieldKB(b, "MemAvailable:")
+	total, ok1 := FieldKB(b, "MemTotal:")
+	avail, ok2 := FieldKB(b, "MemAvailable:")
 	if !ok1 || !ok2 {
 		return Host{}, fmt.Errorf("meminfo: no MemTotal or MemAvailable")
 	}
@@ -86,7 +86,7 @@ func ParsePressure(b []byte) (float64, bool) {
 }
 
 // fieldKB finds "Name: N kB" in a /proc file.
-func fieldKB(b []byte, name string) (int64, bool) {
+func FieldKB(b []byte, name string) (int64, bool) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
