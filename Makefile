@@ -78,6 +78,8 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 BROWSER_TESTS := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQEMU|TestAutomationAgentsOnQEMU)$$
+# The race step also leaves out the pool of 40 QEMU desktops (run once above).
+RACE_SKIP := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQEMU|TestAutomationAgentsOnQEMU|TestDensityOnQEMU)$$
 
 # The QEMU tests need the images and the browser tests Chromium;
 # HVKUBE_REQUIRE_QEMU, HVKUBE_REQUIRE_BROWSER_IMAGE and HVKUBE_REQUIRE_BROWSER
@@ -91,7 +93,7 @@ test: deps web examples vet tidy image image-browser
 	@# Each of these boots a browser-desktop template (Chromium under
 	@# emulation): one at a time, not beside the other QEMU tests.
 	$(GO) test -count=1 -p 1 -timeout 60m -run '$(BROWSER_TESTS)' ./internal/backend/qemu/ ./internal/server/ ./cmd/hvkube/
-	$(GO) test -count=1 -race -timeout 20m -skip '$(BROWSER_TESTS)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/backend/qemu/...
+	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/backend/qemu/...
 
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md
