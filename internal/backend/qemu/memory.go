@@ -147,9 +147,9 @@ func (b *Backend) reserve(key string, memMB int, tplID string, freedMB int) erro
 		return nil // unknown host: do not refuse
 	}
 	b.mu.Lock()
-	if freedMB >= memMB {
-		// It takes no more than the process it replaces: never refused,
-		// or a full host could not reset what it holds.
+	if freedMB > 0 {
+		// It replaces a process of the same template, which had its room:
+		// never refused, or a full host could not reset what it holds.
 		b.building[key] = memMB
 		b.mu.Unlock()
 		return nil
