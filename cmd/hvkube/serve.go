@@ -211,6 +211,15 @@ func openHyperV(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log 
 }
 
 func serve(ctx context.Context, cfg serveConfig) error {
+	if cfg.pressurePercent < -1 || cfg.pressurePercent > 100 {
+		return fmt.Errorf("--memory-pressure-percent: %d is not between 0 and 100 (or -1, off)", cfg.pressurePercent)
+	}
+	if cfg.memoryLimitPercent < 1 || cfg.memoryLimitPercent > 100 {
+		return fmt.Errorf("--memory-limit-percent: %d is not between 1 and 100", cfg.memoryLimitPercent)
+	}
+	if cfg.runningReserveMB < 0 {
+		return fmt.Errorf("--memory-running-reserve-mb: %d is negative", cfg.runningReserveMB)
+	}
 	level, err := parseLevel(cfg.logLevel)
 	if err != nil {
 		return err

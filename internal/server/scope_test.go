@@ -130,6 +130,8 @@ func TestScopedTokenIsNarrow(t *testing.T) {
 				{"GET", "/api/v1/agents", ""},
 				{"GET", "/api/v1/sandboxes", ""},
 				{"GET", "/api/v1/events", ""},
+				{"GET", "/api/v1/nodes", ""},
+				{"GET", "/api/v1/nodes/n1", ""},
 				{"GET", "/api/v1/hitl", ""},
 				{"PATCH", "/api/v1/sandboxpools/web/scale", `{"replicas":100}`},
 				{"POST", "/api/v1/hitl/loop1/respond", `{"id":"x","answer":"yes"}`},
