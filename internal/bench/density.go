@@ -44,8 +44,14 @@ type DensityOptions struct {
 }
 
 // Key is the benchmarks.md section of a run: "density" for linux-desktop,
-// "density-IMAGE" for another image.
-func (o DensityOptions) Key() string { return sectionKey("density", o.Image) }
+// "density-IMAGE" for another image; a run with a pressure step has
+// "density-pressure[-IMAGE]" of its own.
+func (o DensityOptions) Key() string {
+	if o.Pressure > 0 {
+		return sectionKey("density-pressure", o.Image)
+	}
+	return sectionKey("density", o.Image)
+}
 
 // command is the command line that reproduces a run.
 func (o DensityOptions) command() string {

@@ -216,11 +216,16 @@ func TestHeldAndLostProblems(t *testing.T) {
 }
 
 func TestDensityKey(t *testing.T) {
-	for _, tc := range []struct{ image, want string }{
-		{"", "density"}, {"linux-desktop", "density"}, {"browser-desktop", "density-browser-desktop"},
+	for _, tc := range []struct {
+		image    string
+		pressure int
+		want     string
+	}{
+		{"", 0, "density"}, {"linux-desktop", 0, "density"}, {"browser-desktop", 0, "density-browser-desktop"},
+		{"linux-desktop", 40, "density-pressure"}, {"browser-desktop", 8, "density-pressure-browser-desktop"},
 	} {
-		if got := (DensityOptions{Image: tc.image}).Key(); got != tc.want {
-			t.Errorf("Key(%q) = %q, want %q", tc.image, got, tc.want)
+		if got := (DensityOptions{Image: tc.image, Pressure: tc.pressure}).Key(); got != tc.want {
+			t.Errorf("Key(%q, pressure %d) = %q, want %q", tc.image, tc.pressure, got, tc.want)
 		}
 	}
 }

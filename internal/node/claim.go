@@ -56,13 +56,14 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 	if n.opt.ObserveAcquire != nil {
 		n.opt.ObserveAcquire(kind, took)
 	}
-	info, _ := n.be.Inspect(ctx, name)
-	n.event(ctx, sb, api.EventNormal, "Acquired", fmt.Sprintf("%s for agent %s in %s", how, agent, took.Round(time.Millisecond)))
-	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	pid := n.pidAfter(ctx, sb, kind == "resume" && sb.Status.Phase != api.SandboxSaved)
+	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		now := n.now().UTC()
-		s.Phase, s.Reason, s.Message, s.PID = api.SandboxRunning, "Acquired", fmt.Sprintf("in use by agent %s", agent), info.PID
+		s.Phase, s.Reason, s.Message, s.PID = api.SandboxRunning, "Acquired", fmt.Sprintf("in use by agent %s", agent), pid
 		s.LastResumedAt = &now
 	})
+	n.event(ctx, sb, api.EventNormal, "Acquired", fmt.Sprintf("%s for agent %s in %s", how, agent, took.Round(time.Millisecond)))
+	return err
 }
 
 // recreate deletes the sandbox's VM and clones it again from its template,

@@ -123,15 +123,31 @@ func (n *Node) transition(ctx context.Context, name, verb string, from []string,
 		return err
 	}
 	took := n.now().Sub(start)
-	info, _ := n.be.Inspect(ctx, name)
-	n.event(ctx, sb, api.EventNormal, phaseReason(to), fmt.Sprintf("%s in %s", verb, took.Round(time.Microsecond)))
-	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
-		s.Phase, s.Reason, s.Message, s.PID = to, phaseReason(to), "", info.PID
+	// Only a move to or from disk changes the process.
+	pid := n.pidAfter(ctx, sb, sb.Status.Phase != api.SandboxSaved && to != api.SandboxSaved)
+	// The status goes first: it is what the caller waits for, and the
+	// event's write would otherwise hold the store's one writer ahead of it.
+	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		s.Phase, s.Reason, s.Message, s.PID = to, phaseReason(to), "", pid
 		if to == api.SandboxRunning {
 			now := n.now().UTC()
 			s.LastResumedAt = &now
 		}
 	})
+	n.event(ctx, sb, api.EventNormal, phaseReason(to), fmt.Sprintf("%s in %s", verb, took.Round(time.Microsecond)))
+	return err
+}
+
+// pidAfter is the sandbox's QEMU process id after an operation: the one
+// recorded when the operation kept the process (a question to the
+// backend, which asks QEMU, is saved on the fast path), else the
+// backend's.
+func (n *Node) pidAfter(ctx context.Context, sb *api.Sandbox, sameProcess bool) int {
+	if sameProcess && sb.Status.PID != 0 {
+		return sb.Status.PID
+	}
+	info, _ := n.be.Inspect(ctx, sb.Metadata.Name)
+	return info.PID
 }
 
 func phaseReason(phase string) string {
