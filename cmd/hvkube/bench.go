@@ -325,7 +325,8 @@ counted, along with anything lost, and agents claim moved desktops; with
 --ksm-running N, N desktops run and their memory is measured with KSM off and
 then on (this needs a writable /sys/kernel/mm/ksm/run; the settings are
 restored). Everything it creates is deleted on the way out. An image other
-than linux-desktop writes its own section (density-IMAGE).`,
+than linux-desktop writes its own section (density-IMAGE), and a run with
+--pressure its own (density-pressure[-IMAGE]).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {

@@ -465,6 +465,11 @@ func (p *Pools) writeStatus(ctx context.Context, pool *api.SandboxPool, s poolSt
 			Event(ctx, p.st, p.log, pool, api.EventWarning, s.blocked, s.blockedMsg)
 		}
 	}
+	// The end of a fill is news: ScaledUp events say how it goes, this
+	// says when it is done.
+	if err == nil && s.desired > 0 && s.ready >= s.desired && pool.Status.Ready < s.desired {
+		Event(ctx, p.st, p.log, pool, api.EventNormal, "Filled", fmt.Sprintf("all %d sandboxes ready (%d idle)", s.ready, s.ready-s.busy))
+	}
 	return err
 }
 

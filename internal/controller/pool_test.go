@@ -308,6 +308,11 @@ func TestPoolCreatesReplicas(t *testing.T) {
 	if c := api.FindCondition(p.Status.Conditions, "Ready"); c == nil || c.Status != api.ConditionTrue {
 		t.Errorf("Ready condition %+v, want True", c)
 	}
+	// The fill's end is an event, once.
+	e.reconcile("web")
+	if evs := e.events(api.KindSandboxPool, "web", "Filled"); len(evs) != 1 || evs[0].Message != "all 3 sandboxes ready (3 idle)" {
+		t.Errorf("Filled events %+v, want one: all 3 sandboxes ready (3 idle)", evs)
+	}
 }
 
 func TestPoolRefillRate(t *testing.T) {
@@ -566,7 +571,7 @@ func TestPoolReplacesBrokenSandboxes(t *testing.T) {
 			}
 			var reasons []string
 			for _, ev := range e.events(api.KindSandboxPool, "web", "") {
-				if ev.Reason != "ScaledUp" && ev.Reason != "Created" {
+				if ev.Reason != "ScaledUp" && ev.Reason != "Created" && ev.Reason != "Filled" {
 					reasons = append(reasons, ev.Reason)
 				}
 			}
