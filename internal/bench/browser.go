@@ -276,16 +276,26 @@ type browserImage struct {
 // readBrowserImage reads the image's image.json; an image without a
 // network or a CDP port cannot be measured here.
 func readBrowserImage(imageDir, name string) (*browserImage, error) {
+	img, err := readImage(imageDir, name)
+	if err != nil {
+		return nil, err
+	}
+	if img.Network == nil || img.Network.Gateway == "" || img.Automation.CDP == 0 {
+		return nil, fmt.Errorf("image %s declares no network or no CDP port (image.json network, automation.cdp): rebuild it with make image-browser", name)
+	}
+	return img, nil
+}
+
+// readImage reads an image's image.json; guest memory defaults as a
+// template's does.
+func readImage(imageDir, name string) (*browserImage, error) {
 	b, err := os.ReadFile(filepath.Join(imageDir, name, "current", "image.json"))
 	if err != nil {
-		return nil, fmt.Errorf("image %s (built by make image-browser): %w", name, err)
+		return nil, fmt.Errorf("image %s (built by make image or make image-browser): %w", name, err)
 	}
 	var img browserImage
 	if err := json.Unmarshal(b, &img); err != nil {
 		return nil, fmt.Errorf("image %s: image.json: %w", name, err)
-	}
-	if img.Network == nil || img.Network.Gateway == "" || img.Automation.CDP == 0 {
-		return nil, fmt.Errorf("image %s declares no network or no CDP port (image.json network, automation.cdp): rebuild it with make image-browser", name)
 	}
 	if img.MemoryMB == 0 {
 		img.MemoryMB = api.DefaultTemplateMemory

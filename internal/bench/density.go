@@ -167,11 +167,17 @@ func (d *densityRun) fact(format string, args ...any) {
 func (d *densityRun) buildTemplate(ctx context.Context) error {
 	d.logf("accelerator: %s (%s)", d.be.Accel(), d.be.AccelReason())
 	d.logf("building the template from %s (a cold boot)…", d.o.Image)
-	if err := d.h.create(ctx, "templates", benchTemplate(densityTemplate, d.o.Image)); err != nil {
+	img, err := readImage(d.o.ImageDir, d.o.Image)
+	if err != nil {
+		return err
+	}
+	tpl := benchTemplate(densityTemplate, d.o.Image)
+	tpl.Spec.Resources.MemoryMB = img.MemoryMB // the guest memory the image is made for
+	if err := d.h.create(ctx, "templates", tpl); err != nil {
 		return fmt.Errorf("create template: %w", err)
 	}
 	start := time.Now()
-	if err := waitFor(ctx, 15*time.Minute, func() (bool, error) { return templateReady(ctx, d.h, densityTemplate) }); err != nil {
+	if err := waitFor(ctx, 45*time.Minute, func() (bool, error) { return templateReady(ctx, d.h, densityTemplate) }); err != nil {
 		return fmt.Errorf("template %s: %w", densityTemplate, err)
 	}
 	var t api.Template
