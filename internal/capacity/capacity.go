@@ -138,6 +138,20 @@ func runningReserve(p Policy, book *Book, d Desktop) int {
 // Fits reports whether a desktop expected to use mb more fits.
 func (a Account) Fits(mb int) bool { return mb <= a.FreeMB }
 
+// HostFloorPercent is the share of host memory that stays available when
+// a desktop that exists is brought back past the limit (see FitsExisting).
+const HostFloorPercent = 3
+
+// FitsExisting reports whether a desktop that exists (saved to disk and
+// claimed, or reset to its snapshot) may come back expecting mb more. It
+// may go past the limit, which is for new desktops: a claim of a desktop
+// that exists must not fail while the host really has the room. It is
+// refused only when less than HostFloorPercent of host memory would stay
+// available; the node's pressure policy then moves idle desktops to disk.
+func (a Account) FitsExisting(mb int) bool {
+	return a.AvailableMB-mb >= a.TotalMB*HostFloorPercent/100
+}
+
 // More is how many more desktops of mb each fit now.
 func (a Account) More(mb int) int {
 	if mb <= 0 || a.FreeMB <= 0 {

@@ -60,6 +60,19 @@ func TestAccountFits(t *testing.T) {
 	if got := (Account{FreeMB: -5}).More(60); got != 0 {
 		t.Errorf("More with nothing free = %d, want 0", got)
 	}
+	// A desktop that exists comes back past the limit while the host
+	// keeps its floor (3 % of 10000 MiB) available.
+	for _, tc := range []struct {
+		available, mb int
+		want          bool
+	}{
+		{2000, 60, true}, {360, 60, true}, {359, 60, false}, {100, 60, false},
+	} {
+		full := Account{TotalMB: 10000, AvailableMB: tc.available, FreeMB: -40}
+		if got := full.FitsExisting(tc.mb); got != tc.want || full.Fits(tc.mb) {
+			t.Errorf("%d MiB available, %d more: FitsExisting = %v, want %v (and Fits false)", tc.available, tc.mb, got, tc.want)
+		}
+	}
 	msg := Account{FreeMB: -5, UsedMB: 100, LimitMB: 90}.Refusal("a clone of desk", 60)
 	if !strings.Contains(msg, "0 MiB are free") || !strings.Contains(msg, "a clone of desk") {
 		t.Errorf("Refusal = %q", msg)

@@ -265,7 +265,7 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 	st.Pressure, st.Conditions = n.pressure.status()
 	if _, err := n.st.Get(ctx, api.KindNode, n.name); errors.Is(err, api.ErrNotFound) {
 		o := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: n.name}}
-		if _, err := n.st.Create(ctx, o); err != nil && !errors.Is(err, api.ErrConflict) {
+		if _, err := n.st.Create(ctx, o); err != nil && !errors.Is(err, api.ErrAlreadyExists) {
 			return err
 		}
 	}

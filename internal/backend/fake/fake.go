@@ -428,7 +428,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 	if err != nil {
 		return backend.Info{}, api.Invalid("resolution", "%v", err)
 	}
-	if err := b.reserveLocked(b.expectLocked(spec.TemplateID), nil); err != nil {
+	if err := b.reserveLocked(b.expectLocked(spec.TemplateID), nil, false); err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
 	hostname := spec.Hostname
@@ -480,7 +480,7 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 			}
 			b.transitionLocked(s, OpResume, backend.StateRunning)
 		case backend.StateSaved:
-			if err := b.reserveLocked(s.memoryMB, nil); err != nil {
+			if err := b.reserveLocked(s.memoryMB, nil, true); err != nil {
 				return fmt.Errorf("resume %s: %w", s.id, err)
 			}
 			s.pid = b.newPIDLocked()
@@ -517,7 +517,7 @@ func (b *Backend) Restore(ctx context.Context, id string) error {
 		switch s.state {
 		case backend.StateRunning, backend.StatePaused, backend.StateIOError:
 		case backend.StateSaved:
-			if err := b.reserveLocked(s.memoryMB, nil); err != nil {
+			if err := b.reserveLocked(s.memoryMB, nil, true); err != nil {
 				return fmt.Errorf("restore %s: %w", s.id, err)
 			}
 			s.pid = b.newPIDLocked()
@@ -536,7 +536,7 @@ func (b *Backend) Restore(ctx context.Context, id string) error {
 // memory limit refuses the new process (ErrUnavailable), nothing changes.
 func (b *Backend) Reset(ctx context.Context, id string) error {
 	return b.lifecycle(ctx, OpReset, id, func(s *sandbox) error {
-		if err := b.reserveLocked(b.expectLocked(s.templateID), s); err != nil {
+		if err := b.reserveLocked(b.expectLocked(s.templateID), s, true); err != nil {
 			return fmt.Errorf("reset %s: %w", s.id, err)
 		}
 		s.pid = b.newPIDLocked()
@@ -727,9 +727,12 @@ func (b *Backend) expectLocked(tplID string) int {
 }
 
 // reserveLocked refuses with ErrUnavailable when a process expected to
-// use memMB (besides except's, which is being replaced) does not fit.
-func (b *Backend) reserveLocked(memMB int, except *sandbox) error {
-	if a := b.accountLocked(except); !a.Fits(memMB) {
+// use memMB (besides except's, which is being replaced) does not fit. A
+// sandbox that exists coming back (existing: a restore, a reset) may go
+// past the limit while the host has the room, as on QEMU
+// (capacity.Account.FitsExisting).
+func (b *Backend) reserveLocked(memMB int, except *sandbox, existing bool) error {
+	if a := b.accountLocked(except); !a.Fits(memMB) && (!existing || !a.FitsExisting(memMB)) {
 		return fmt.Errorf("%s: %w", a.Refusal("the sandbox", memMB), api.ErrUnavailable)
 	}
 	return nil

@@ -135,33 +135,44 @@ func (b *Backend) policy() capacity.Policy {
 	return capacity.Policy{LimitPercent: b.cfg.MemoryLimitPercent, RunningReserveMB: b.cfg.RunningReserveMB}
 }
 
+// admission is how a VM being made is admitted.
+type admission int
+
+const (
+	// admitNew is a new VM: it must fit under the limit.
+	admitNew admission = iota
+	// admitReplace takes the place of the live process of the same
+	// sandbox (a reset), which had its room: never refused, or a full
+	// host could not reset what it holds.
+	admitReplace
+	// admitExisting brings back a sandbox that exists (a restore from
+	// disk, a reset of one without a process): past the limit if the
+	// host really has the room (capacity.Account.FitsExisting).
+	admitExisting
+)
+
 // reserve holds memMB (what the VM is expected to use) for key until
-// release, or refuses with api.ErrUnavailable. freedMB is what a process
-// the VM replaces (a reset's old one, being killed) used: the host has it
-// back in a moment. A clone of a template that has a spare does not count
-// the spare: the clone takes it. Spares give way: ready ones are discarded
-// when the room is needed.
-func (b *Backend) reserve(key string, memMB int, tplID string, freedMB int) error {
+// release, or refuses with api.ErrUnavailable. A clone of a template that
+// has a spare does not count the spare: the clone takes it. Spares give
+// way: ready ones are discarded when the room is needed.
+func (b *Backend) reserve(key string, memMB int, tplID string, how admission) error {
 	h, err := b.cfg.Memory.Host()
 	if err != nil {
 		return nil // unknown host: do not refuse
 	}
 	b.mu.Lock()
-	if freedMB > 0 {
-		// It replaces a process of the same template, which had its room:
-		// never refused, or a full host could not reset what it holds.
+	if how == admitReplace {
 		b.building[key] = memMB
 		b.mu.Unlock()
 		return nil
 	}
 	a := b.accountLocked(h)
-	a.FreeMB += freedMB
 	if s := b.spares[tplID]; s != nil && tplID != "" && s.count() > 0 {
 		a.FreeMB += s.memMB
 	}
 	drop, free := b.shedSparesLocked(a.FreeMB, memMB, tplID)
 	a.FreeMB = free
-	if !a.Fits(memMB) {
+	if !a.Fits(memMB) && (how != admitExisting || !a.FitsExisting(memMB)) {
 		b.mu.Unlock()
 		discardAll(drop)
 		return fmt.Errorf("%s: %w", a.Refusal(key, memMB), api.ErrUnavailable)

@@ -80,7 +80,7 @@ func (v *PlainVM) Start(ctx context.Context) error {
 	if v.p != nil {
 		return errors.New("plain vm: already started")
 	}
-	if err := v.b.reserve(v.key, v.m.MemoryMB, "", 0); err != nil {
+	if err := v.b.reserve(v.key, v.m.MemoryMB, "", admitNew); err != nil {
 		return err
 	}
 	if err := v.b.overlay(ctx, v.img.Disk, v.m.Disk); err != nil {

@@ -247,7 +247,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 		b.forget(v)
 		return backend.Info{}, api.Invalid("resources.memoryMB", "%d MB differs from template %s (%d MB): a clone has its template's memory", spec.MemoryMB, spec.TemplateID, tpl.MemoryMB)
 	}
-	if err := b.reserve(spec.ID, b.expectMB(tpl), tpl.ID, 0); err != nil {
+	if err := b.reserve(spec.ID, b.expectMB(tpl), tpl.ID, admitNew); err != nil {
 		b.forget(v)
 		return backend.Info{}, err
 	}
@@ -640,7 +640,7 @@ func (b *Backend) restoreLocked(ctx context.Context, v *vm) error {
 	if !v.meta.Saved {
 		return v.needProcess()
 	}
-	if err := b.reserve(v.meta.ID, b.restoreMB(v), "", 0); err != nil {
+	if err := b.reserve(v.meta.ID, b.restoreMB(v), "", admitExisting); err != nil {
 		return err
 	}
 	defer b.release(v.meta.ID)
@@ -677,10 +677,10 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 	}
 	defer v.mu.Unlock()
 	// The old process's memory is freed a moment after it is killed: the
-	// new one may take its room.
-	freed := 0
+	// new one takes its room.
+	how := admitExisting
 	if old := v.p; old != nil {
-		freed = b.foot.get(old.pid).mb
+		how = admitReplace
 		v.detach()
 		old.mon.Close()
 		if v.meta.ColdBoot {
@@ -699,7 +699,7 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 	}
 	steps.Mark("kill the old QEMU")
 	os.Remove(filepath.Join(v.dir, "saved.state"))
-	if err := b.reserve(id, b.expectMB(v.tpl), v.meta.TemplateID, freed); err != nil {
+	if err := b.reserve(id, b.expectMB(v.tpl), v.meta.TemplateID, how); err != nil {
 		return err
 	}
 	defer b.release(id)
