@@ -100,6 +100,11 @@ func TestDensityOnQEMU(t *testing.T) {
 		}
 		return phases[api.SandboxPaused+"/Started"] == replicas, fmt.Sprint(phases)
 	})
+	// Clones cloned on demand are readied in the background; the count
+	// drains.
+	waitFor(t, 10*time.Minute, 200*time.Millisecond, "every clone readied", func() (bool, string) {
+		return be.Readying() == 0, fmt.Sprintf("%d clones still to ready", be.Readying())
+	})
 	node := func() *api.Node {
 		o, err := st.Get(ctx, api.KindNode, "n1")
 		if err != nil {

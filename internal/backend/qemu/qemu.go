@@ -40,6 +40,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -134,6 +135,8 @@ type Backend struct {
 	foot footprints
 	// warmQ holds clones to ready in the background (warm.go).
 	warmQ chan string
+	// readying counts the clones queued to be readied or being readied.
+	readying atomic.Int64
 
 	// bgCtx bounds the backend's own background work (making spares);
 	// Close cancels it.
@@ -430,7 +433,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 		}
 		meta.Network = true
 	}
-	if err := b.reserve(spec.ID, meta.MemoryMB, "", 0); err != nil {
+	if err := b.reserve(spec.ID, meta.MemoryMB, "", admitNew); err != nil {
 		return backend.TemplateInfo{}, err
 	}
 	defer b.release(spec.ID)

@@ -25,11 +25,16 @@ func (b *Backend) queueWarm(id string) {
 	if b.cfg.NoWarm {
 		return
 	}
+	b.readying.Add(1)
 	select {
 	case b.warmQ <- id:
 	default:
+		b.readying.Add(-1)
 	}
 }
+
+// Readying is how many clones wait to be readied or are being readied.
+func (b *Backend) Readying() int { return int(b.readying.Load()) }
 
 // warmLoop readies queued clones until the backend closes.
 func (b *Backend) warmLoop() {
@@ -41,6 +46,7 @@ func (b *Backend) warmLoop() {
 			if err := b.warm(b.bgCtx, id); err != nil && b.bgCtx.Err() == nil {
 				b.log.Warn("could not ready a clone in the background; its first resume will", "sandbox", id, "err", err)
 			}
+			b.readying.Add(-1)
 		}
 	}
 }
