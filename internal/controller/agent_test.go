@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -315,7 +316,7 @@ func TestFailAttempt(t *testing.T) {
 			a.Status.Phase, a.Status.Sandbox, a.Status.Node = api.AgentRunning, "sb", "n1"
 			a.Status.Attempts, a.Status.Failures = 3, tt.failuresBefore
 			a.Status.StartedAt, a.Status.ScheduledAt = &start, &start
-			FailAttempt(a, "Failed", "boom", t0)
+			agentstate.FailAttempt(a, "Failed", "boom", t0)
 			if got := a.Status.Phase; got != tt.wantPhase {
 				t.Errorf("phase %s, want %s", got, tt.wantPhase)
 			}
@@ -346,7 +347,7 @@ func TestInterruptIsNotAFailure(t *testing.T) {
 	start := t0.Add(-time.Minute)
 	a.Status.Phase, a.Status.Sandbox, a.Status.Node = api.AgentRunning, "sb", "n1"
 	a.Status.Attempts, a.Status.StartedAt = 1, &start
-	Interrupt(a, "node restarted", t0)
+	agentstate.Interrupt(a, "node restarted", t0)
 	if got, want := a.Status.Phase+"/"+a.Status.Reason, "Pending/Interrupted"; got != want {
 		t.Errorf("phase/reason %s, want %s", got, want)
 	}
@@ -356,7 +357,7 @@ func TestInterruptIsNotAFailure(t *testing.T) {
 	if a.Status.Sandbox != "" || a.Status.StartedAt != nil {
 		t.Errorf("binding kept: %q %v", a.Status.Sandbox, a.Status.StartedAt)
 	}
-	if !Pending(a) {
+	if !agentstate.Pending(a) {
 		t.Error("an interrupted agent is not pending: the scheduler would not place it again")
 	}
 }
@@ -417,10 +418,10 @@ func TestAttemptEndWithdrawsQuestion(t *testing.T) {
 		answered bool
 		wantGone bool
 	}{
-		{"completed, pending", func(a *api.Agent) { Complete(a, &api.AgentResult{Success: true}, now) }, false, true},
-		{"failed, pending", func(a *api.Agent) { FailAttempt(a, "Failed", "boom", now) }, false, true},
-		{"interrupted, pending", func(a *api.Agent) { Interrupt(a, "restart", now) }, false, true},
-		{"completed, answered", func(a *api.Agent) { Complete(a, &api.AgentResult{Success: true}, now) }, true, false},
+		{"completed, pending", func(a *api.Agent) { agentstate.Complete(a, &api.AgentResult{Success: true}, now) }, false, true},
+		{"failed, pending", func(a *api.Agent) { agentstate.FailAttempt(a, "Failed", "boom", now) }, false, true},
+		{"interrupted, pending", func(a *api.Agent) { agentstate.Interrupt(a, "restart", now) }, false, true},
+		{"completed, answered", func(a *api.Agent) { agentstate.Complete(a, &api.AgentResult{Success: true}, now) }, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &api.Agent{Status: api.AgentStatus{Phase: api.AgentRunning, Attempts: 1,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -54,10 +55,10 @@ func NewPools(m *Manager, st store.Interface, log *slog.Logger, now func() time.
 // (their queue-based scaling counts it).
 func (p *Pools) poolsFor(o api.Object) []string {
 	a := o.(*api.Agent)
-	if a.Spec.SandboxSelector == nil || !Pending(a) {
+	if a.Spec.SandboxSelector == nil || !agentstate.Pending(a) {
 		return nil // a bound agent's pool hears of it through the sandbox's claim
 	}
-	sel := SelectorOf(a)
+	sel := agentstate.SelectorOf(a)
 	var keys []string
 	for _, po := range p.pools.List(api.Selector{}) {
 		if sel.Matches(po.(*api.SandboxPool).Spec.Template.Metadata.Labels) {
@@ -250,7 +251,7 @@ func (p *Pools) heldByItsAgent(sb *api.Sandbox) bool {
 		return false
 	}
 	a := o.(*api.Agent)
-	return Bound(a) && a.Status.Sandbox == sb.Metadata.Name && a.Metadata.DeletionTimestamp == nil
+	return agentstate.Bound(a) && a.Status.Sandbox == sb.Metadata.Name && a.Metadata.DeletionTimestamp == nil
 }
 
 func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Time) poolState {
@@ -288,7 +289,7 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 	labels := pool.Spec.Template.Metadata.Labels
 	p.agents.Range(func(ao api.Object) bool {
 		a := ao.(*api.Agent)
-		if Pending(a) && a.Spec.SandboxSelector != nil && api.MatchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
+		if agentstate.Pending(a) && a.Spec.SandboxSelector != nil && api.MatchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
 			s.pendingAgents++
 		}
 		return true

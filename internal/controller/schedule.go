@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/scheduler"
 	"github.com/hvkube/hvkube/internal/store"
@@ -43,19 +44,6 @@ func NewScheduler(m *Manager, st store.Interface, log *slog.Logger, now func() t
 	return s
 }
 
-// Pending reports whether the agent waits for a sandbox.
-func Pending(a *api.Agent) bool {
-	return (a.Status.Phase == "" || a.Status.Phase == api.AgentPending) && a.Metadata.DeletionTimestamp == nil
-}
-
-// SelectorOf is the label selector of an agent's sandboxSelector.
-func SelectorOf(a *api.Agent) api.Selector {
-	if a.Spec.SandboxSelector == nil {
-		return api.Selector{}
-	}
-	return api.SelectorFromMap(a.Spec.SandboxSelector.MatchLabels)
-}
-
 // Reconcile runs one scheduling round.
 func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
 	now := s.now()
@@ -63,10 +51,10 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
 	byName := map[string]*api.Agent{}
 	s.agents.Range(func(o api.Object) bool {
 		a := o.(*api.Agent)
-		if Pending(a) {
+		if agentstate.Pending(a) {
 			byName[a.Metadata.Name] = a
 			agents = append(agents, scheduler.Agent{Name: a.Metadata.Name, SandboxName: a.Spec.SandboxName,
-				Selector: SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp})
+				Selector: agentstate.SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp})
 		}
 		return true
 	})
@@ -151,7 +139,7 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 			continue
 		}
 		now := s.now()
-		sb, ag := claim(seen, a, now)
+		sb, ag := agentstate.Claim(seen, a, now)
 		groups = append(groups, []api.Object{sb, ag})
 		kept = append(kept, b)
 	}
@@ -177,23 +165,6 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 	return conflicts, nil
 }
 
-// claim returns seen with its claim for a and a bound to it, both as of
-// what the round read (their resourceVersions are the writes' conditions).
-func claim(seen *api.Sandbox, a *api.Agent, now time.Time) (*api.Sandbox, *api.Agent) {
-	sb := api.DeepCopy(seen)
-	sb.Status.CurrentAgent = a.Metadata.Name
-	sb.Status.ClaimedAt = &now
-	ag := api.DeepCopy(a)
-	ag.Status.Phase, ag.Status.Reason = api.AgentScheduled, "Scheduled"
-	ag.Status.Message = fmt.Sprintf("bound to sandbox %s", sb.Metadata.Name)
-	ag.Status.Sandbox, ag.Status.Node = sb.Metadata.Name, sb.Status.Node
-	ag.Status.ScheduledAt = &now
-	ag.Status.ObservedGeneration = ag.Metadata.Generation
-	api.SetCondition(&ag.Status.Conditions, api.Condition{Type: "Scheduled", Status: api.ConditionTrue, Reason: "Bound",
-		Message: ag.Status.Message, ObservedGeneration: ag.Metadata.Generation}, now)
-	return sb, ag
-}
-
 // bind claims sb, the sandbox as the round saw it, for a, then records the
 // binding on a. The claim is conditioned on the resourceVersion the round
 // read: if anything wrote the sandbox since (another scheduler's claim
@@ -204,7 +175,7 @@ func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, n
 		return fmt.Errorf("sandbox is taken: %w", api.ErrConflict)
 	}
 	name := seen.Metadata.Name
-	sb, ag := claim(seen, a, now)
+	sb, ag := agentstate.Claim(seen, a, now)
 	claimed, err := s.st.UpdateStatus(ctx, sb)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -567,7 +568,7 @@ func testNoDoubleBinds(t *testing.T, nManagers, nCallers int) {
 		if a.Spec.SandboxName != "" && a.Spec.SandboxName != a.Status.Sandbox {
 			t.Errorf("agent %s asked for sandbox %s and got %s", name, a.Spec.SandboxName, a.Status.Sandbox)
 		}
-		if a.Spec.SandboxSelector != nil && !SelectorOf(a).Matches(sb.Metadata.Labels) {
+		if a.Spec.SandboxSelector != nil && !agentstate.SelectorOf(a).Matches(sb.Metadata.Labels) {
 			t.Errorf("agent %s is on %s, which its selector does not match", name, a.Status.Sandbox)
 		}
 	}

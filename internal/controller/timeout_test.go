@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 )
 
@@ -28,7 +29,7 @@ func TestTimeoutSaturates(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
 		a := &api.Agent{Spec: api.AgentSpec{Completion: api.Completion{TimeoutMinutes: tt.minutes}}}
-		got := Timeout(a)
+		got := agentstate.Timeout(a)
 		if got != tt.want {
 			t.Errorf("timeoutMinutes %d: Timeout %s, want %s", tt.minutes, got, tt.want)
 		}

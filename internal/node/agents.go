@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/controller"
 )
@@ -59,23 +60,23 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (controller.Resu
 	switch {
 	case a.Metadata.DeletionTimestamp != nil:
 		n.stopRun(name)
-		if controller.Bound(a) {
+		if agentstate.Bound(a) {
 			if err := n.release(ctx, a.Status.Sandbox, name); err != nil {
 				return controller.Result{}, err
 			}
-			if !controller.Finished(a) {
+			if !agentstate.Finished(a) {
 				n.event(ctx, a, api.EventNormal, "Cancelled", fmt.Sprintf("deleted while %s; sandbox %s released", a.Status.Phase, a.Status.Sandbox))
 			}
 		}
 		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, a, api.FinalizerRun)
-	case controller.Finished(a):
+	case agentstate.Finished(a):
 		// A run that ended while the node stopped may still hold its
 		// sandbox; release is a no-op once the claim is gone.
 		if a.Status.Sandbox != "" && n.runs.get(name) == nil {
 			return controller.Result{}, n.release(ctx, a.Status.Sandbox, name)
 		}
 		return controller.Result{}, nil
-	case controller.Pending(a):
+	case agentstate.Pending(a):
 		return controller.Result{}, nil
 	case a.Status.Phase == api.AgentScheduled && a.Status.Sandbox != "":
 		return n.startRun(ctx, a, now)
@@ -108,7 +109,7 @@ func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (cont
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt || cur.Status.Sandbox != sandbox {
 			return false // ended meanwhile: its claim goes as any ended attempt's does
 		}
-		controller.Interrupt(cur, fmt.Sprintf("attempt %d was cut short when node %s restarted; it runs again on a clean sandbox", attempt, n.name), now)
+		agentstate.Interrupt(cur, fmt.Sprintf("attempt %d was cut short when node %s restarted; it runs again on a clean sandbox", attempt, n.name), now)
 		interrupted = true
 		return true
 	})
@@ -165,7 +166,7 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (contr
 	n.event(ctx, started, api.EventNormal, "Started", started.Status.Message)
 	r := &run{attempt: started.Status.Attempts, done: make(chan struct{})}
 	// Context deadlines run on the wall clock, whatever the node's clock.
-	rctx, cancel := context.WithTimeout(n.runCtx, controller.Timeout(started))
+	rctx, cancel := context.WithTimeout(n.runCtx, agentstate.Timeout(started))
 	r.cancel = cancel
 	n.runs.mu.Lock()
 	n.runs.m[started.Metadata.Name] = r
@@ -230,7 +231,7 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 		return
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) && err == nil {
-		err = fmt.Errorf("no result within %s", controller.Timeout(a))
+		err = fmt.Errorf("no result within %s", agentstate.Timeout(a))
 	}
 	n.collect(bg, a, sandbox, dir, res, lg)
 	res.DurationSeconds = n.now().Sub(start).Seconds()
@@ -247,10 +248,10 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 			return false // deleted, or ended by the controller meanwhile
 		}
 		if err == nil {
-			controller.Complete(cur, res, now)
+			agentstate.Complete(cur, res, now)
 		} else {
 			cur.Status.Result = res
-			controller.FailAttempt(cur, reason, err.Error(), now)
+			agentstate.FailAttempt(cur, reason, err.Error(), now)
 		}
 		return true
 	})
@@ -297,18 +298,18 @@ func (n *Node) releaseLogged(ctx context.Context, sandbox, agent string, lg *run
 func (n *Node) watchMCP(ctx context.Context, a *api.Agent, now time.Time) (controller.Result, error) {
 	deadline := now
 	if a.Status.StartedAt != nil {
-		deadline = a.Status.StartedAt.Add(controller.Timeout(a))
+		deadline = a.Status.StartedAt.Add(agentstate.Timeout(a))
 	}
 	if now.Before(deadline) {
 		return controller.Result{RequeueAfter: deadline.Sub(now)}, nil
 	}
 	attempt := a.Status.Attempts
-	msg := fmt.Sprintf("nothing completed it within %s", controller.Timeout(a))
+	msg := fmt.Sprintf("nothing completed it within %s", agentstate.Timeout(a))
 	out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
 			return false
 		}
-		controller.FailAttempt(cur, "DeadlineExceeded", msg, now)
+		agentstate.FailAttempt(cur, "DeadlineExceeded", msg, now)
 		return true
 	})
 	if err != nil {

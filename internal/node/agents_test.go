@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
@@ -365,10 +366,10 @@ spec:
 				}
 				res := &api.AgentResult{Success: tt.success, Output: json.RawMessage(`{"done": true}`)}
 				if tt.success {
-					controller.Complete(a, res, now)
+					agentstate.Complete(a, res, now)
 				} else {
 					a.Status.Result = res
-					controller.FailAttempt(a, "AgentFailed", "gave up", now)
+					agentstate.FailAttempt(a, "AgentFailed", "gave up", now)
 				}
 				return true
 			})
@@ -668,7 +669,7 @@ spec:
 `))
 	eventually(t, "the agent ends", func() (bool, string) {
 		a := c.agent(t, "job")
-		return controller.Finished(a), a.Status.Phase
+		return agentstate.Finished(a), a.Status.Phase
 	})
 	if a := c.agent(t, "job"); a.Status.Phase != api.AgentCompleted {
 		t.Errorf("agent %s (%s: %s), want Completed", a.Status.Phase, a.Status.Reason, a.Status.Message)

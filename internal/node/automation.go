@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
@@ -135,7 +136,7 @@ func (n *Node) failFinally(ctx context.Context, a *api.Agent, lg *runLog, reason
 			return false
 		}
 		cur.Status.Result = &api.AgentResult{}
-		controller.FailFinally(cur, reason, msg, now)
+		agentstate.FailFinally(cur, reason, msg, now)
 		wrote = true
 		return true
 	})

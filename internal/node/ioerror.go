@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
@@ -129,7 +130,7 @@ func (n *Node) failIOErrorAttempt(ctx context.Context, sb *api.Sandbox, since, n
 	}
 	failAt := since.Add(IOErrorGrace)
 	if a.Status.StartedAt != nil {
-		if last := a.Status.StartedAt.Add(controller.Timeout(a) - ioErrorBeforeDeadline); last.Before(failAt) {
+		if last := a.Status.StartedAt.Add(agentstate.Timeout(a) - ioErrorBeforeDeadline); last.Before(failAt) {
 			failAt = last
 		}
 	}
@@ -142,7 +143,7 @@ func (n *Node) failIOErrorAttempt(ctx context.Context, sb *api.Sandbox, since, n
 	out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, agent, func(cur *api.Agent) bool {
 		failed = cur.Status.Phase == api.AgentRunning && cur.Status.Attempts == attempt && cur.Status.Sandbox == sb.Metadata.Name
 		if failed {
-			controller.FailAttempt(cur, reasonIOError, msg, now)
+			agentstate.FailAttempt(cur, reasonIOError, msg, now)
 		}
 		return failed
 	})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
@@ -284,7 +285,7 @@ func (c *cluster) waitAgent(t *testing.T, name, phase string) *api.Agent {
 	var a *api.Agent
 	eventually(t, fmt.Sprintf("agent %s is %s", name, phase), func() (bool, string) {
 		a = c.agent(t, name)
-		if controller.Finished(a) && a.Status.Phase != phase {
+		if agentstate.Finished(a) && a.Status.Phase != phase {
 			t.Fatalf("agent %s ended %s (%s: %s), want %s", name, a.Status.Phase, a.Status.Reason, a.Status.Message, phase)
 		}
 		return a.Status.Phase == phase, fmt.Sprintf("%s %s: %s (attempts %d, failures %d)", a.Status.Phase, a.Status.Reason, a.Status.Message, a.Status.Attempts, a.Status.Failures)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/clock"
@@ -330,7 +331,7 @@ func (r *restartRig) runAgain() {
 		for _, name := range r.names(api.KindAgent) {
 			a := r.agent(name)
 			states = append(states, fmt.Sprintf("%s=%s/%s", name, a.Status.Phase, a.Status.Reason))
-			ok = ok && controller.Finished(a)
+			ok = ok && agentstate.Finished(a)
 		}
 		return ok, fmt.Sprint(states)
 	}

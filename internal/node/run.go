@@ -18,10 +18,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/clock"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/display"
 )
 
@@ -334,7 +334,7 @@ func (n *Node) runHostEnv(ctx context.Context, a *api.Agent, extra []string, lg 
 		env = append(env, "HVKUBE_SERVER="+n.opt.ServerURL)
 	}
 	if n.opt.Tokens != nil {
-		env = append(env, "HVKUBE_TOKEN="+n.opt.Tokens(a, controller.Timeout(a)))
+		env = append(env, "HVKUBE_TOKEN="+n.opt.Tokens(a, agentstate.Timeout(a)))
 	}
 	cmd.Env = env
 	var stdout limitedBuffer

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/controller"
@@ -212,9 +213,9 @@ func (n *Node) checkClaim(ctx context.Context, sb *api.Sandbox) error {
 	default:
 		a := o.(*api.Agent)
 		switch {
-		case controller.Finished(a):
+		case agentstate.Finished(a):
 			stale = "it has " + strings.ToLower(a.Status.Phase)
-		case a.Status.Sandbox != sb.Metadata.Name && sb.Status.ClaimedAt != nil && n.now().Sub(*sb.Status.ClaimedAt) > claimGrace:
+		case a.Status.Sandbox != sb.Metadata.Name && sb.Status.ClaimedAt != nil && n.now().Sub(*sb.Status.ClaimedAt) > agentstate.ClaimGrace:
 			stale = "it is not bound to this sandbox"
 		}
 	}
@@ -224,10 +225,6 @@ func (n *Node) checkClaim(ctx context.Context, sb *api.Sandbox) error {
 	n.log.Info("releasing a stale claim", "sandbox", sb.Metadata.Name, "agent", agent, "why", stale)
 	return n.release(ctx, sb.Metadata.Name, agent)
 }
-
-// claimGrace is how long a claim may name an agent that does not point
-// back at the sandbox (the scheduler writes the claim, then the agent).
-const claimGrace = 30 * time.Second
 
 // checkLifetime enforces spec.lifecycle: a sandbox older than
 // timeoutMinutes, or idle (no agent) for idleTimeoutMinutes, is deleted.

@@ -11,6 +11,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/controller"
 )
@@ -75,14 +76,14 @@ func (s *Server) completeAttempt(ctx context.Context, name string, req CompleteR
 			res.DurationSeconds = now.Sub(*a.Status.StartedAt).Seconds()
 		}
 		if success {
-			controller.Complete(a, res, now)
+			agentstate.Complete(a, res, now)
 		} else {
 			a.Status.Result = res
 			msg := req.Message
 			if msg == "" {
 				msg = "the agent reported failure"
 			}
-			controller.FailAttempt(a, "AgentFailed", msg, now)
+			agentstate.FailAttempt(a, "AgentFailed", msg, now)
 		}
 		return true
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/store"
@@ -188,7 +189,7 @@ func (s *Server) listHumanRequests(w http.ResponseWriter, r *http.Request) {
 	out := HumanRequestList{APIVersion: api.Version, Kind: "HumanRequestList", Items: []PendingHumanRequest{}}
 	for _, it := range items {
 		a := it.(*api.Agent)
-		if a.Status.HumanRequest.Pending() && !controller.Finished(a) {
+		if a.Status.HumanRequest.Pending() && !agentstate.Finished(a) {
 			out.Items = append(out.Items, PendingHumanRequest{Agent: a.Metadata.Name, Sandbox: a.Status.Sandbox, Request: a.Status.HumanRequest})
 		}
 	}

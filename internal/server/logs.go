@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/controller"
 )
 
 // Following a log (GET …/logs?follow=true) streams what the log holds,
@@ -116,7 +116,7 @@ func (s *Server) agentLogs(w http.ResponseWriter, r *http.Request) {
 				return "", false, err
 			}
 			a := o.(*api.Agent)
-			return strconv.Itoa(a.Status.Attempts), controller.Finished(a), nil
+			return strconv.Itoa(a.Status.Attempts), agentstate.Finished(a), nil
 		},
 	})
 }

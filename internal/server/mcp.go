@@ -19,11 +19,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/cdp"
 	"github.com/hvkube/hvkube/internal/client"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/mcptools"
 	"github.com/hvkube/hvkube/internal/store"
@@ -297,14 +297,14 @@ func (s *Server) agentToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := o.(*api.Agent)
-	if a.Status.Sandbox == "" || controller.Finished(a) || a.Metadata.DeletionTimestamp != nil {
+	if a.Status.Sandbox == "" || agentstate.Finished(a) || a.Metadata.DeletionTimestamp != nil {
 		s.fail(w, r, fmt.Errorf("agent %s is %s: a token is minted for an agent bound to a sandbox (Scheduled or Running): %w", a.Metadata.Name, orPending(a.Status.Phase), api.ErrConflict))
 		return
 	}
 	now := time.Now()
-	deadline := now.Add(controller.Timeout(a))
+	deadline := now.Add(agentstate.Timeout(a))
 	if a.Status.StartedAt != nil {
-		deadline = a.Status.StartedAt.Add(controller.Timeout(a))
+		deadline = a.Status.StartedAt.Add(agentstate.Timeout(a))
 	}
 	if !deadline.After(now) {
 		s.fail(w, r, fmt.Errorf("agent %s is past its deadline: %w", a.Metadata.Name, api.ErrConflict))
