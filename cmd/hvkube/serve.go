@@ -26,6 +26,7 @@ import (
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/secretenv"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
@@ -302,7 +303,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// On the way out the controllers stop and their workers return, then
 	// the node's agent attempts end, before the backend and the store
 	// close (deferred calls run in reverse).
-	mgr := controller.NewManager(st, log, 0)
+	mgr := reconcile.NewManager(st, log, 0)
 	mgr.Observe(mx.ObserveReconcile)
 	if be != nil {
 		nd := node.New(node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log,

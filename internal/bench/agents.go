@@ -25,6 +25,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -228,7 +229,7 @@ func Control(ctx context.Context, o ControlOptions) (*Report, error) {
 // over a backend, the controllers, and the HTTP API on a loopback port.
 type cluster struct {
 	st   *store.Store
-	mgr  *controller.Manager
+	mgr  *reconcile.Manager
 	nd   *node.Node
 	url  string
 	stop func()
@@ -255,7 +256,7 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, log *slog
 		return nil, err
 	}
 	url := "http://" + ln.Addr().String()
-	mgr := controller.NewManager(st, log, 0)
+	mgr := reconcile.NewManager(st, log, 0)
 	nd := node.New(node.Options{Store: st, Backend: be, Name: "bench", Logger: log, DataDir: dataDir, ServerURL: url,
 		Tokens: func(a *api.Agent, ttl time.Duration) string {
 			return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)

@@ -24,8 +24,8 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/client"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -324,7 +324,7 @@ func startTokenServer(ctx context.Context, dir string, be *qemu.Backend, log *sl
 	if err != nil {
 		return nil, err
 	}
-	mgr := controller.NewManager(st, log, 0)
+	mgr := reconcile.NewManager(st, log, 0)
 	nd := node.New(node.Options{Store: st, Backend: be, Logger: log})
 	nd.Register(mgr)
 	// The controllers and the server live until stop, not until ctx ends:

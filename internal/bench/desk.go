@@ -9,8 +9,8 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/client"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -39,7 +39,7 @@ func openDesk(ctx context.Context, be *qemu.Backend, dir, image, sandbox string)
 	undo = append(undo, func() { st.Close() })
 	mctx, cancel := context.WithCancel(ctx)
 	undo = append(undo, cancel)
-	mgr := controller.NewManager(st, nil, 0)
+	mgr := reconcile.NewManager(st, nil, 0)
 	undo = append(undo, mgr.Stop)
 	nd := node.New(node.Options{Store: st, Backend: be})
 	nd.Register(mgr)

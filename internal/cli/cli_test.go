@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -35,7 +36,7 @@ func startServer(t *testing.T) string {
 	// The agent controller runs, as in a server: an agent's deletion
 	// waits for it. (Pools are left alone, so that the tables the tests
 	// compare do not fill with sandboxes of random names.)
-	mgr := controller.NewManager(st, nil, 0)
+	mgr := reconcile.NewManager(st, nil, 0)
 	controller.NewAgents(mgr, st, slog.Default(), func() time.Time { return t0 })
 	if err := mgr.Start(context.Background()); err != nil {
 		t.Fatal(err)

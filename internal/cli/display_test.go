@@ -13,7 +13,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -35,14 +35,14 @@ func displayServer(t *testing.T, key authtoken.Key) string {
 			t.Fatal(err)
 		}
 	}
-	if _, err := controller.UpdateStatus(ctx, st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(ctx, st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
 		sb.Status.Phase, sb.Status.Display, sb.Status.Resolution = api.SandboxRunning, "unix:/run/hvkube/x/vnc.sock", "1280x800"
 		sb.Status.Control = &api.SandboxControl{ID: "take-1", Holder: "ana"}
 		return true
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controller.UpdateStatus(ctx, st, api.KindSandbox, "win", func(sb *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(ctx, st, api.KindSandbox, "win", func(sb *api.Sandbox) bool {
 		sb.Status.Phase, sb.Status.Display = api.SandboxRunning, "vmconnect:localhost/hvkube-win"
 		return true
 	}); err != nil {

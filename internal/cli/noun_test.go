@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
+	"github.com/hvkube/hvkube/internal/testlog"
 )
 
 // mustRun runs the CLI and fails the test unless it exits 0.
@@ -306,24 +306,6 @@ func TestNounHelp(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that one goroutine writes while another reads.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestAgentSubmitWait follows agents to their end. No agent controller runs
 // in this test, so the test writes the status an agent controller would write,
 // one phase at a time, each after the CLI has printed the one before.
@@ -349,7 +331,7 @@ func TestAgentSubmitWait(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor := func(t *testing.T, out *syncBuffer, line string) {
+	waitFor := func(t *testing.T, out *testlog.Buffer, line string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for !strings.Contains(out.String(), line) {
@@ -372,7 +354,7 @@ func TestAgentSubmitWait(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out, errOut syncBuffer
+			var out, errOut testlog.Buffer
 			code := make(chan int, 1)
 			// Should the test fail half-way, stop the CLI's watch, or
 			// closing the server would wait for it forever.

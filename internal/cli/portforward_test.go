@@ -18,6 +18,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
+	"github.com/hvkube/hvkube/internal/testlog"
 )
 
 // fakeGuestPorts is a FAKE of the node's sandbox operations with only the
@@ -93,7 +94,7 @@ func TestPortForward(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testlog.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- Main(ctx, Options{Stdout: &out, Stderr: &errOut}, []string{"--server", srv.URL, "port-forward", "box", "0:9222"})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -25,13 +26,13 @@ type Agents struct {
 
 // NewAgents registers the agent controller with m. A sandbox's change wakes
 // the agent it is claimed by.
-func NewAgents(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Agents {
+func NewAgents(m *reconcile.Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Agents {
 	if now == nil {
 		now = time.Now
 	}
 	a := &Agents{st: st, log: log, now: now}
-	m.Register(Controller{Name: "agent", For: api.KindAgent, Reconciler: a, Workers: 4,
-		Watches: []Watch{{Kind: api.KindSandbox, Map: func(o api.Object) []string {
+	m.Register(reconcile.Controller{Name: "agent", For: api.KindAgent, Reconciler: a, Workers: 4,
+		Watches: []reconcile.Watch{{Kind: api.KindSandbox, Map: func(o api.Object) []string {
 			if cur := o.(*api.Sandbox).Status.CurrentAgent; cur != "" {
 				return []string{cur}
 			}
@@ -45,13 +46,13 @@ func NewAgents(m *Manager, st store.Interface, log *slog.Logger, now func() time
 const nodeGrace = 2 * time.Minute
 
 // Reconcile implements Reconciler.
-func (c *Agents) Reconcile(ctx context.Context, name string) (Result, error) {
+func (c *Agents) Reconcile(ctx context.Context, name string) (reconcile.Result, error) {
 	o, err := c.st.Get(ctx, api.KindAgent, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	if err != nil {
-		return Result{}, err
+		return reconcile.Result{}, err
 	}
 	a := o.(*api.Agent)
 	now := c.now()
@@ -61,45 +62,45 @@ func (c *Agents) Reconcile(ctx context.Context, name string) (Result, error) {
 			// The node stops the run and releases the sandbox, then lets
 			// the agent go; unless the sandbox is gone.
 			if _, err := c.st.Get(ctx, api.KindSandbox, a.Status.Sandbox); !errors.Is(err, api.ErrNotFound) {
-				return Result{RequeueAfter: 10 * time.Second}, err
+				return reconcile.Result{RequeueAfter: 10 * time.Second}, err
 			}
 		}
-		return Result{}, RemoveFinalizer(ctx, c.st, a, api.FinalizerRun)
+		return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, c.st, a, api.FinalizerRun)
 	case agentstate.Finished(a):
 		if ttl := a.Spec.TTLSecondsAfterFinished; ttl != nil && a.Status.CompletedAt != nil {
 			at := a.Status.CompletedAt.Add(time.Duration(*ttl) * time.Second)
 			if now.Before(at) {
-				return Result{RequeueAfter: at.Sub(now)}, nil
+				return reconcile.Result{RequeueAfter: at.Sub(now)}, nil
 			}
 			_, _, err := c.st.Delete(ctx, api.KindAgent, name, store.DeleteOptions{ResourceVersion: a.Metadata.ResourceVersion})
 			switch {
 			case errors.Is(err, api.ErrConflict):
-				return Result{RequeueAfter: time.Millisecond}, nil // changed meanwhile: look again
+				return reconcile.Result{RequeueAfter: time.Millisecond}, nil // changed meanwhile: look again
 			case errors.Is(err, api.ErrNotFound):
-				return Result{}, nil
+				return reconcile.Result{}, nil
 			case err != nil:
-				return Result{}, err
+				return reconcile.Result{}, err
 			}
-			Event(ctx, c.st, c.log, a, api.EventNormal, "Expired", fmt.Sprintf("deleted %ds after it finished (ttlSecondsAfterFinished)", *ttl))
+			reconcile.Event(ctx, c.st, c.log, a, api.EventNormal, "Expired", fmt.Sprintf("deleted %ds after it finished (ttlSecondsAfterFinished)", *ttl))
 		}
-		return Result{}, nil
+		return reconcile.Result{}, nil
 	case agentstate.Bound(a):
 		return c.watchBound(ctx, a, now)
 	}
-	return Result{}, nil
+	return reconcile.Result{}, nil
 }
 
 // watchBound fails the attempt of a bound agent whose sandbox is gone or
 // no longer claimed by it, or whose deadline passed with no word from its
 // node.
-func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (Result, error) {
+func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (reconcile.Result, error) {
 	lost := ""
 	so, err := c.st.Get(ctx, api.KindSandbox, a.Status.Sandbox)
 	switch {
 	case errors.Is(err, api.ErrNotFound):
 		lost = fmt.Sprintf("sandbox %s was deleted", a.Status.Sandbox)
 	case err != nil:
-		return Result{}, err
+		return reconcile.Result{}, err
 	default:
 		sb := so.(*api.Sandbox)
 		switch {
@@ -129,10 +130,10 @@ func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (R
 		if !deadline.IsZero() {
 			next = min(next, deadline.Sub(now))
 		}
-		return Result{RequeueAfter: max(next, time.Second)}, nil
+		return reconcile.Result{RequeueAfter: max(next, time.Second)}, nil
 	}
 	attempt := a.Status.Attempts
-	out, err := UpdateStatus(ctx, c.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
+	out, err := reconcile.UpdateStatus(ctx, c.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
 		if !agentstate.Bound(cur) || cur.Status.Attempts != attempt || cur.Status.Sandbox != a.Status.Sandbox {
 			return false // the node got there first
 		}
@@ -140,8 +141,8 @@ func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (R
 		return true
 	})
 	if err != nil {
-		return Result{}, err
+		return reconcile.Result{}, err
 	}
-	Event(ctx, c.st, c.log, out, api.EventWarning, reason, lost)
-	return Result{}, nil
+	reconcile.Event(ctx, c.st, c.log, out, api.EventWarning, reason, lost)
+	return reconcile.Result{}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -22,7 +23,7 @@ func newAgentEnv(t *testing.T) *agentEnv {
 	return &agentEnv{env: e, c: NewAgents(e.m, e.st, e.log, e.clk.Now)}
 }
 
-func (e *agentEnv) reconcile(name string) Result {
+func (e *agentEnv) reconcile(name string) reconcile.Result {
 	e.t.Helper()
 	res, err := e.c.Reconcile(e.ctx, name)
 	if err != nil {
@@ -260,7 +261,7 @@ func TestAgentRetriesUntilFailed(t *testing.T) {
 		if attempt > 1 {
 			// The scheduler binds it again and the node starts the
 			// attempt, on another sandbox that is lost too.
-			if _, err := UpdateStatus(e.ctx, e.st, api.KindAgent, "job", func(a *api.Agent) bool {
+			if _, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindAgent, "job", func(a *api.Agent) bool {
 				now := e.clk.Now()
 				a.Status.Phase, a.Status.Sandbox = api.AgentRunning, fmt.Sprintf("gone-%d", attempt)
 				a.Status.Attempts++
@@ -402,7 +403,7 @@ func TestAgentDeletion(t *testing.T) {
 
 func TestAgentGoneIsNoError(t *testing.T) {
 	e := newAgentEnv(t)
-	if res := e.reconcile("nobody"); res != (Result{}) {
+	if res := e.reconcile("nobody"); res != (reconcile.Result{}) {
 		t.Errorf("reconcile of a missing agent: %+v, want nothing", res)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -40,18 +41,18 @@ type DisplayServices struct {
 	log       *slog.Logger
 	now       func() time.Time
 	cfg       DisplayConfig
-	sandboxes *Cache
-	services  *Cache
+	sandboxes *reconcile.Cache
+	services  *reconcile.Cache
 }
 
 // NewDisplayServices registers the DisplayService controller with m.
-func NewDisplayServices(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time, cfg DisplayConfig) *DisplayServices {
+func NewDisplayServices(m *reconcile.Manager, st store.Interface, log *slog.Logger, now func() time.Time, cfg DisplayConfig) *DisplayServices {
 	if now == nil {
 		now = time.Now
 	}
 	d := &DisplayServices{st: st, log: log, now: now, cfg: cfg, sandboxes: m.Cache(api.KindSandbox), services: m.Cache(api.KindDisplayService)}
-	m.Register(Controller{Name: "displayservice", For: api.KindDisplayService, Reconciler: d,
-		Watches: []Watch{{Kind: api.KindSandbox, Map: d.servicesFor}}})
+	m.Register(reconcile.Controller{Name: "displayservice", For: api.KindDisplayService, Reconciler: d,
+		Watches: []reconcile.Watch{{Kind: api.KindSandbox, Map: d.servicesFor}}})
 	return d
 }
 
@@ -69,17 +70,17 @@ func (d *DisplayServices) servicesFor(o api.Object) []string {
 }
 
 // Reconcile implements Reconciler.
-func (d *DisplayServices) Reconcile(ctx context.Context, name string) (Result, error) {
+func (d *DisplayServices) Reconcile(ctx context.Context, name string) (reconcile.Result, error) {
 	o, err := d.st.Get(ctx, api.KindDisplayService, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	if err != nil {
-		return Result{}, err
+		return reconcile.Result{}, err
 	}
 	ds := o.(*api.DisplayService)
 	if ds.Metadata.DeletionTimestamp != nil {
-		return Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	reason, msg := ds.Spec.GatewayProblem(d.cfg.TokenSet)
 	var endpoints []api.Endpoint
@@ -104,7 +105,7 @@ func (d *DisplayServices) Reconcile(ctx context.Context, name string) (Result, e
 		}
 	}
 	now := d.now()
-	_, err = UpdateStatus(ctx, d.st, api.KindDisplayService, name, func(cur *api.DisplayService) bool {
+	_, err = reconcile.UpdateStatus(ctx, d.st, api.KindDisplayService, name, func(cur *api.DisplayService) bool {
 		before := api.DeepCopy(cur).Status
 		st := &cur.Status
 		gen := cur.Metadata.Generation
@@ -119,9 +120,9 @@ func (d *DisplayServices) Reconcile(ctx context.Context, name string) (Result, e
 		return !reflect.DeepEqual(before, *st)
 	})
 	if errors.Is(err, api.ErrNotFound) {
-		return Result{}, nil
+		return reconcile.Result{}, nil
 	}
-	return Result{}, err
+	return reconcile.Result{}, err
 }
 
 // urls are the gateway URLs of sandbox in a service: one per port, on

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -27,19 +28,19 @@ type Pools struct {
 	st        store.Interface
 	log       *slog.Logger
 	now       func() time.Time
-	sandboxes *Cache
-	agents    *Cache
-	pools     *Cache
+	sandboxes *reconcile.Cache
+	agents    *reconcile.Cache
+	pools     *reconcile.Cache
 }
 
 // NewPools registers the pool controller with m.
-func NewPools(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Pools {
+func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Pools {
 	if now == nil {
 		now = time.Now
 	}
 	p := &Pools{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool)}
-	m.Register(Controller{Name: "pool", For: api.KindSandboxPool, Reconciler: p, Workers: 2,
-		Watches: []Watch{
+	m.Register(reconcile.Controller{Name: "pool", For: api.KindSandboxPool, Reconciler: p, Workers: 2,
+		Watches: []reconcile.Watch{
 			{Kind: api.KindSandbox, Map: func(o api.Object) []string {
 				if pool := api.OwnerOf(o, api.KindSandboxPool); pool != "" {
 					return []string{pool}
@@ -69,13 +70,13 @@ func (p *Pools) poolsFor(o api.Object) []string {
 }
 
 // Reconcile implements Reconciler.
-func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
+func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, error) {
 	o, err := p.st.Get(ctx, api.KindSandboxPool, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	if err != nil {
-		return Result{}, err
+		return reconcile.Result{}, err
 	}
 	pool := o.(*api.SandboxPool)
 	var members []*api.Sandbox
@@ -90,8 +91,8 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 		return p.deletePool(ctx, pool, members)
 	}
 	if !hasFinalizer(pool, api.FinalizerSandboxes) {
-		if _, err := EnsureFinalizer(ctx, p.st, pool, api.FinalizerSandboxes); err != nil {
-			return Result{}, err
+		if _, err := reconcile.EnsureFinalizer(ctx, p.st, pool, api.FinalizerSandboxes); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
 	now := p.now()
@@ -101,7 +102,7 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 		// scaleDownDelay: they hold no desktop, and may never get one.
 		left, err := p.removeUnstarted(ctx, pool, members, s.live, s.desired)
 		if err != nil {
-			return Result{}, err
+			return reconcile.Result{}, err
 		}
 		if len(left) < len(members) {
 			members = left
@@ -130,7 +131,7 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 		case sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated:
 			reason, msg = "Replaced", fmt.Sprintf("sandbox %s is %s (%s): replacing it", sb.Metadata.Name, sb.Status.Phase, orDefault(sb.Status.Message, sb.Status.Reason))
 		case sb.Status.Reason == "Unhealthy" && sb.Status.CurrentAgent == "":
-			Event(ctx, p.st, p.log, pool, api.EventWarning, "Unhealthy", fmt.Sprintf("sandbox %s: %s", sb.Metadata.Name, sb.Status.Message))
+			reconcile.Event(ctx, p.st, p.log, pool, api.EventWarning, "Unhealthy", fmt.Sprintf("sandbox %s: %s", sb.Metadata.Name, sb.Status.Message))
 			reason, msg = "Replaced", fmt.Sprintf("sandbox %s failed its health check: replacing it", sb.Metadata.Name)
 		case s.maxAge > 0 && sb.Status.CurrentAgent == "" && now.Sub(sb.Metadata.CreationTimestamp) >= s.maxAge:
 			reason, msg = "Recycled", fmt.Sprintf("sandbox %s is older than maxAge (%s): replacing it", sb.Metadata.Name, pool.Spec.MaxAge)
@@ -141,9 +142,9 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 			continue
 		}
 		if err := p.deleteMember(ctx, sb); err != nil {
-			return Result{}, err
+			return reconcile.Result{}, err
 		}
-		Event(ctx, p.st, p.log, pool, api.EventNormal, reason, msg)
+		reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, reason, msg)
 		s.live--
 	}
 
@@ -165,11 +166,11 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 		}
 		for i := 0; i < n; i++ {
 			if err := p.createMember(ctx, pool); err != nil {
-				return Result{}, err
+				return reconcile.Result{}, err
 			}
 		}
 		if n > 0 {
-			Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledUp", fmt.Sprintf("created %d sandbox(es): %d of %d", n, s.live+n, s.desired))
+			reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledUp", fmt.Sprintf("created %d sandbox(es): %d of %d", n, s.live+n, s.desired))
 			s.live += n
 		}
 	}
@@ -191,12 +192,12 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 					break
 				}
 				if err := p.deleteMember(ctx, sb); err != nil {
-					return Result{}, err
+					return reconcile.Result{}, err
 				}
 				removed++
 			}
 			if removed > 0 {
-				Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledDown", fmt.Sprintf("removed %d idle sandbox(es): %d of %d", removed, s.live-removed, s.desired))
+				reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledDown", fmt.Sprintf("removed %d idle sandbox(es): %d of %d", removed, s.live-removed, s.desired))
 				s.live -= removed
 			}
 			if s.live > s.desired {
@@ -207,7 +208,7 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (Result, error) {
 	if s.live <= s.desired {
 		excessSince = nil
 	}
-	return Result{RequeueAfter: requeue}, p.writeStatus(ctx, pool, s, excessSince, now)
+	return reconcile.Result{RequeueAfter: requeue}, p.writeStatus(ctx, pool, s, excessSince, now)
 }
 
 // poolState is what Reconcile counted.
@@ -341,7 +342,7 @@ func (p *Pools) removeUnstarted(ctx context.Context, pool *api.SandboxPool, memb
 			left = append(left, sb)
 		}
 	}
-	Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledDown", fmt.Sprintf("removed %d sandbox(es) that had not started: %d of %d", len(gone), live-len(gone), desired))
+	reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledDown", fmt.Sprintf("removed %d sandbox(es) that had not started: %d of %d", len(gone), live-len(gone), desired))
 	return left, nil
 }
 
@@ -389,14 +390,14 @@ func (p *Pools) createMember(ctx context.Context, pool *api.SandboxPool) error {
 func (p *Pools) deleteMember(ctx context.Context, sb *api.Sandbox) error {
 	out, deleted, err := p.st.Delete(ctx, api.KindSandbox, sb.Metadata.Name, store.DeleteOptions{})
 	if errors.Is(err, api.ErrNotFound) {
-		p.sandboxes.forget(sb.Metadata.Name)
+		p.sandboxes.Forget(sb.Metadata.Name)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if deleted {
-		p.sandboxes.forget(sb.Metadata.Name)
+		p.sandboxes.Forget(sb.Metadata.Name)
 	} else {
 		p.sandboxes.Observe(out)
 	}
@@ -405,11 +406,11 @@ func (p *Pools) deleteMember(ctx context.Context, sb *api.Sandbox) error {
 
 // deletePool deletes the pool's sandboxes, and lets the pool go once they
 // are gone.
-func (p *Pools) deletePool(ctx context.Context, pool *api.SandboxPool, members []*api.Sandbox) (Result, error) {
+func (p *Pools) deletePool(ctx context.Context, pool *api.SandboxPool, members []*api.Sandbox) (reconcile.Result, error) {
 	for _, sb := range members {
 		if sb.Metadata.DeletionTimestamp == nil {
 			if err := p.deleteMember(ctx, sb); err != nil {
-				return Result{}, err
+				return reconcile.Result{}, err
 			}
 		}
 	}
@@ -417,7 +418,7 @@ func (p *Pools) deletePool(ctx context.Context, pool *api.SandboxPool, members [
 	left := 0
 	items, _, err := p.st.List(ctx, api.KindSandbox, api.Selector{})
 	if err != nil {
-		return Result{}, err
+		return reconcile.Result{}, err
 	}
 	for _, it := range items {
 		if api.OwnerOf(it, api.KindSandboxPool) == pool.Metadata.Name {
@@ -425,13 +426,13 @@ func (p *Pools) deletePool(ctx context.Context, pool *api.SandboxPool, members [
 		}
 	}
 	if left > 0 {
-		return Result{RequeueAfter: time.Second}, nil
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	return Result{}, RemoveFinalizer(ctx, p.st, pool, api.FinalizerSandboxes)
+	return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, p.st, pool, api.FinalizerSandboxes)
 }
 
 func (p *Pools) writeStatus(ctx context.Context, pool *api.SandboxPool, s poolState, excessSince *time.Time, now time.Time) error {
-	_, err := UpdateStatus(ctx, p.st, api.KindSandboxPool, pool.Metadata.Name, func(cur *api.SandboxPool) bool {
+	_, err := reconcile.UpdateStatus(ctx, p.st, api.KindSandboxPool, pool.Metadata.Name, func(cur *api.SandboxPool) bool {
 		before := api.DeepCopy(cur).Status
 		st := &cur.Status
 		st.Replicas, st.Desired, st.Ready, st.Warm, st.Busy = s.live, s.desired, s.ready, s.warm, s.busy
@@ -463,13 +464,13 @@ func (p *Pools) writeStatus(ctx context.Context, pool *api.SandboxPool, s poolSt
 	}
 	if err == nil && s.blocked != "" {
 		if c := api.FindCondition(pool.Status.Conditions, "Satisfiable"); c == nil || c.Status != api.ConditionFalse || c.Reason != s.blocked {
-			Event(ctx, p.st, p.log, pool, api.EventWarning, s.blocked, s.blockedMsg)
+			reconcile.Event(ctx, p.st, p.log, pool, api.EventWarning, s.blocked, s.blockedMsg)
 		}
 	}
 	// The end of a fill is news: ScaledUp events say how it goes, this
 	// says when it is done.
 	if err == nil && s.desired > 0 && s.ready >= s.desired && pool.Status.Ready < s.desired {
-		Event(ctx, p.st, p.log, pool, api.EventNormal, "Filled", fmt.Sprintf("all %d sandboxes ready (%d idle)", s.ready, s.ready-s.busy))
+		reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, "Filled", fmt.Sprintf("all %d sandboxes ready (%d idle)", s.ready, s.ready-s.busy))
 	}
 	return err
 }

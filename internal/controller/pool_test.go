@@ -13,6 +13,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/clock"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -30,7 +31,7 @@ type env struct {
 	ctx context.Context
 	st  *store.Store
 	clk *clock.Fake
-	m   *Manager
+	m   *reconcile.Manager
 	log *slog.Logger
 }
 
@@ -43,25 +44,15 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return &env{t: t, ctx: context.Background(), st: st, clk: clk, m: NewManager(st, log, 0), log: log}
+	return &env{t: t, ctx: context.Background(), st: st, clk: clk, m: reconcile.NewManager(st, log, 0), log: log}
 }
 
 // sync fills every cache of the Manager from the store, as its watches
 // would.
 func (e *env) sync() {
 	e.t.Helper()
-	e.m.mu.Lock()
-	caches := make(map[string]*Cache, len(e.m.caches))
-	for k, c := range e.m.caches {
-		caches[k] = c
-	}
-	e.m.mu.Unlock()
-	for kind, c := range caches {
-		items, _, err := e.st.List(e.ctx, kind, api.Selector{})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		c.reset(items)
+	if err := e.m.SyncCaches(e.ctx); err != nil {
+		e.t.Fatal(err)
 	}
 }
 
@@ -110,7 +101,7 @@ func (e *env) sandbox(name string) *api.Sandbox {
 // editSandbox changes a sandbox's status, as its node would.
 func (e *env) editSandbox(name string, edit func(*api.SandboxStatus)) {
 	e.t.Helper()
-	if _, err := UpdateStatus(e.ctx, e.st, api.KindSandbox, name, func(sb *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindSandbox, name, func(sb *api.Sandbox) bool {
 		edit(&sb.Status)
 		return true
 	}); err != nil {
@@ -214,7 +205,7 @@ func newPoolEnv(t *testing.T) *poolEnv {
 }
 
 // reconcile syncs the caches and reconciles pool name once.
-func (e *poolEnv) reconcile(name string) Result {
+func (e *poolEnv) reconcile(name string) reconcile.Result {
 	e.t.Helper()
 	e.sync()
 	res, err := e.p.Reconcile(e.ctx, name)
@@ -908,7 +899,7 @@ func TestPoolDeletion(t *testing.T) {
 	names := e.live("web")
 	// The node holds each sandbox until its VM is gone.
 	for _, n := range names {
-		if _, err := EnsureFinalizer(e.ctx, e.st, e.sandbox(n), api.FinalizerVM); err != nil {
+		if _, err := reconcile.EnsureFinalizer(e.ctx, e.st, e.sandbox(n), api.FinalizerVM); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -933,7 +924,7 @@ func TestPoolDeletion(t *testing.T) {
 	}
 
 	for _, n := range names {
-		if err := RemoveFinalizer(e.ctx, e.st, e.sandbox(n), api.FinalizerVM); err != nil {
+		if err := reconcile.RemoveFinalizer(e.ctx, e.st, e.sandbox(n), api.FinalizerVM); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -941,7 +932,7 @@ func TestPoolDeletion(t *testing.T) {
 	if e.exists(api.KindSandboxPool, "web") {
 		t.Fatal("the pool is still there once its sandboxes are gone")
 	}
-	if res := e.reconcile("web"); res != (Result{}) {
+	if res := e.reconcile("web"); res != (reconcile.Result{}) {
 		t.Errorf("reconcile of a gone pool: %+v, want nothing", res)
 	}
 }

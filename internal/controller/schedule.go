@@ -9,6 +9,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/scheduler"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -24,28 +25,28 @@ type Scheduler struct {
 	st        store.Interface
 	log       *slog.Logger
 	now       func() time.Time
-	agents    *Cache
-	sandboxes *Cache
-	q         *Queue
+	agents    *reconcile.Cache
+	sandboxes *reconcile.Cache
+	q         *reconcile.Queue
 }
 
 // schedulerKey is the scheduler's one key.
 const schedulerKey = "pending-agents"
 
 // NewScheduler registers the scheduler with m.
-func NewScheduler(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Scheduler {
+func NewScheduler(m *reconcile.Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Scheduler {
 	if now == nil {
 		now = time.Now
 	}
 	s := &Scheduler{st: st, log: log, now: now, agents: m.Cache(api.KindAgent), sandboxes: m.Cache(api.KindSandbox)}
 	round := func(api.Object) []string { return []string{schedulerKey} }
-	s.q = m.Register(Controller{Name: "scheduler", Reconciler: s, Workers: 1, ResyncKey: schedulerKey,
-		Watches: []Watch{{Kind: api.KindAgent, Map: round}, {Kind: api.KindSandbox, Map: round}}})
+	s.q = m.Register(reconcile.Controller{Name: "scheduler", Reconciler: s, Workers: 1, ResyncKey: schedulerKey,
+		Watches: []reconcile.Watch{{Kind: api.KindAgent, Map: round}, {Kind: api.KindSandbox, Map: round}}})
 	return s
 }
 
 // Reconcile runs one scheduling round.
-func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
+func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, error) {
 	now := s.now()
 	var agents []scheduler.Agent
 	byName := map[string]*api.Agent{}
@@ -59,7 +60,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
 		return true
 	})
 	if len(agents) == 0 {
-		return Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	var sandboxes []scheduler.Sandbox
 	seen := map[string]*api.Sandbox{}
@@ -74,7 +75,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
 	if gu, ok := s.st.(groupUpdater); ok {
 		var err error
 		if conflicts, err = s.bindAll(ctx, gu, plan, byName, seen); err != nil {
-			return Result{}, err
+			return reconcile.Result{}, err
 		}
 	} else {
 		for _, b := range plan {
@@ -83,21 +84,21 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (Result, error) {
 					conflicts++
 					continue
 				}
-				return Result{}, err
+				return reconcile.Result{}, err
 			}
 		}
 	}
 	if conflicts > 0 {
 		// The round read something stale; the next one reads the writes
 		// that beat it.
-		return Result{RequeueAfter: 10 * time.Millisecond}, nil
+		return reconcile.Result{RequeueAfter: 10 * time.Millisecond}, nil
 	}
 	if len(plan) < len(agents) {
 		// Agents left waiting: a freed or new sandbox asks for a round;
 		// look again now and then in any case.
-		return Result{RequeueAfter: 30 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
-	return Result{}, nil
+	return reconcile.Result{}, nil
 }
 
 // ViewOf is a sandbox as the scheduler sees it.
@@ -160,7 +161,7 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 		}
 		s.sandboxes.Observe(out[i][0])
 		s.agents.Observe(out[i][1])
-		Event(ctx, s.st, s.log, out[i][1], api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", b.Sandbox, out[i][0].(*api.Sandbox).Status.Node))
+		reconcile.Event(ctx, s.st, s.log, out[i][1], api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", b.Sandbox, out[i][0].(*api.Sandbox).Status.Node))
 	}
 	return conflicts, nil
 }
@@ -195,6 +196,6 @@ func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, n
 		return err
 	}
 	s.agents.Observe(bound)
-	Event(ctx, s.st, s.log, bound, api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", name, sb.Status.Node))
+	reconcile.Event(ctx, s.st, s.log, bound, api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", name, sb.Status.Node))
 	return nil
 }

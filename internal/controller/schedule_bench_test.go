@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -57,7 +58,7 @@ func BenchmarkSchedulerBacklog(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		m := NewManager(st, log, time.Hour)
+		m := reconcile.NewManager(st, log, time.Hour)
 		agents := m.Cache(api.KindAgent)
 		NewScheduler(m, st, log, nil)
 		b.StartTimer()

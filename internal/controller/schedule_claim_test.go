@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 	"github.com/hvkube/hvkube/internal/store/storefault"
+	"github.com/hvkube/hvkube/internal/testlog"
 )
 
 // The scheduler binds in two writes on a store without multi-object
@@ -26,7 +28,7 @@ type claimEnv struct {
 	*env
 	fs   *storefault.Store
 	s    *Scheduler
-	logs *syncBuffer
+	logs *testlog.Buffer
 }
 
 func newClaimEnv(t *testing.T) *claimEnv {
@@ -35,13 +37,13 @@ func newClaimEnv(t *testing.T) *claimEnv {
 	if _, ok := any(fs).(groupUpdater); ok {
 		t.Fatal("the fault store writes groups in one transaction: these tests need the two-write path")
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return &claimEnv{env: e, fs: fs, s: NewScheduler(e.m, fs, log, e.clk.Now), logs: logs}
 }
 
 // round runs one scheduling round on the caches as they are (no sync).
-func (e *claimEnv) round() (Result, error) {
+func (e *claimEnv) round() (reconcile.Result, error) {
 	e.t.Helper()
 	return e.s.Reconcile(e.ctx, schedulerKey)
 }

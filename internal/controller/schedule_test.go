@@ -12,6 +12,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -26,7 +27,7 @@ func newSchedEnv(t *testing.T) *schedEnv {
 	return &schedEnv{env: e, s: NewScheduler(e.m, e.st, e.log, e.clk.Now)}
 }
 
-func (e *schedEnv) reconcile() Result {
+func (e *schedEnv) reconcile() reconcile.Result {
 	e.t.Helper()
 	e.sync()
 	res, err := e.s.Reconcile(e.ctx, schedulerKey)
@@ -278,17 +279,17 @@ func (h *hookStore) UpdateStatus(ctx context.Context, o api.Object) (api.Object,
 // bindElsewhere binds agent to sandbox as another scheduler would (claim,
 // then agent), and lets the round's cache see the claim, as its watch
 // would deliver it.
-func (e *env) bindElsewhere(c *Cache, agent, sandbox string) {
+func (e *env) bindElsewhere(c *reconcile.Cache, agent, sandbox string) {
 	e.t.Helper()
 	now := e.clk.Now()
-	claimed, err := UpdateStatus(e.ctx, e.st, api.KindSandbox, sandbox, func(sb *api.Sandbox) bool {
+	claimed, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindSandbox, sandbox, func(sb *api.Sandbox) bool {
 		sb.Status.CurrentAgent, sb.Status.ClaimedAt = agent, &now
 		return true
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := UpdateStatus(e.ctx, e.st, api.KindAgent, agent, func(a *api.Agent) bool {
+	if _, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindAgent, agent, func(a *api.Agent) bool {
 		a.Status.Phase, a.Status.Sandbox, a.Status.ScheduledAt = api.AgentScheduled, sandbox, &now
 		return true
 	}); err != nil {
@@ -424,9 +425,9 @@ func testNoDoubleBinds(t *testing.T, nManagers, nCallers int) {
 	}
 
 	var schedulers []*Scheduler
-	var managers []*Manager
+	var managers []*reconcile.Manager
 	for i := 0; i < nManagers; i++ {
-		m := NewManager(st, log, time.Second)
+		m := reconcile.NewManager(st, log, time.Second)
 		schedulers = append(schedulers, NewScheduler(m, st, log, nil))
 		if err := m.Start(ctx); err != nil {
 			t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -61,8 +61,8 @@ func NewListeners(o ListenerOptions) *Listeners {
 }
 
 // Register adds the keeper to m, as a controller of DisplayServices.
-func (l *Listeners) Register(m *controller.Manager) {
-	m.Register(controller.Controller{Name: "display-listeners", For: api.KindDisplayService, Reconciler: l})
+func (l *Listeners) Register(m *reconcile.Manager) {
+	m.Register(reconcile.Controller{Name: "display-listeners", For: api.KindDisplayService, Reconciler: l})
 }
 
 // ListenAddrs are the addresses a service's gateway listens on; none when
@@ -91,14 +91,14 @@ func ListenAddrs(ds *api.DisplayService, tokenSet bool) []string {
 // Reconcile opens and closes the listeners of the service name to match
 // its spec. A port that cannot be listened on (taken) is reported as a
 // Warning event on the service and tried again later.
-func (l *Listeners) Reconcile(ctx context.Context, name string) (controller.Result, error) {
+func (l *Listeners) Reconcile(ctx context.Context, name string) (reconcile.Result, error) {
 	o, err := l.o.Store.Get(ctx, api.KindDisplayService, name)
 	var want []string
 	var ds *api.DisplayService
 	switch {
 	case errors.Is(err, api.ErrNotFound):
 	case err != nil:
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	default:
 		ds = o.(*api.DisplayService)
 		want = ListenAddrs(ds, l.o.TokenSet)
@@ -107,7 +107,7 @@ func (l *Listeners) Reconcile(ctx context.Context, name string) (controller.Resu
 	defer l.mu.Unlock()
 	cur := l.open[name]
 	if cur != nil && slices.Equal(cur.addrs, want) {
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	if cur != nil {
 		cur.close()
@@ -115,18 +115,18 @@ func (l *Listeners) Reconcile(ctx context.Context, name string) (controller.Resu
 		l.log.Info("display listeners closed", "displayservice", name, "addrs", cur.addrs)
 	}
 	if len(want) == 0 || l.closed {
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	sl, err := l.listen(name, want)
 	if err != nil {
-		controller.Event(ctx, l.o.Store, l.log, ds, api.EventWarning, "ListenFailed", err.Error())
+		reconcile.Event(ctx, l.o.Store, l.log, ds, api.EventWarning, "ListenFailed", err.Error())
 		l.log.Warn("display listener", "displayservice", name, "err", err)
-		return controller.Result{RequeueAfter: 10 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
 	}
 	l.open[name] = sl
 	l.log.Info("display listeners open", "displayservice", name, "addrs", want)
-	controller.Event(ctx, l.o.Store, l.log, ds, api.EventNormal, "Listening", fmt.Sprintf("gateway listening on %v", want))
-	return controller.Result{}, nil
+	reconcile.Event(ctx, l.o.Store, l.log, ds, api.EventNormal, "Listening", fmt.Sprintf("gateway listening on %v", want))
+	return reconcile.Result{}, nil
 }
 
 // listen opens every address of a service, or none.

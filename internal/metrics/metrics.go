@@ -106,7 +106,7 @@ func (m *Metrics) ObserveInput(d time.Duration) {
 }
 
 // ObserveReconcile records one reconcile of controller and its outcome;
-// it fits controller.Manager's Observe.
+// it fits reconcile.Manager's Observe.
 func (m *Metrics) ObserveReconcile(controller string, err error) {
 	if m == nil {
 		return

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 // run is an agent's attempt in progress on this node.
@@ -42,19 +42,19 @@ func (r *runs) get(name string) *run {
 // a Scheduled agent's attempt, stops the attempt of a deleted one, ends an
 // mcp-agent whose deadline passed, and puts back an agent whose attempt a
 // restart of this node cut short.
-func (n *Node) reconcileAgent(ctx context.Context, name string) (controller.Result, error) {
+func (n *Node) reconcileAgent(ctx context.Context, name string) (reconcile.Result, error) {
 	o, err := n.st.Get(ctx, api.KindAgent, name)
 	if errors.Is(err, api.ErrNotFound) {
 		n.stopRun(name)
 		n.removeAgentFiles(name)
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	a := o.(*api.Agent)
 	if a.Status.Node != "" && a.Status.Node != n.name {
-		return controller.Result{}, nil // another node's
+		return reconcile.Result{}, nil // another node's
 	}
 	now := n.now()
 	switch {
@@ -62,27 +62,27 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (controller.Resu
 		n.stopRun(name)
 		if agentstate.Bound(a) {
 			if err := n.release(ctx, a.Status.Sandbox, name); err != nil {
-				return controller.Result{}, err
+				return reconcile.Result{}, err
 			}
 			if !agentstate.Finished(a) {
 				n.event(ctx, a, api.EventNormal, "Cancelled", fmt.Sprintf("deleted while %s; sandbox %s released", a.Status.Phase, a.Status.Sandbox))
 			}
 		}
-		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, a, api.FinalizerRun)
+		return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, n.st, a, api.FinalizerRun)
 	case agentstate.Finished(a):
 		// A run that ended while the node stopped may still hold its
 		// sandbox; release is a no-op once the claim is gone.
 		if a.Status.Sandbox != "" && n.runs.get(name) == nil {
-			return controller.Result{}, n.release(ctx, a.Status.Sandbox, name)
+			return reconcile.Result{}, n.release(ctx, a.Status.Sandbox, name)
 		}
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	case agentstate.Pending(a):
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	case a.Status.Phase == api.AgentScheduled && a.Status.Sandbox != "":
 		return n.startRun(ctx, a, now)
 	case a.Status.Phase == api.AgentRunning && a.Status.Sandbox != "":
 		if r := n.runs.get(name); r != nil && r.attempt == a.Status.Attempts {
-			return controller.Result{}, nil
+			return reconcile.Result{}, nil
 		}
 		if a.Spec.Type == "mcp-agent" {
 			return n.watchMCP(ctx, a, now)
@@ -92,7 +92,7 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (controller.Resu
 		// sandbox; it is not the agent's failure.
 		return n.interrupt(ctx, a, now)
 	}
-	return controller.Result{}, nil
+	return reconcile.Result{}, nil
 }
 
 // interrupt puts back an agent whose attempt a restart of this node cut
@@ -101,10 +101,10 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (controller.Resu
 // the restart) and the agent controller sees the agent hold it; a claim
 // released first would let the sandbox be replaced and the attempt be
 // failed as SandboxLost before it is marked Interrupted.
-func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (controller.Result, error) {
+func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (reconcile.Result, error) {
 	name, sandbox, attempt := a.Metadata.Name, a.Status.Sandbox, a.Status.Attempts
 	interrupted := false
-	out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
+	out, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
 		interrupted = false
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt || cur.Status.Sandbox != sandbox {
 			return false // ended meanwhile: its claim goes as any ended attempt's does
@@ -114,7 +114,7 @@ func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (cont
 		return true
 	})
 	if err != nil || !interrupted {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	n.event(ctx, out, api.EventWarning, "Interrupted", out.Status.Message)
 	if err := n.release(ctx, sandbox, name); err != nil {
@@ -122,28 +122,28 @@ func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (cont
 		// left is checkClaim's, and a sandbox whose VM is gone the pool's.
 		n.log.Warn("release the sandbox of an interrupted attempt", "agent", name, "sandbox", sandbox, "err", err)
 	}
-	return controller.Result{}, nil
+	return reconcile.Result{}, nil
 }
 
 // startRun marks a Scheduled agent Running, conditioned on the status it
 // read (so one attempt starts once), and runs the attempt in the
 // background. An mcp-agent's attempt is the external agent's: it only gets
 // its sandbox running and a deadline.
-func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (controller.Result, error) {
+func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (reconcile.Result, error) {
 	if n.runs.get(a.Metadata.Name) != nil {
-		return controller.Result{}, nil // the last attempt is still ending
+		return reconcile.Result{}, nil // the last attempt is still ending
 	}
 	so, err := n.st.Get(ctx, api.KindSandbox, a.Status.Sandbox)
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	if so.(*api.Sandbox).Status.CurrentAgent != a.Metadata.Name {
 		// The claim is written first and the agent right after: wait for
 		// it, or for the agent controller to give up on it.
-		return controller.Result{RequeueAfter: time.Second}, nil
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	sandbox := a.Status.Sandbox
-	started, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
+	started, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentScheduled || cur.Status.Sandbox != sandbox || cur.Metadata.DeletionTimestamp != nil {
 			return false
 		}
@@ -158,10 +158,10 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (contr
 		return true
 	})
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	if started.Status.Phase != api.AgentRunning || started.Status.StartedAt == nil || !started.Status.StartedAt.Equal(now) {
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	n.event(ctx, started, api.EventNormal, "Started", started.Status.Message)
 	r := &run{attempt: started.Status.Attempts, done: make(chan struct{})}
@@ -186,7 +186,7 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (contr
 			n.agentsQ.Add(started.Metadata.Name)
 		}
 	}()
-	return controller.Result{}, nil
+	return reconcile.Result{}, nil
 }
 
 // stopRun cancels the attempt of agent name, if this node runs one, and
@@ -243,7 +243,7 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		reason = "DeadlineExceeded"
 	}
-	out, uerr := controller.UpdateStatus(bg, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
+	out, uerr := reconcile.UpdateStatus(bg, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
 			return false // deleted, or ended by the controller meanwhile
 		}
@@ -274,7 +274,7 @@ func (n *Node) addArtifacts(ctx context.Context, agent string, attempt int, file
 	if len(files) == 0 {
 		return
 	}
-	_, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, agent, func(cur *api.Agent) bool {
+	_, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, agent, func(cur *api.Agent) bool {
 		if cur.Status.Attempts != attempt || cur.Status.Result == nil {
 			return false
 		}
@@ -295,17 +295,17 @@ func (n *Node) releaseLogged(ctx context.Context, sandbox, agent string, lg *run
 
 // watchMCP follows an mcp-agent's attempt: the external agent completes it
 // through the API; the node ends it when its deadline passes.
-func (n *Node) watchMCP(ctx context.Context, a *api.Agent, now time.Time) (controller.Result, error) {
+func (n *Node) watchMCP(ctx context.Context, a *api.Agent, now time.Time) (reconcile.Result, error) {
 	deadline := now
 	if a.Status.StartedAt != nil {
 		deadline = a.Status.StartedAt.Add(agentstate.Timeout(a))
 	}
 	if now.Before(deadline) {
-		return controller.Result{RequeueAfter: deadline.Sub(now)}, nil
+		return reconcile.Result{RequeueAfter: deadline.Sub(now)}, nil
 	}
 	attempt := a.Status.Attempts
 	msg := fmt.Sprintf("nothing completed it within %s", agentstate.Timeout(a))
-	out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
+	out, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
 			return false
 		}
@@ -313,10 +313,10 @@ func (n *Node) watchMCP(ctx context.Context, a *api.Agent, now time.Time) (contr
 		return true
 	})
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	n.event(ctx, out, api.EventWarning, "DeadlineExceeded", msg)
-	return controller.Result{}, n.release(ctx, a.Status.Sandbox, a.Metadata.Name)
+	return reconcile.Result{}, n.release(ctx, a.Status.Sandbox, a.Metadata.Name)
 }
 
 // attemptDir is where an attempt's logs, screenshots and artifacts go.

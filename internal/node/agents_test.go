@@ -18,7 +18,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/clock"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -360,7 +360,7 @@ spec:
 			})
 			// What the API's complete call does.
 			now := time.Now()
-			out, err := controller.UpdateStatus(context.Background(), c.st, api.KindAgent, "job", func(a *api.Agent) bool {
+			out, err := reconcile.UpdateStatus(context.Background(), c.st, api.KindAgent, "job", func(a *api.Agent) bool {
 				if a.Status.Phase != api.AgentRunning {
 					return false
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -63,7 +64,7 @@ func TestDensityOnQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	mgr := controller.NewManager(st, log, time.Second)
+	mgr := reconcile.NewManager(st, log, time.Second)
 	nd := New(Options{Store: st, Backend: be, Name: "n1", DataDir: dir, Logger: log, DefaultTemplate: "desk", StatusInterval: 500 * time.Millisecond})
 	if err := nd.Start(ctx); err != nil {
 		t.Fatal(err)

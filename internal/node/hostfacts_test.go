@@ -18,6 +18,7 @@ import (
 	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/hostpath"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -231,7 +232,7 @@ func newRootedCluster(t *testing.T, roots hostpath.Roots) *cluster {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c := &cluster{st: st, be: fake.New(fake.Options{}), dir: dir, log: log}
-	c.mgr = controller.NewManager(c.st, c.log, time.Second)
+	c.mgr = reconcile.NewManager(c.st, c.log, time.Second)
 	c.nd = New(Options{Store: c.st, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", AllowedRoots: roots})
 	if err := c.nd.Start(context.Background()); err != nil {
 		t.Fatal(err)

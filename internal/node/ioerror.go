@@ -8,7 +8,7 @@ import (
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 // A sandbox's guest that writes to a full disk is stopped by the
@@ -60,10 +60,10 @@ func ioStoppedSince(sb *api.Sandbox) time.Time {
 // its next resume retries the write. A running one is resumed if it can
 // be; if it cannot, its agent's attempt may fail (failIOErrorAttempt), and
 // the node looks again soon.
-func (n *Node) observeIOError(ctx context.Context, sb *api.Sandbox, info backend.Info) (controller.Result, error) {
+func (n *Node) observeIOError(ctx context.Context, sb *api.Sandbox, info backend.Info) (reconcile.Result, error) {
 	name := sb.Metadata.Name
 	if sb.Status.Phase != api.SandboxRunning {
-		return controller.Result{RequeueAfter: interval(sb)}, n.updateStatus(ctx, sb, func(s *api.SandboxStatus) { s.PID = info.PID })
+		return reconcile.Result{RequeueAfter: interval(sb)}, n.updateStatus(ctx, sb, func(s *api.SandboxStatus) { s.PID = info.PID })
 	}
 	now := n.now().UTC()
 	since := ioStoppedSince(sb)
@@ -83,7 +83,7 @@ func (n *Node) observeIOError(ctx context.Context, sb *api.Sandbox, info backend
 	if ierr == nil && after.State == backend.StateRunning {
 		msg := fmt.Sprintf("the guest runs again after a failed disk write (stopped for %s)", now.Sub(since).Round(time.Second))
 		n.event(ctx, sb, api.EventNormal, "Resumed", msg)
-		return controller.Result{RequeueAfter: interval(sb)}, n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		return reconcile.Result{RequeueAfter: interval(sb)}, n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 			s.Phase, s.Reason, s.Message, s.PID = api.SandboxRunning, "Resumed", msg, info.PID
 			s.LastResumedAt = &now
 			api.SetCondition(&s.Conditions, api.Condition{Type: reasonIOError, Status: api.ConditionFalse, Reason: "Resumed", Message: msg, ObservedGeneration: sb.Metadata.Generation}, now)
@@ -98,11 +98,11 @@ func (n *Node) observeIOError(ctx context.Context, sb *api.Sandbox, info backend
 	msg := fmt.Sprintf("the guest stopped on a failed disk write and cannot run yet (is the host's disk full?): %v", err)
 	retry := ioErrorRetry(sb, now.Sub(since))
 	if until, ferr := n.failIOErrorAttempt(ctx, sb, since, now, msg); ferr != nil {
-		return controller.Result{}, ferr
+		return reconcile.Result{}, ferr
 	} else if until > 0 {
 		retry = min(retry, until)
 	}
-	return controller.Result{RequeueAfter: retry}, n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	return reconcile.Result{RequeueAfter: retry}, n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message, s.PID = api.SandboxRunning, reasonIOError, msg, info.PID
 		api.SetCondition(&s.Conditions, api.Condition{Type: reasonIOError, Status: api.ConditionTrue, Reason: reasonIOError, Message: msg, ObservedGeneration: sb.Metadata.Generation}, since)
 	})
@@ -140,7 +140,7 @@ func (n *Node) failIOErrorAttempt(ctx context.Context, sb *api.Sandbox, since, n
 	attempt := a.Status.Attempts
 	msg := fmt.Sprintf("sandbox %s %s (stopped for %s)", sb.Metadata.Name, why, now.Sub(since).Round(time.Second))
 	failed := false
-	out, err := controller.UpdateStatus(ctx, n.st, api.KindAgent, agent, func(cur *api.Agent) bool {
+	out, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, agent, func(cur *api.Agent) bool {
 		failed = cur.Status.Phase == api.AgentRunning && cur.Status.Attempts == attempt && cur.Status.Sandbox == sb.Metadata.Name
 		if failed {
 			agentstate.FailAttempt(cur, reasonIOError, msg, now)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 // The node writes its Node object (capacity, desktops by phase, what each
@@ -232,7 +232,7 @@ func (n *Node) moveToDisk(ctx context.Context, name, why string) (bool, error) {
 
 // markPool sets the pool's MemoryPressure condition.
 func (n *Node) markPool(ctx context.Context, pool, msg string) {
-	_, err := controller.UpdateStatus(ctx, n.st, api.KindSandboxPool, pool, func(p *api.SandboxPool) bool {
+	_, err := reconcile.UpdateStatus(ctx, n.st, api.KindSandboxPool, pool, func(p *api.SandboxPool) bool {
 		return api.SetCondition(&p.Status.Conditions, api.Condition{Type: ConditionMemoryPressure, Status: "True", Reason: ReasonMovedToDisk,
 			Message: "idle desktops were moved to disk to keep host memory free: " + msg}, n.now())
 	})
@@ -269,7 +269,7 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 			return err
 		}
 	}
-	_, err = controller.UpdateStatus(ctx, n.st, api.KindNode, n.name, func(o *api.Node) bool {
+	_, err = reconcile.UpdateStatus(ctx, n.st, api.KindNode, n.name, func(o *api.Node) bool {
 		o.Status = st
 		return true
 	})
@@ -349,7 +349,7 @@ func (n *Node) clearPools(ctx context.Context) {
 		if c := api.FindCondition(p.Status.Conditions, ConditionMemoryPressure); c == nil || c.Status != api.ConditionTrue {
 			continue
 		}
-		_, err := controller.UpdateStatus(ctx, n.st, api.KindSandboxPool, p.Metadata.Name, func(p *api.SandboxPool) bool {
+		_, err := reconcile.UpdateStatus(ctx, n.st, api.KindSandboxPool, p.Metadata.Name, func(p *api.SandboxPool) bool {
 			return api.SetCondition(&p.Status.Conditions, api.Condition{Type: ConditionMemoryPressure, Status: api.ConditionFalse, Reason: "EnoughMemory",
 				Message: "the host has memory again; desktops moved to disk stay there until claimed"}, n.now())
 		})

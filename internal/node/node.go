@@ -20,9 +20,9 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/hostpath"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -64,7 +64,7 @@ type Options struct {
 }
 
 // Node reconciles this host's templates and sandboxes and serves their
-// operations. Its reconcilers run in a controller.Manager (Register).
+// operations. Its reconcilers run in a reconcile.Manager (Register).
 type Node struct {
 	st   store.Interface
 	be   backend.Backend
@@ -73,9 +73,9 @@ type Node struct {
 	name string
 	now  func() time.Time
 
-	templates *controller.Queue
-	sandboxes *controller.Queue
-	agentsQ   *controller.Queue
+	templates *reconcile.Queue
+	sandboxes *reconcile.Queue
+	agentsQ   *reconcile.Queue
 	locks     keyedMutex
 
 	// runCtx bounds the agents' attempts; Stop cancels it and waits.
@@ -134,14 +134,14 @@ func (n *Node) Name() string { return n.name }
 // Register adds the node's controllers to m: templates (whose builds block
 // for a while, so they get their own workers) and sandboxes. A template
 // change also looks again at the sandboxes waiting for it.
-func (n *Node) Register(m *controller.Manager) {
-	n.templates = m.Register(controller.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
-		Reconciler: controller.ReconcilerFunc(n.reconcileTemplate)})
-	n.sandboxes = m.Register(controller.Controller{Name: "sandbox", For: api.KindSandbox, Workers: SandboxWorkers(runtime.NumCPU()),
-		Reconciler: controller.ReconcilerFunc(n.reconcileSandbox),
-		Watches:    []controller.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
-	n.agentsQ = m.Register(controller.Controller{Name: "agent-run", For: api.KindAgent, Workers: 4,
-		Reconciler: controller.ReconcilerFunc(n.reconcileAgent)})
+func (n *Node) Register(m *reconcile.Manager) {
+	n.templates = m.Register(reconcile.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
+		Reconciler: reconcile.ReconcilerFunc(n.reconcileTemplate)})
+	n.sandboxes = m.Register(reconcile.Controller{Name: "sandbox", For: api.KindSandbox, Workers: SandboxWorkers(runtime.NumCPU()),
+		Reconciler: reconcile.ReconcilerFunc(n.reconcileSandbox),
+		Watches:    []reconcile.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
+	n.agentsQ = m.Register(reconcile.Controller{Name: "agent-run", For: api.KindAgent, Workers: 4,
+		Reconciler: reconcile.ReconcilerFunc(n.reconcileAgent)})
 }
 
 // SandboxWorkers is how many sandboxes a node clones (and reconciles) at
@@ -200,7 +200,7 @@ func (n *Node) Start(ctx context.Context) error {
 
 // event records an event, logging instead of failing.
 func (n *Node) event(ctx context.Context, o api.Object, typ, reason, msg string) {
-	controller.Event(ctx, n.st, n.log, o, typ, reason, msg)
+	reconcile.Event(ctx, n.st, n.log, o, typ, reason, msg)
 }
 
 // updateStatus applies change to the stored sandbox's status, conditioned
@@ -208,7 +208,7 @@ func (n *Node) event(ctx context.Context, o api.Object, typ, reason, msg string)
 // claiming the sandbox, is never overwritten), and records the generation
 // it acted on. It writes nothing when nothing changed.
 func (n *Node) updateStatus(ctx context.Context, sb *api.Sandbox, change func(*api.SandboxStatus)) error {
-	_, err := controller.UpdateStatus(ctx, n.st, api.KindSandbox, sb.Metadata.Name, func(cur *api.Sandbox) bool {
+	_, err := reconcile.UpdateStatus(ctx, n.st, api.KindSandbox, sb.Metadata.Name, func(cur *api.Sandbox) bool {
 		before := api.DeepCopy(cur).Status
 		change(&cur.Status)
 		cur.Status.ObservedGeneration = cur.Metadata.Generation

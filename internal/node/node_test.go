@@ -18,6 +18,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -27,7 +28,7 @@ type cluster struct {
 	st  *store.Store
 	be  *fake.Backend
 	nd  *Node
-	mgr *controller.Manager
+	mgr *reconcile.Manager
 	dir string
 	log *slog.Logger
 	now func() time.Time
@@ -80,9 +81,9 @@ spec:
 // startNode starts a node and the object controllers on the cluster's
 // store and backend, as a start of the server does; they stop when the
 // test ends (before the store closes).
-func (c *cluster) startNode(t *testing.T) (*Node, *controller.Manager) {
+func (c *cluster) startNode(t *testing.T) (*Node, *reconcile.Manager) {
 	t.Helper()
-	mgr := controller.NewManager(c.st, c.log, time.Second)
+	mgr := reconcile.NewManager(c.st, c.log, time.Second)
 	nd := New(Options{Store: c.st, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands,
 		StatusInterval: c.statusInterval, Pressure: c.pressure})
 	if err := nd.Start(context.Background()); err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/clock"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -74,7 +74,7 @@ func (r *opsRig) phase() string {
 
 func (r *opsRig) setStatus(edit func(*api.SandboxStatus)) {
 	r.t.Helper()
-	if _, err := controller.UpdateStatus(r.ctx, r.st, api.KindSandbox, "box", func(sb *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(r.ctx, r.st, api.KindSandbox, "box", func(sb *api.Sandbox) bool {
 		edit(&sb.Status)
 		return true
 	}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -101,7 +102,7 @@ func (r *restartRig) newNode() *Node {
 // so that no cache lags.
 func (r *restartRig) controllers() (*controller.Pools, *controller.Agents, *controller.Scheduler) {
 	r.t.Helper()
-	m := controller.NewManager(r.st, r.log, 0)
+	m := reconcile.NewManager(r.st, r.log, 0)
 	p := controller.NewPools(m, r.st, r.log, r.clk.Now)
 	a := controller.NewAgents(m, r.st, r.log, r.clk.Now)
 	s := controller.NewScheduler(m, r.st, r.log, r.clk.Now)
@@ -171,7 +172,7 @@ func (r *restartRig) removeDeleted() {
 		if err := r.be.Delete(r.ctx, it.GetMeta().Name); err != nil {
 			r.t.Fatal(err)
 		}
-		if err := controller.RemoveFinalizer(r.ctx, r.st, it, api.FinalizerVM); err != nil {
+		if err := reconcile.RemoveFinalizer(r.ctx, r.st, it, api.FinalizerVM); err != nil {
 			r.t.Fatal(err)
 		}
 	}
@@ -215,7 +216,7 @@ spec:
 			r.t.Fatal(err)
 		}
 		now := r.clk.Now()
-		if _, err := controller.UpdateStatus(r.ctx, r.st, api.KindAgent, name, func(cur *api.Agent) bool {
+		if _, err := reconcile.UpdateStatus(r.ctx, r.st, api.KindAgent, name, func(cur *api.Agent) bool {
 			cur.Status.Phase, cur.Status.Reason = api.AgentRunning, "Running"
 			cur.Status.Attempts++
 			cur.Status.StartedAt, cur.Status.Node = &now, "n1"

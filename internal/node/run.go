@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/hvkube/hvkube/internal/guest"
 	"image"
 	"image/png"
 	"io"
@@ -23,6 +22,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/guest"
 )
 
 // errEndedElsewhere: an mcp-agent's attempt was completed (or ended)

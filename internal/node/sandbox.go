@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hvkube/hvkube/internal/guest"
 	"reflect"
 	"strings"
 	"time"
@@ -12,25 +11,26 @@ import (
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/guest"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
 // reconcileSandbox brings a sandbox's VM in line with its object: clones it
 // when the template is ready, follows what the VM really does, and removes
 // the VM when the object is deleted (or never existed).
-func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Result, error) {
+func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Result, error) {
 	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if err == nil && o.GetMeta().DeletionTimestamp == nil {
 		sb := o.(*api.Sandbox)
 		if sb.Status.Node != "" && sb.Status.Node != n.name {
-			return controller.Result{}, nil // another node's
+			return reconcile.Result{}, nil // another node's
 		}
 		if err := n.checkClaim(ctx, sb); err != nil {
-			return controller.Result{}, err
+			return reconcile.Result{}, err
 		}
 		if done, err := n.checkLifetime(ctx, sb); done || err != nil {
-			return controller.Result{}, err
+			return reconcile.Result{}, err
 		}
 		switch sb.Status.Phase {
 		case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
@@ -48,10 +48,10 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Re
 	o, err = n.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
 		egressReported.forget(n, name)
-		return controller.Result{}, n.be.Delete(ctx, name)
+		return reconcile.Result{}, n.be.Delete(ctx, name)
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	sb := o.(*api.Sandbox)
 	if sb.Metadata.DeletionTimestamp != nil {
@@ -59,26 +59,26 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (controller.Re
 			n.setPhase(ctx, sb, api.SandboxTerminating, "Deleting", "stopping the VM and removing its files")
 		}
 		if err := n.be.Delete(ctx, name); err != nil {
-			return controller.Result{}, err
+			return reconcile.Result{}, err
 		}
 		egressReported.forget(n, name)
 		n.event(ctx, sb, api.EventNormal, "Deleted", "VM stopped and removed")
-		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, sb, api.FinalizerVM)
+		return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, n.st, sb, api.FinalizerVM)
 	}
 	switch sb.Status.Phase {
 	case "", api.SandboxPending, api.SandboxCreating:
 		return n.createSandbox(ctx, sb)
 	case api.SandboxError, api.SandboxTerminated:
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	default: // its phase changed since the first look
-		return controller.Result{RequeueAfter: time.Millisecond}, nil
+		return reconcile.Result{RequeueAfter: time.Millisecond}, nil
 	}
 }
 
-func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.Result, error) {
-	o, err := controller.EnsureFinalizer(ctx, n.st, sb, api.FinalizerVM)
+func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (reconcile.Result, error) {
+	o, err := reconcile.EnsureFinalizer(ctx, n.st, sb, api.FinalizerVM)
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	sb = o.(*api.Sandbox)
 	tplName := sb.Spec.TemplateRef
@@ -86,14 +86,14 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		tplName = n.opt.DefaultTemplate
 	}
 	if tplName == "" {
-		return controller.Result{}, n.pending(ctx, sb, "NoTemplate", "spec.templateRef is empty and the server has no default template")
+		return reconcile.Result{}, n.pending(ctx, sb, "NoTemplate", "spec.templateRef is empty and the server has no default template")
 	}
 	to, err := n.st.Get(ctx, api.KindTemplate, tplName)
 	if errors.Is(err, api.ErrNotFound) {
-		return controller.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "TemplateNotFound", fmt.Sprintf("template %s does not exist: apply it (examples/template.yaml)", tplName))
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "TemplateNotFound", fmt.Sprintf("template %s does not exist: apply it (examples/template.yaml)", tplName))
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	tpl := to.(*api.Template)
 	if tpl.Status.Phase != api.TemplateReady || tpl.Status.Snapshot == nil {
@@ -101,24 +101,24 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		if tpl.Status.Message != "" {
 			msg += ": " + tpl.Status.Message
 		}
-		return controller.Result{}, n.pending(ctx, sb, "TemplateNotReady", msg)
+		return reconcile.Result{}, n.pending(ctx, sb, "TemplateNotReady", msg)
 	}
 	if err := checkVolumes(sb); err != nil {
 		n.event(ctx, sb, api.EventWarning, "Unsupported", err.Error())
-		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", err.Error())
+		return reconcile.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", err.Error())
 	}
 	if msg := n.hostPathProblem(sb); msg != "" {
-		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, reasonHostPath, msg)
+		return reconcile.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, reasonHostPath, msg)
 	}
 	if sb.Spec.Resources.GPU {
-		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "NoGPU", "the sandbox asks for a GPU and this host has none for sandboxes")
+		return reconcile.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "NoGPU", "the sandbox asks for a GPU and this host has none for sandboxes")
 	}
 	snapID, ok, msg, err := n.shapeFor(ctx, tpl, sb.Spec.Resources.MemoryMB, sb.Spec.Display.Resolution)
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	if !ok {
-		return controller.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "BuildingShape", msg)
+		return reconcile.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "BuildingShape", msg)
 	}
 	// Creating is shown for a first try; a retry of a sandbox that waits
 	// for memory stays Pending until the clone succeeds (flipping phases on
@@ -130,13 +130,13 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 	info, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl, snapID))
 	switch {
 	case errors.Is(err, api.ErrUnavailable):
-		return controller.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "InsufficientMemory", err.Error())
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "InsufficientMemory", err.Error())
 	case errors.Is(err, api.ErrUnsupported), errors.Is(err, api.ErrInvalid):
 		n.event(ctx, sb, api.EventWarning, "Unsupported", err.Error())
-		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", err.Error())
+		return reconcile.Result{}, n.setPhase(ctx, sb, api.SandboxError, "Unsupported", err.Error())
 	case err != nil:
 		n.event(ctx, sb, api.EventWarning, "CreateFailed", err.Error())
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	cloned := n.now().Sub(start)
 	now := n.now().UTC()
@@ -148,26 +148,26 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 		rs := n.now()
 		if err := n.be.Resume(ctx, sb.Metadata.Name); err != nil {
 			n.event(ctx, sb, api.EventWarning, "ResumeFailed", err.Error())
-			return controller.Result{}, err
+			return reconcile.Result{}, err
 		}
 		phase = api.SandboxRunning
 		msg += fmt.Sprintf(", resumed in %s", n.now().Sub(rs).Round(time.Millisecond))
 		if err := n.prepare(ctx, sb); err != nil {
 			n.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
-			return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "StartupFailed", err.Error())
+			return reconcile.Result{}, n.setPhase(ctx, sb, api.SandboxError, "StartupFailed", err.Error())
 		}
 	} else if _, warm := n.releasePolicy(ctx, sb); warm == "saved" {
 		// The pool keeps its idle sandboxes on disk.
 		ss := n.now()
 		if err := n.be.Save(ctx, sb.Metadata.Name); err != nil {
 			n.event(ctx, sb, api.EventWarning, "SaveFailed", err.Error())
-			return controller.Result{}, err
+			return reconcile.Result{}, err
 		}
 		phase = api.SandboxSaved
 		msg += fmt.Sprintf(", saved to the warm tier in %s", n.now().Sub(ss).Round(time.Millisecond))
 	}
 	if info, err = n.be.Inspect(ctx, sb.Metadata.Name); err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	n.event(ctx, sb, api.EventNormal, "Started", msg)
 	nu := n.networkOf(sb, info)
@@ -188,7 +188,7 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (controller.R
 			s.ReadyAt, s.LastResumedAt, s.LastHeartbeat = &now, &now, &now
 		}
 	})
-	return controller.Result{RequeueAfter: interval(sb)}, err
+	return reconcile.Result{RequeueAfter: interval(sb)}, err
 }
 
 // checkClaim releases a sandbox whose claim names an agent that no longer
@@ -325,7 +325,7 @@ func (n *Node) templateFor(ctx context.Context, sb *api.Sandbox) (*api.Template,
 // still exists, and (while it runs) its health. The health check runs
 // without the sandbox's lock; the result is written under it, after looking
 // at the run state again, so that a pause made meanwhile is not undone.
-func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Result, error) {
+func (n *Node) observeSandbox(ctx context.Context, name string) (reconcile.Result, error) {
 	var health error
 	checked := false
 	// A sandbox being operated on (reset, released, acquired, deleted)
@@ -350,22 +350,22 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 	defer unlock()
 	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	sb := o.(*api.Sandbox)
 	if sb.Metadata.DeletionTimestamp != nil {
-		return controller.Result{RequeueAfter: time.Millisecond}, nil
+		return reconcile.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	info, err := n.be.Inspect(ctx, name)
 	if errors.Is(err, api.ErrNotFound) {
 		n.event(ctx, sb, api.EventWarning, "VMNotFound", "the sandbox's VM no longer exists")
-		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMNotFound", "the sandbox's VM no longer exists")
+		return reconcile.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMNotFound", "the sandbox's VM no longer exists")
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	if info.State == backend.StateIOError {
 		return n.observeIOError(ctx, sb, info)
@@ -374,7 +374,7 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 	if !known {
 		msg := "the VM's process is gone (it crashed or was killed)"
 		n.event(ctx, sb, api.EventWarning, "VMGone", msg)
-		return controller.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMGone", msg)
+		return reconcile.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMGone", msg)
 	}
 	reason, msg := sb.Status.Reason, sb.Status.Message
 	if reason == reasonIOError {
@@ -416,7 +416,7 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (controller.Resu
 			s.LastHeartbeat = beat
 		}
 	})
-	res := controller.Result{RequeueAfter: interval(sb)}
+	res := reconcile.Result{RequeueAfter: interval(sb)}
 	if nu.retry > 0 && nu.retry < res.RequeueAfter {
 		res.RequeueAfter = nu.retry
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/clock"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -46,7 +46,7 @@ func (d *directNode) create(o api.Object) {
 	}
 }
 
-func (d *directNode) reconcile(name string) controller.Result {
+func (d *directNode) reconcile(name string) reconcile.Result {
 	d.t.Helper()
 	res, err := d.nd.reconcileSandbox(d.ctx, name)
 	if err != nil {
@@ -387,7 +387,7 @@ func TestSandboxStaleClaimReleased(t *testing.T) {
 		sb := c.sandbox(t, "box")
 		return sb.Status.Phase == api.SandboxRunning, sb.Status.Phase
 	})
-	if _, err := controller.UpdateStatus(context.Background(), c.st, api.KindSandbox, "box", func(sb *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(context.Background(), c.st, api.KindSandbox, "box", func(sb *api.Sandbox) bool {
 		sb.Status.CurrentAgent = "ghost"
 		return true
 	}); err != nil {

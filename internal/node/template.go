@@ -11,43 +11,43 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 // reconcileTemplate builds the snapshot of a template's current generation
 // (Pending -> Building -> Ready or Failed) and removes it when the template
 // is deleted.
-func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.Result, error) {
+func (n *Node) reconcileTemplate(ctx context.Context, name string) (reconcile.Result, error) {
 	o, err := n.st.Get(ctx, api.KindTemplate, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return controller.Result{}, nil
+		return reconcile.Result{}, nil
 	}
 	if err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	t := o.(*api.Template)
 	if t.Metadata.DeletionTimestamp != nil {
 		if t.Status.Snapshot != nil && t.Status.Snapshot.ID != "" {
 			if err := n.be.DeleteTemplate(ctx, t.Status.Snapshot.ID); err != nil {
-				return controller.Result{}, err
+				return reconcile.Result{}, err
 			}
 		}
 		for _, sh := range t.Status.Shapes {
 			if sh.Node == n.name && sh.ID != "" {
 				if err := n.be.DeleteTemplate(ctx, sh.ID); err != nil {
-					return controller.Result{}, err
+					return reconcile.Result{}, err
 				}
 			}
 		}
 		for _, id := range t.Status.Retired {
 			if err := n.be.DeleteTemplate(ctx, id); err != nil {
-				return controller.Result{}, err
+				return reconcile.Result{}, err
 			}
 		}
-		return controller.Result{}, controller.RemoveFinalizer(ctx, n.st, t, api.FinalizerSnapshot)
+		return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, n.st, t, api.FinalizerSnapshot)
 	}
-	if o, err = controller.EnsureFinalizer(ctx, n.st, t, api.FinalizerSnapshot); err != nil {
-		return controller.Result{}, err
+	if o, err = reconcile.EnsureFinalizer(ctx, n.st, t, api.FinalizerSnapshot); err != nil {
+		return reconcile.Result{}, err
 	}
 	t = o.(*api.Template)
 
@@ -59,7 +59,7 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 		n.event(ctx, t, api.EventWarning, "SnapshotMissing", fmt.Sprintf("snapshot %s is gone; building it again", id))
 	}
 	if t.Spec.QEMU == nil && n.be.Name() == "qemu" {
-		return controller.Result{}, n.templateStatus(ctx, t, api.TemplateFailed, "NoImage", "this host runs the qemu backend and the template has no spec.qemu image", nil)
+		return reconcile.Result{}, n.templateStatus(ctx, t, api.TemplateFailed, "NoImage", "this host runs the qemu backend and the template has no spec.qemu image", nil)
 	}
 	spec := backend.TemplateSpec{ID: id, HyperV: t.Spec.HyperV, GuestOS: t.Spec.Guest.OS, CPU: t.Spec.Resources.CPU, MemoryMB: t.Spec.Resources.MemoryMB, GPU: t.Spec.Resources.GPU, Resolution: t.Spec.Display.Resolution,
 		NetworkMode: t.Spec.Network.Mode}
@@ -67,7 +67,7 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 		spec.Image = *t.Spec.QEMU
 	}
 	if err := n.templateStatus(ctx, t, api.TemplateBuilding, "Building", "cold-booting the image to take its snapshot", nil); err != nil {
-		return controller.Result{}, err
+		return reconcile.Result{}, err
 	}
 	n.event(ctx, t, api.EventNormal, "Building", fmt.Sprintf("building snapshot %s", id))
 	start := n.now()
@@ -76,7 +76,7 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return controller.Result{}, ctx.Err()
+			return reconcile.Result{}, ctx.Err()
 		}
 		reason := "BuildFailed"
 		if errors.Is(err, api.ErrNotFound) {
@@ -85,7 +85,7 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 			reason = "InsufficientMemory"
 		}
 		n.event(ctx, t, api.EventWarning, reason, err.Error())
-		return controller.Result{RequeueAfter: time.Minute}, n.templateStatus(ctx, t, api.TemplateFailed, reason, err.Error(), nil)
+		return reconcile.Result{RequeueAfter: time.Minute}, n.templateStatus(ctx, t, api.TemplateFailed, reason, err.Error(), nil)
 	}
 	snap := &api.TemplateSnapshot{ID: info.ID, CreatedAt: info.CreatedAt, BootSeconds: info.BootTime.Seconds(),
 		MemoryBytes: info.MemoryBytes, DiskBytes: info.DiskBytes, Resolution: info.Resolution}
@@ -98,14 +98,14 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (controller.R
 		msg += "; it has no network device, since the image declares no network (image.json has no network): its sandboxes have none (rebuild the image, then the template)"
 		n.event(ctx, t, api.EventWarning, "NoNetwork", fmt.Sprintf("snapshot %s has no network device: the image declares no network", id))
 	}
-	return controller.Result{}, n.templateStatus(ctx, t, api.TemplateReady, "SnapshotReady", msg, snap)
+	return reconcile.Result{}, n.templateStatus(ctx, t, api.TemplateReady, "SnapshotReady", msg, snap)
 }
 
 // templateStatus sets a template's phase (and snapshot), conditioned on
 // the status it reads: the shapes sandboxes ask for meanwhile are kept.
 func (n *Node) templateStatus(ctx context.Context, t *api.Template, phase, reason, msg string, snap *api.TemplateSnapshot) error {
 	now := n.now()
-	_, err := controller.UpdateStatus(ctx, n.st, api.KindTemplate, t.Metadata.Name, func(c *api.Template) bool {
+	_, err := reconcile.UpdateStatus(ctx, n.st, api.KindTemplate, t.Metadata.Name, func(c *api.Template) bool {
 		c.Status.Phase, c.Status.Reason, c.Status.Message = phase, reason, msg
 		c.Status.ObservedGeneration = c.Metadata.Generation
 		if snap != nil {
@@ -182,7 +182,7 @@ func (n *Node) shapeFor(ctx context.Context, tpl *api.Template, memoryMB int, re
 		}
 		return "", false, fmt.Sprintf("building a snapshot of template %s at %d MB, %s (the first sandbox of this shape)", tpl.Metadata.Name, memoryMB, resolution), nil
 	}
-	_, err = controller.UpdateStatus(ctx, n.st, api.KindTemplate, tpl.Metadata.Name, func(c *api.Template) bool {
+	_, err = reconcile.UpdateStatus(ctx, n.st, api.KindTemplate, tpl.Metadata.Name, func(c *api.Template) bool {
 		for _, sh := range c.Status.Shapes {
 			if sh.Node == n.name && sh.ID == want {
 				return false
@@ -196,7 +196,7 @@ func (n *Node) shapeFor(ctx context.Context, tpl *api.Template, memoryMB int, re
 
 // buildShapes builds the snapshots of other shapes that sandboxes on this
 // node asked for, one at a time.
-func (n *Node) buildShapes(ctx context.Context, t *api.Template) (controller.Result, error) {
+func (n *Node) buildShapes(ctx context.Context, t *api.Template) (reconcile.Result, error) {
 	for _, sh := range t.Status.Shapes {
 		if sh.Node != n.name || sh.Phase != shapePending {
 			continue
@@ -210,7 +210,7 @@ func (n *Node) buildShapes(ctx context.Context, t *api.Template) (controller.Res
 		start := n.now()
 		info, err := n.be.BuildTemplate(ctx, spec, func(step string) { n.event(ctx, t, api.EventNormal, "BuildingShape", step) })
 		if ctx.Err() != nil {
-			return controller.Result{}, ctx.Err()
+			return reconcile.Result{}, ctx.Err()
 		}
 		phase, msg := shapeReady, ""
 		if err != nil {
@@ -220,7 +220,7 @@ func (n *Node) buildShapes(ctx context.Context, t *api.Template) (controller.Res
 			n.event(ctx, t, api.EventNormal, "ShapeReady", fmt.Sprintf("snapshot %s ready in %.1fs", sh.ID, n.now().Sub(start).Seconds()))
 		}
 		id := sh.ID
-		if _, err := controller.UpdateStatus(ctx, n.st, api.KindTemplate, t.Metadata.Name, func(c *api.Template) bool {
+		if _, err := reconcile.UpdateStatus(ctx, n.st, api.KindTemplate, t.Metadata.Name, func(c *api.Template) bool {
 			for i := range c.Status.Shapes {
 				if c.Status.Shapes[i].ID == id && c.Status.Shapes[i].Node == n.name {
 					c.Status.Shapes[i].Phase, c.Status.Shapes[i].Message = phase, msg
@@ -230,8 +230,8 @@ func (n *Node) buildShapes(ctx context.Context, t *api.Template) (controller.Res
 			}
 			return false
 		}); err != nil && !errors.Is(err, api.ErrNotFound) {
-			return controller.Result{}, err
+			return reconcile.Result{}, err
 		}
 	}
-	return controller.Result{}, nil
+	return reconcile.Result{}, nil
 }

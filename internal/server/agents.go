@@ -13,7 +13,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 // Agents serves what a node keeps of the agents it ran: their log and the
@@ -66,7 +66,7 @@ func (s *Server) completeAttempt(ctx context.Context, name string, req CompleteR
 	success := req.Success == nil || *req.Success
 	now := time.Now().UTC()
 	applied := false
-	out, err := controller.UpdateStatus(ctx, s.opts.Store, api.KindAgent, name, func(a *api.Agent) bool {
+	out, err := reconcile.UpdateStatus(ctx, s.opts.Store, api.KindAgent, name, func(a *api.Agent) bool {
 		applied = a.Status.Phase == api.AgentRunning
 		if !applied {
 			return false
@@ -97,7 +97,7 @@ func (s *Server) completeAttempt(ctx context.Context, name string, req CompleteR
 	if !success {
 		reason, typ = "AgentFailed", api.EventWarning
 	}
-	controller.Event(ctx, s.opts.Store, s.log, out, typ, reason, "completed through "+via)
+	reconcile.Event(ctx, s.opts.Store, s.log, out, typ, reason, "completed through "+via)
 	return out, nil
 }
 

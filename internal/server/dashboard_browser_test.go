@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/web/webtest"
 )
 
@@ -71,19 +71,19 @@ func seedDashboard(t *testing.T, srv *served) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := controller.UpdateStatus(ctx, st, api.KindSandboxPool, "web", func(p *api.SandboxPool) bool {
+	if _, err := reconcile.UpdateStatus(ctx, st, api.KindSandboxPool, "web", func(p *api.SandboxPool) bool {
 		p.Status = api.SandboxPoolStatus{Replicas: 2, Desired: 2, Ready: 1, Warm: 1}
 		return true
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controller.UpdateStatus(ctx, st, api.KindSandbox, "web-a1b2c", func(s *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(ctx, st, api.KindSandbox, "web-a1b2c", func(s *api.Sandbox) bool {
 		s.Status.Phase = api.SandboxPaused
 		return true
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controller.UpdateStatus(ctx, st, api.KindAgent, "asks", func(a *api.Agent) bool {
+	if _, err := reconcile.UpdateStatus(ctx, st, api.KindAgent, "asks", func(a *api.Agent) bool {
 		a.Status.Phase = api.AgentRunning
 		a.Status.Sandbox = "web-a1b2c"
 		a.Status.HumanRequest = &api.HumanRequest{ID: "q1", Question: "Which account should I use?", AskedAt: time.Now().UTC()}

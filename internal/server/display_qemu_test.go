@@ -23,9 +23,9 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/gateway"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -66,7 +66,7 @@ func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr := controller.NewManager(st, log, 0)
+	mgr := reconcile.NewManager(st, log, 0)
 	nd := node.New(node.Options{Store: st, Backend: be, Logger: log})
 	nd.Register(mgr)
 	t.Cleanup(func() {

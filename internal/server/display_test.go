@@ -11,7 +11,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 var testKey = authtoken.Key([]byte(strings.Repeat("d", 32)))
@@ -36,7 +36,7 @@ func displayServer(t *testing.T, token string) *testServer {
 	// The agents of the scoped tokens below.
 	bindAgent(t, ts.st, "a", "desk", 1)
 	bindAgent(t, ts.st, "b", "other", 1)
-	if _, err := controller.UpdateStatus(context.Background(), ts.st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(context.Background(), ts.st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
 		sb.Status.Control = &api.SandboxControl{ID: "take-1", Holder: "ana", Since: time.Now()}
 		return true
 	}); err != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -87,7 +87,7 @@ func (s *Server) askHuman(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	controller.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "HumanRequested", fmt.Sprintf("request %s: %s", hr.ID, oneLine(hr.Question, 400)))
+	reconcile.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "HumanRequested", fmt.Sprintf("request %s: %s", hr.ID, oneLine(hr.Question, 400)))
 	writeJSON(w, http.StatusCreated, hr)
 }
 
@@ -256,7 +256,7 @@ func (s *Server) answerHuman(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	controller.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "HumanAnswered", fmt.Sprintf("request %s answered by %s", req.ID, by))
+	reconcile.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "HumanAnswered", fmt.Sprintf("request %s answered by %s", req.ID, by))
 	writeJSON(w, http.StatusOK, out.Status.HumanRequest)
 }
 
@@ -388,7 +388,7 @@ func (s *Server) takeControl(w http.ResponseWriter, r *http.Request, req Control
 	if taken != nil {
 		msg += fmt.Sprintf(", forced from %s", taken.Holder)
 	}
-	controller.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "ControlTaken", msg)
+	reconcile.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "ControlTaken", msg)
 	resp := ControlResponse{Control: c}
 	if s.opts.ScopedKey != nil {
 		resp.Key = s.opts.ScopedKey.ControlKey(name, c.ID)
@@ -428,7 +428,7 @@ func (s *Server) releaseControl(w http.ResponseWriter, r *http.Request, req Cont
 		if req.Force && req.ID != released.ID {
 			msg = fmt.Sprintf("take-over %s of %s ended by force", released.ID, released.Holder)
 		}
-		controller.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "ControlReleased", msg)
+		reconcile.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "ControlReleased", msg)
 	}
 	writeJSON(w, http.StatusOK, ControlResponse{Control: out.Status.Control})
 }
@@ -437,14 +437,14 @@ func (s *Server) releaseControl(w http.ResponseWriter, r *http.Request, req Cont
 // has one.
 func (s *Server) endControl(ctx context.Context, name, why string) {
 	var ended *api.SandboxControl
-	out, err := controller.UpdateStatus(ctx, s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) bool {
+	out, err := reconcile.UpdateStatus(ctx, s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) bool {
 		ended, sb.Status.Control = sb.Status.Control, nil
 		return ended != nil
 	})
 	if err != nil || ended == nil {
 		return
 	}
-	controller.Event(ctx, s.opts.Store, s.log, out, api.EventNormal, "ControlReleased", fmt.Sprintf("take-over %s of %s ended: %s", ended.ID, ended.Holder, why))
+	reconcile.Event(ctx, s.opts.Store, s.log, out, api.EventNormal, "ControlReleased", fmt.Sprintf("take-over %s of %s ended: %s", ended.ID, ended.Holder, why))
 }
 
 // oneLine shortens s to at most n characters on one line, for events and
@@ -457,12 +457,12 @@ func oneLine(s string, n int) string {
 	return string([]rune(s)[:n]) + "…"
 }
 
-// updateUnless changes an object's status as controller.UpdateStatus does,
+// updateUnless changes an object's status as reconcile.UpdateStatus does,
 // with an edit that may refuse: its error is returned and nothing is
 // written.
 func updateUnless[T api.Object](ctx context.Context, st store.Interface, kind, name string, edit func(T) (bool, error)) (T, error) {
 	var refused error
-	out, err := controller.UpdateStatus(ctx, st, kind, name, func(o T) bool {
+	out, err := reconcile.UpdateStatus(ctx, st, kind, name, func(o T) bool {
 		var changed bool
 		changed, refused = edit(o)
 		return changed && refused == nil

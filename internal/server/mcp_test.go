@@ -14,7 +14,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 // bearer adds a token to every request.
@@ -91,13 +91,13 @@ func TestMCPOverHTTP(t *testing.T) {
 	}
 	// Bind and start the agent as the scheduler and the node would.
 	now := time.Now()
-	if _, err := controller.UpdateStatus(ctx, ts.st, api.KindAgent, "task", func(a *api.Agent) bool {
+	if _, err := reconcile.UpdateStatus(ctx, ts.st, api.KindAgent, "task", func(a *api.Agent) bool {
 		a.Status.Phase, a.Status.Sandbox, a.Status.Attempts, a.Status.StartedAt = api.AgentRunning, "mine", 1, &now
 		return true
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controller.UpdateStatus(ctx, ts.st, api.KindSandbox, "mine", func(s *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(ctx, ts.st, api.KindSandbox, "mine", func(s *api.Sandbox) bool {
 		s.Status.CurrentAgent = "task"
 		return true
 	}); err != nil {

@@ -23,8 +23,8 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/cdp"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -121,7 +121,7 @@ func newPortRig(t *testing.T) *portRig {
 	if err := r.nd.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mgr := controller.NewManager(st, log, time.Second)
+	mgr := reconcile.NewManager(st, log, time.Second)
 	r.nd.Register(mgr)
 	if err := mgr.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -509,7 +509,7 @@ func TestPortForwardScoped(t *testing.T) {
 
 	// A person takes the sandbox over, then hands it back.
 	setControl := func(c *api.SandboxControl) {
-		if _, err := controller.UpdateStatus(context.Background(), r.st, api.KindSandbox, "box", func(sb *api.Sandbox) bool {
+		if _, err := reconcile.UpdateStatus(context.Background(), r.st, api.KindSandbox, "box", func(sb *api.Sandbox) bool {
 			sb.Status.Control = c
 			return true
 		}); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
-	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -27,14 +27,14 @@ func bindAgent(t *testing.T, st *store.Store, name, sandbox string, attempt int)
 		}
 	}
 	now := time.Now()
-	out, err := controller.UpdateStatus(ctx, st, api.KindAgent, name, func(a *api.Agent) bool {
+	out, err := reconcile.UpdateStatus(ctx, st, api.KindAgent, name, func(a *api.Agent) bool {
 		a.Status.Phase, a.Status.Sandbox, a.Status.Attempts, a.Status.StartedAt = api.AgentRunning, sandbox, attempt, &now
 		return true
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controller.UpdateStatus(ctx, st, api.KindSandbox, sandbox, func(sb *api.Sandbox) bool {
+	if _, err := reconcile.UpdateStatus(ctx, st, api.KindSandbox, sandbox, func(sb *api.Sandbox) bool {
 		sb.Status.CurrentAgent = name
 		return true
 	}); err != nil {

@@ -19,8 +19,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -63,7 +63,7 @@ func TestPortForwardToChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	mgr := controller.NewManager(st, log, 0)
+	mgr := reconcile.NewManager(st, log, 0)
 	nd := node.New(node.Options{Store: st, Backend: be, Logger: log})
 	nd.Register(mgr)
 	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}

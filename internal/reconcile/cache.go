@@ -1,4 +1,4 @@
-package controller
+package reconcile
 
 import (
 	"sort"
@@ -91,10 +91,10 @@ func (c *Cache) Observe(o api.Object) {
 	c.objects[name] = o
 }
 
-// forget drops name, deleted by the caller. The version the cache held
+// Forget drops name, deleted by the caller. The version the cache held
 // becomes a tombstone: a late event of it (or an older one) does not
 // bring the object back.
-func (c *Cache) forget(name string) {
+func (c *Cache) Forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.objects[name]; ok {

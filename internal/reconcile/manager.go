@@ -1,4 +1,4 @@
-package controller
+package reconcile
 
 import (
 	"context"
@@ -383,20 +383,22 @@ func (m *Manager) EnqueueAll(ctx context.Context, kind string, q *Queue) {
 	}
 }
 
-// RegisterAll registers the controllers that only read and write objects:
-// the scheduler, agents, pools and display services. now is the clock
-// (time.Now when nil); display, at most one, describes the server for the
-// display services' endpoints.
-func RegisterAll(m *Manager, st store.Interface, log *slog.Logger, now func() time.Time, display ...DisplayConfig) {
-	if log == nil {
-		log = slog.Default()
+// SyncCaches fills every cache from the store now, replacing what it
+// held, as a relist does: for tests that drive reconcilers by hand,
+// without starting the Manager's watches.
+func (m *Manager) SyncCaches(ctx context.Context) error {
+	m.mu.Lock()
+	caches := make(map[string]*Cache, len(m.caches))
+	for k, c := range m.caches {
+		caches[k] = c
 	}
-	NewScheduler(m, st, log, now)
-	NewAgents(m, st, log, now)
-	NewPools(m, st, log, now)
-	var dc DisplayConfig
-	if len(display) > 0 {
-		dc = display[0]
+	m.mu.Unlock()
+	for kind, c := range caches {
+		items, _, err := m.st.List(ctx, kind, api.Selector{})
+		if err != nil {
+			return fmt.Errorf("list %s: %w", kind, err)
+		}
+		c.reset(items)
 	}
-	NewDisplayServices(m, st, log, now, dc)
+	return nil
 }

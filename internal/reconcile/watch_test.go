@@ -1,7 +1,6 @@
-package controller
+package reconcile
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
 	"github.com/hvkube/hvkube/internal/store/storefault"
+	"github.com/hvkube/hvkube/internal/testlog"
 )
 
 // watchRig is a Manager over a real store wrapped in storefault, with a
@@ -288,28 +288,9 @@ func TestReconcileRetriedAfterStoreErrors(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a logger may write from several
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestResyncLogsListErrors: a resync whose list fails says so.
 func TestResyncLogsListErrors(t *testing.T) {
-	var out syncBuffer
+	var out testlog.Buffer
 	r := newWatchRig(t, slog.New(slog.NewTextHandler(&out, nil)))
 	r.fs.Inject(storefault.Fault{Op: storefault.List, Kind: api.KindSandbox, Err: errors.New("disk I/O error")})
 	r.m.EnqueueAll(context.Background(), api.KindSandbox, NewQueue("q", r.m.log))

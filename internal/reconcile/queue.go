@@ -1,10 +1,12 @@
-// Package controller runs hvkube's level-based reconcilers: the work queue
-// that drives them, the Manager that feeds it from store watches, and the
-// controllers that only read and write objects (pools, agents and the
-// scheduler). It imports no backend: what owns VMs lives in package node
-// and registers with the same Manager. A reconciler re-reads the state it
-// acts on every time; events only say which key to look at.
-package controller
+// Package reconcile runs hvkube's level-based reconcilers: the work queue
+// that drives them, the Manager that feeds it from store watches, the
+// caches the watches keep, and the write helpers reconcilers share
+// (status updates with optimistic concurrency, finalizers, events). The
+// controllers themselves live elsewhere: those that only read and write
+// objects in package controller, those that own VMs in package node; both
+// register with the same Manager. A reconciler re-reads the state it acts
+// on every time; events only say which key to look at.
+package reconcile
 
 import (
 	"context"

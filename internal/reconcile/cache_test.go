@@ -1,4 +1,4 @@
-package controller
+package reconcile
 
 import (
 	"slices"
@@ -41,7 +41,7 @@ func TestCacheTombstones(t *testing.T) {
 		name: "a late event after the caller deleted and forgot",
 		do: func(c *Cache) {
 			c.Observe(sandboxAt("x", 9)) // the caller's write, ahead of the watch
-			c.forget("x")                // then its delete
+			c.Forget("x")                // then its delete
 			c.apply(store.Modified, sandboxAt("x", 8))
 			c.apply(store.Modified, sandboxAt("x", 9))
 		},
@@ -50,7 +50,7 @@ func TestCacheTombstones(t *testing.T) {
 		name: "created again",
 		do: func(c *Cache) {
 			c.Observe(sandboxAt("x", 9))
-			c.forget("x")
+			c.Forget("x")
 			c.apply(store.Deleted, sandboxAt("x", 10))
 			c.apply(store.Added, sandboxAt("x", 11))
 			c.Observe(sandboxAt("x", 10))
