@@ -13,9 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/hvkube/hvkube/internal/testlog"
 )
 
 // chromium returns the path of Debian's Chromium, or skips the test (fails
@@ -53,24 +54,6 @@ func dumpDOM(t *testing.T, browser, url string, extra ...string) string {
 	return out.String()
 }
 
-// logBuffer collects the server's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // attackPage tries what a page on another origin can do to a server on
 // loopback without asking: a no-cors text/plain POST, a JSON POST (which
 // needs a CORS preflight), a read, and a text/plain form POST.
@@ -104,7 +87,7 @@ async function attempt(name, f) {
 // name re-pointed at 127.0.0.1 (DNS rebinding) gets 421.
 func TestBrowserCannotDriveServer(t *testing.T) {
 	browser := chromium(t)
-	var logs logBuffer
+	var logs testlog.Buffer
 	srv := serveReal(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	api := "http://" + srv.addr
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

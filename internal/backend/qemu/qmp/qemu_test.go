@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/testlog"
 )
 
 // Tests in this file run a real QEMU (TCG is enough: the VM never boots an
@@ -27,25 +28,8 @@ type qemuProc struct {
 	cmd    *exec.Cmd
 	dir    string
 	sock   string
-	exited chan struct{} // closed when the process has exited
-	out    *lockedBuffer // QEMU's stdout and stderr
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	exited chan struct{}   // closed when the process has exited
+	out    *testlog.Buffer // QEMU's stdout and stderr
 }
 
 // startQEMU starts a paused (-S) QEMU with a QMP socket and the given extra
@@ -67,7 +51,7 @@ func startQEMU(t testing.TB, extra ...string) *qemuProc {
 		"-nodefaults", "-display", "none", "-machine", "pc", "-m", "64", "-S", "-vga", "std",
 		"-qmp", "unix:" + sock + ",server=on,wait=off",
 	}, extra...)
-	p := &qemuProc{cmd: exec.Command(bin, args...), dir: dir, sock: sock, exited: make(chan struct{}), out: &lockedBuffer{}}
+	p := &qemuProc{cmd: exec.Command(bin, args...), dir: dir, sock: sock, exited: make(chan struct{}), out: &testlog.Buffer{}}
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
