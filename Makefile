@@ -92,8 +92,8 @@ test: deps web examples vet tidy image image-browser
 	$(GO) test -count=1 -timeout 60m -skip '$(BROWSER_TESTS)' ./...
 	@# Each of these boots a browser-desktop template (Chromium under
 	@# emulation): one at a time, not beside the other QEMU tests.
-	$(GO) test -count=1 -p 1 -timeout 60m -run '$(BROWSER_TESTS)' ./internal/backend/qemu/ ./internal/server/ ./cmd/hvkube/
-	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/reconcile/... ./internal/agentstate/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/backend/qemu/...
+	$(GO) test -count=1 -p 1 -timeout 60m -run '$(BROWSER_TESTS)' ./internal/drivers/qemu/ ./internal/server/ ./cmd/hvkube/
+	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/reconcile/... ./internal/agentstate/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/drivers/qemu/...
 
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 )
 
 // requireAutomationClients finds what the examples' clients run on: Node.js

@@ -10,10 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/bench"
 	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/cli"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
 )
 
 func newBenchCmd() *cobra.Command {

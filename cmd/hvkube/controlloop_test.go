@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 )
 
 // TestDemo runs the demo of `make run` against a fresh server, as a new

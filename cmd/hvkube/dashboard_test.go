@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/web/webtest"
 )
 

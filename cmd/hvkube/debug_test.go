@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 )
 
 // TestDebugOnDesktop boots the linux-desktop image with boot.sh, which

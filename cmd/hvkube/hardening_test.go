@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/store"
 	"github.com/hvkube/hvkube/internal/testmount"
 )

@@ -20,8 +20,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/mcptools"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
 )
 
 // qemuBench is a QEMU backend in a temporary directory, a server over it

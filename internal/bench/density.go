@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/client"
 	"github.com/hvkube/hvkube/internal/clock"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
 	"github.com/hvkube/hvkube/internal/node"
 )
 

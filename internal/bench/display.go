@@ -10,7 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
 	"github.com/hvkube/hvkube/internal/gateway"
 )
 

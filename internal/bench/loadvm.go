@@ -8,8 +8,8 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 )
 
 // Names of the rows compareLoadvm measures.

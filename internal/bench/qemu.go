@@ -18,8 +18,8 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
 	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
 )
 
 // QEMUOptions size the desktop benchmark.

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga/qgatest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga/qgatest"
 )
 
 // TestDebugExec runs `hvkube debug exec` against a guest agent test peer:

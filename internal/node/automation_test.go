@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/fake"
+	"github.com/hvkube/hvkube/internal/drivers/fake"
 )
 
 // TestAutomationAgentInTheGuest: a playwright or selenium agent's command

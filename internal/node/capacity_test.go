@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/fake"
+	"github.com/hvkube/hvkube/internal/drivers/fake"
 )
 
 // TestPoolFarBeyondTheHost asks 10,000 sandboxes of a FAKE host with

@@ -14,8 +14,8 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/store"
 	"github.com/hvkube/hvkube/internal/testmount"
 )

@@ -10,8 +10,8 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/fake"
 	"github.com/hvkube/hvkube/internal/capacity"
+	"github.com/hvkube/hvkube/internal/drivers/fake"
 )
 
 func TestLRUIdle(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 )
 
 // TestQEMUSandboxNetwork runs the node over the QEMU backend: a sandbox

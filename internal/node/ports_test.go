@@ -10,7 +10,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/fake"
+	"github.com/hvkube/hvkube/internal/drivers/fake"
 )
 
 // guestServer is a TCP server of the test that the fake backend's guest

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/fake"
+	"github.com/hvkube/hvkube/internal/drivers/fake"
 	"github.com/hvkube/hvkube/internal/store"
 )
 

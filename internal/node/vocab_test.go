@@ -10,7 +10,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/fake"
+	"github.com/hvkube/hvkube/internal/drivers/fake"
 )
 
 // TestWorkflowStepsInEveryVocabulary: a workflow's steps in OpenAI's and

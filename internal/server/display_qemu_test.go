@@ -21,8 +21,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qemutest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
 	"github.com/hvkube/hvkube/internal/gateway"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/reconcile"

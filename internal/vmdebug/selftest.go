@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/guest"
 )
 

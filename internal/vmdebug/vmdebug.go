@@ -20,10 +20,10 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 )
 
 // XEnv is the environment of guest programs that talk to the desktop of

@@ -16,11 +16,11 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga/qgatest"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp/qmptest"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga/qgatest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp/qmptest"
 )
 
 func TestExec(t *testing.T) {

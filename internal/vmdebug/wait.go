@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
 	"github.com/hvkube/hvkube/internal/clock"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
 	"github.com/hvkube/hvkube/internal/guest"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hvkube/hvkube/internal/backend/hyperv/wmi"
+	"github.com/hvkube/hvkube/internal/drivers/hyperv/wmi"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"

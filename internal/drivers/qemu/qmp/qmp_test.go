@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp/qmptest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp/qmptest"
 )
 
 func dial(t *testing.T, p *qmptest.Peer) *Monitor {

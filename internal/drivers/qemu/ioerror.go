@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/hvkube/hvkube/internal/api"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 )
 
 // A disk write that finds no room (the file system of a sandbox's overlay

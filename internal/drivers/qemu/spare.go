@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
 )
 
 // A spare is a clone made ahead of need and belonging to no sandbox yet: a

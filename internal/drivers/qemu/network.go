@@ -14,7 +14,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/guestnet"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga/qgatest"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga/qgatest"
 )
 
 func newClient(t *testing.T, p *qgatest.Peer, opts ...Option) *Client {

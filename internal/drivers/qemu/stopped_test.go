@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qga"
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 )
 
 // TestWaitAgentGuestStopped boots a guest that stops for good (a boot

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/backend/qemu/qmp"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 )
 
 // proc is a running QEMU and its monitor connection.
