@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps web examples build image image-browser run demo test test-short bench vet tidy fmt clean windows
+.PHONY: all deps web examples build image image-browser kube-assets run demo test test-short bench vet tidy fmt clean windows
 
 all: build
 
@@ -66,6 +66,11 @@ image-browser:
 run: deps build image
 	scripts/run.sh
 
+# kube-apiserver and etcd for the Kubernetes tests, built once from the Go
+# module proxy into the cache (hack/kube); prints their directory.
+kube-assets:
+	@GO=$(GO) hack/kube/build.sh
+
 vet:
 	$(GO) vet ./...
 	GOOS=windows $(GO) build ./...
@@ -81,19 +86,21 @@ BROWSER_TESTS := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserTools
 # The race step also leaves out the pool of 40 QEMU desktops (run once above).
 RACE_SKIP := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQEMU|TestAutomationAgentsOnQEMU|TestDensityOnQEMU)$$
 
-# The QEMU tests need the images and the browser tests Chromium;
-# HVKUBE_REQUIRE_QEMU, HVKUBE_REQUIRE_BROWSER_IMAGE and HVKUBE_REQUIRE_BROWSER
+# The QEMU tests need the images, the browser tests Chromium and the
+# Kubernetes tests a kube-apiserver; HVKUBE_REQUIRE_QEMU,
+# HVKUBE_REQUIRE_BROWSER_IMAGE, HVKUBE_REQUIRE_BROWSER and HVKUBE_REQUIRE_KUBE
 # turn a missing one into a failure instead of a skip.
 test: export HVKUBE_REQUIRE_QEMU = 1
 test: export HVKUBE_REQUIRE_BROWSER_IMAGE = 1
 test: export HVKUBE_REQUIRE_BROWSER = 1
-test: deps web examples vet tidy image image-browser
+test: export HVKUBE_REQUIRE_KUBE = 1
+test: deps web examples vet tidy image image-browser kube-assets
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
-	$(GO) test -count=1 -timeout 60m -skip '$(BROWSER_TESTS)' ./...
+	HVKUBE_KUBE_ASSETS=$$(GO=$(GO) hack/kube/build.sh) $(GO) test -count=1 -timeout 60m -skip '$(BROWSER_TESTS)' ./...
 	@# Each of these boots a browser-desktop template (Chromium under
 	@# emulation): one at a time, not beside the other QEMU tests.
 	$(GO) test -count=1 -p 1 -timeout 60m -run '$(BROWSER_TESTS)' ./internal/drivers/qemu/ ./internal/server/ ./cmd/hvkube/
-	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/reconcile/... ./internal/agentstate/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/drivers/qemu/...
+	HVKUBE_KUBE_ASSETS=$$(GO=$(GO) hack/kube/build.sh) $(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/reconcile/... ./internal/agentstate/... ./internal/kube/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/drivers/qemu/...
 
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md

@@ -219,8 +219,8 @@ func decodeGeneric(doc any, opts DecodeOptions) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	if apiVersion != Version && apiVersion != LegacyVersion {
-		return nil, Invalid("apiVersion", "unsupported value %q: want %s", apiVersion, Version)
+	if apiVersion != Version && apiVersion != LegacyVersion && apiVersion != KubeVersion {
+		return nil, Invalid("apiVersion", "unsupported value %q: want %s (or %s)", apiVersion, Version, KubeVersion)
 	}
 	if kind == "List" || strings.HasSuffix(kind, "List") {
 		items, ok := m["items"].([]any)

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -111,6 +112,18 @@ func New(kind string) (Object, error) {
 	o := k.new()
 	*o.GetTypeMeta() = TypeMeta{APIVersion: Version, Kind: k.Kind}
 	return o, nil
+}
+
+// CopySpec copies src's spec into dst (same kind).
+func CopySpec(dst, src Object) {
+	src = DeepCopy(src)
+	reflect.ValueOf(dst.GetSpec()).Elem().Set(reflect.ValueOf(src.GetSpec()).Elem())
+}
+
+// CopyStatus copies src's status into dst (same kind).
+func CopyStatus(dst, src Object) {
+	src = DeepCopy(src)
+	reflect.ValueOf(dst.GetStatus()).Elem().Set(reflect.ValueOf(src.GetStatus()).Elem())
 }
 
 // DeepCopy returns an independent copy of o.

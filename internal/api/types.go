@@ -13,6 +13,9 @@ import (
 const (
 	Version       = "hvkube/v1"
 	LegacyVersion = "hcskube/v1"
+	// KubeVersion is the group version of the CustomResourceDefinitions
+	// on Kubernetes; manifests may name it in either mode.
+	KubeVersion = "hvkube.io/v1"
 )
 
 // Kinds.

@@ -113,6 +113,7 @@ HVKUBE_TOKEN set to nothing sends no token.`,
 		newAgentCmd(e),
 		newVMCmd(e),
 		newVersionCmd(e),
+		newCRDsCmd(e),
 		newMCPCmd(e),
 		newDebugCmd(e),
 	)

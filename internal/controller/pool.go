@@ -79,6 +79,11 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 		return reconcile.Result{}, err
 	}
 	pool := o.(*api.SandboxPool)
+	if p.sandboxes.Awaiting(func(so api.Object) bool { return api.OwnerOf(so, api.KindSandboxPool) == name }) {
+		// A member this controller created or deleted is in flight: its
+		// watch event counts it (and asks for this pool again).
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	var members []*api.Sandbox
 	p.sandboxes.Range(func(so api.Object) bool {
 		if api.OwnerOf(so, api.KindSandboxPool) == name {
@@ -381,25 +386,26 @@ func (p *Pools) createMember(ctx context.Context, pool *api.SandboxPool) error {
 	if err != nil {
 		return err
 	}
-	p.sandboxes.Observe(out)
+	p.sandboxes.Expect(out)
 	return nil
 }
 
-// deleteMember deletes a sandbox and records it in the cache, so that a
-// reconcile before the watch catches up does not delete it again.
+// deleteMember deletes a sandbox and expects the deletion, so that a
+// reconcile before the watch brings it does not count the sandbox or
+// delete it again.
 func (p *Pools) deleteMember(ctx context.Context, sb *api.Sandbox) error {
 	out, deleted, err := p.st.Delete(ctx, api.KindSandbox, sb.Metadata.Name, store.DeleteOptions{})
 	if errors.Is(err, api.ErrNotFound) {
-		p.sandboxes.Forget(sb.Metadata.Name)
+		p.sandboxes.ExpectDeleted(sb)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if deleted {
-		p.sandboxes.Forget(sb.Metadata.Name)
+		p.sandboxes.ExpectDeleted(sb)
 	} else {
-		p.sandboxes.Observe(out)
+		p.sandboxes.Expect(out)
 	}
 	return nil
 }

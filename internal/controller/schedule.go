@@ -50,7 +50,9 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 	now := s.now()
 	var agents []scheduler.Agent
 	byName := map[string]*api.Agent{}
-	s.agents.Range(func(o api.Object) bool {
+	// What this scheduler wrote and its watch has not brought yet is left
+	// for a later round: its view here is older than the write.
+	s.agents.RangeSettled(func(o api.Object) bool {
 		a := o.(*api.Agent)
 		if agentstate.Pending(a) {
 			byName[a.Metadata.Name] = a
@@ -64,7 +66,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 	}
 	var sandboxes []scheduler.Sandbox
 	seen := map[string]*api.Sandbox{}
-	s.sandboxes.Range(func(o api.Object) bool {
+	s.sandboxes.RangeSettled(func(o api.Object) bool {
 		sb := o.(*api.Sandbox)
 		seen[sb.Metadata.Name] = sb
 		sandboxes = append(sandboxes, ViewOf(sb))
@@ -159,8 +161,8 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 			conflicts++
 			continue
 		}
-		s.sandboxes.Observe(out[i][0])
-		s.agents.Observe(out[i][1])
+		s.sandboxes.Expect(out[i][0])
+		s.agents.Expect(out[i][1])
 		reconcile.Event(ctx, s.st, s.log, out[i][1], api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", b.Sandbox, out[i][0].(*api.Sandbox).Status.Node))
 	}
 	return conflicts, nil
@@ -181,13 +183,13 @@ func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, n
 	if err != nil {
 		return err
 	}
-	s.sandboxes.Observe(claimed)
+	s.sandboxes.Expect(claimed)
 	bound, err := s.st.UpdateStatus(ctx, ag)
 	if err != nil {
 		back := api.DeepCopy(claimed.(*api.Sandbox))
 		back.Status.CurrentAgent, back.Status.ClaimedAt = "", nil
 		if out, uerr := s.st.UpdateStatus(ctx, back); uerr == nil {
-			s.sandboxes.Observe(out)
+			s.sandboxes.Expect(out)
 		} else if !errors.Is(uerr, api.ErrNotFound) && !errors.Is(uerr, api.ErrConflict) {
 			// A claim left behind is released by the node once it is
 			// stale; log why it was not taken back now.
@@ -195,7 +197,7 @@ func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, n
 		}
 		return err
 	}
-	s.agents.Observe(bound)
+	s.agents.Expect(bound)
 	reconcile.Event(ctx, s.st, s.log, bound, api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", name, sb.Status.Node))
 	return nil
 }

@@ -188,9 +188,17 @@ func TestSchedulerCompensatesAFailedBinding(t *testing.T) {
 				t.Errorf("logged %q, want a warning with %q naming the sandbox and the agent", logs, tt.warn)
 			}
 
-			// The round's cache holds what it wrote: the next round,
-			// with no watch delivering anything, either binds over the
-			// taken-back claim or sees the claim left and binds nothing.
+			// Until the watch brings what the round wrote, the next
+			// round leaves that sandbox alone; once it has, the next
+			// round either binds over the taken-back claim or sees the
+			// claim left and binds nothing.
+			if _, err := e.round(); err != nil {
+				t.Fatalf("next round: %v", err)
+			}
+			if got := e.sandbox("web-1").Status.CurrentAgent; got != tt.claimLeft {
+				t.Errorf("a round before the watch brought the take-back changed the claim to %q", got)
+			}
+			e.sync()
 			if _, err := e.round(); err != nil {
 				t.Fatalf("next round: %v", err)
 			}
@@ -244,6 +252,7 @@ func TestSchedulerCompensationKeepsOtherBindings(t *testing.T) {
 	if got := e.sandbox("web-1").Status.CurrentAgent; got != "" {
 		t.Errorf("web-1 claimed by %q after the take-back", got)
 	}
+	e.sync() // the watch brings the round's writes
 	if _, err := e.round(); err != nil {
 		t.Fatal(err)
 	}

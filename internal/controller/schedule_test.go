@@ -22,9 +22,31 @@ type schedEnv struct {
 	s *Scheduler
 }
 
-func newSchedEnv(t *testing.T) *schedEnv {
+func newSchedEnv(t *testing.T, path claimPath) *schedEnv {
 	e := newEnv(t)
-	return &schedEnv{env: e, s: NewScheduler(e.m, e.st, e.log, e.clk.Now)}
+	return &schedEnv{env: e, s: NewScheduler(e.m, path.wrap(e.st), e.log, e.clk.Now)}
+}
+
+// claimPath is one of the scheduler's two ways to claim: a round's claims
+// and bindings grouped in one transaction (SQLite), or each claim then its
+// binding, the claim taken back if the binding fails (any store, the
+// Kubernetes one among them).
+type claimPath struct {
+	name string
+	wrap func(store.Interface) store.Interface
+}
+
+var claimPaths = []claimPath{
+	{"grouped", func(st store.Interface) store.Interface { return st }},
+	// Only the store interface: no UpdateStatusGroups to find.
+	{"two writes", func(st store.Interface) store.Interface { return struct{ store.Interface }{st} }},
+}
+
+// onClaimPaths runs fn once per claim path.
+func onClaimPaths(t *testing.T, fn func(t *testing.T, path claimPath)) {
+	for _, path := range claimPaths {
+		t.Run(path.name, func(t *testing.T) { fn(t, path) })
+	}
 }
 
 func (e *schedEnv) reconcile() reconcile.Result {
@@ -90,8 +112,10 @@ func (e *env) binding(name string) string {
 	return a.Status.Sandbox
 }
 
-func TestSchedulerScoring(t *testing.T) {
-	e := newSchedEnv(t)
+func TestSchedulerScoring(t *testing.T) { onClaimPaths(t, testSchedulerScoring) }
+
+func testSchedulerScoring(t *testing.T, path claimPath) {
+	e := newSchedEnv(t, path)
 	web := map[string]string{"pool": "web"}
 	for _, s := range []testSandbox{
 		{name: "paused-long", labels: web, phase: api.SandboxPaused, idle: 10 * time.Minute},
@@ -196,26 +220,30 @@ func TestSchedulerSelectors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newSchedEnv(t)
-			for _, s := range sandboxes {
-				e.createSandbox(s)
-			}
-			e.create(newAgent(t, "job", tt.edit))
-			res := e.reconcile()
-			if got := e.binding("job"); got != tt.want {
-				t.Errorf("bound to %q, want %q", got, tt.want)
-			}
-			if tt.want == "" && res.RequeueAfter <= 0 {
-				t.Errorf("requeue after %s, want a look again for the waiting agent", res.RequeueAfter)
-			}
+			onClaimPaths(t, func(t *testing.T, path claimPath) {
+				e := newSchedEnv(t, path)
+				for _, s := range sandboxes {
+					e.createSandbox(s)
+				}
+				e.create(newAgent(t, "job", tt.edit))
+				res := e.reconcile()
+				if got := e.binding("job"); got != tt.want {
+					t.Errorf("bound to %q, want %q", got, tt.want)
+				}
+				if tt.want == "" && res.RequeueAfter <= 0 {
+					t.Errorf("requeue after %s, want a look again for the waiting agent", res.RequeueAfter)
+				}
+			})
 		})
 	}
 }
 
 // TestSchedulerTakesBackTheClaim makes the agent change between the
 // round's read and its write: the claim on the sandbox must not stay.
-func TestSchedulerTakesBackTheClaim(t *testing.T) {
-	e := newSchedEnv(t)
+func TestSchedulerTakesBackTheClaim(t *testing.T) { onClaimPaths(t, testSchedulerTakesBackTheClaim) }
+
+func testSchedulerTakesBackTheClaim(t *testing.T, path claimPath) {
+	e := newSchedEnv(t, path)
 	e.createSandbox(testSandbox{name: "web-1", labels: map[string]string{"pool": "web"}, phase: api.SandboxPaused})
 	e.create(newAgent(t, "job", nil))
 	e.sync()
@@ -277,12 +305,12 @@ func (h *hookStore) UpdateStatus(ctx context.Context, o api.Object) (api.Object,
 }
 
 // bindElsewhere binds agent to sandbox as another scheduler would (claim,
-// then agent), and lets the round's cache see the claim, as its watch
-// would deliver it.
-func (e *env) bindElsewhere(c *reconcile.Cache, agent, sandbox string) {
+// then agent), and lets the round's caches see it, as their watches would
+// deliver it.
+func (e *env) bindElsewhere(agent, sandbox string) {
 	e.t.Helper()
 	now := e.clk.Now()
-	claimed, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindSandbox, sandbox, func(sb *api.Sandbox) bool {
+	_, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindSandbox, sandbox, func(sb *api.Sandbox) bool {
 		sb.Status.CurrentAgent, sb.Status.ClaimedAt = agent, &now
 		return true
 	})
@@ -295,7 +323,7 @@ func (e *env) bindElsewhere(c *reconcile.Cache, agent, sandbox string) {
 	}); err != nil {
 		e.t.Fatal(err)
 	}
-	c.Observe(claimed)
+	e.sync()
 }
 
 // TestSchedulerDoesNotStealAClaim lets another scheduler claim a sandbox
@@ -314,7 +342,7 @@ func TestSchedulerDoesNotStealAClaim(t *testing.T) {
 	e.sync()
 	// The other scheduler's agent is not in this round's view.
 	e.create(newAgent(t, "other", func(a *api.Agent) { a.Spec.SandboxName = "sb-2" }))
-	hs.before = func(api.Object) { e.bindElsewhere(s.sandboxes, "other", "sb-2") }
+	hs.before = func(api.Object) { e.bindElsewhere("other", "sb-2") }
 	if _, err := s.Reconcile(e.ctx, schedulerKey); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +373,7 @@ func TestSchedulerTakesBackOnlyItsOwnClaim(t *testing.T) {
 	e.sync()
 	// While this round claims sb-0 for a0, another binds a1 to sb-1, as
 	// this round is about to.
-	hs.before = func(api.Object) { e.bindElsewhere(s.sandboxes, "a1", "sb-1") }
+	hs.before = func(api.Object) { e.bindElsewhere("a1", "sb-1") }
 	if _, err := s.Reconcile(e.ctx, schedulerKey); err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +402,9 @@ func TestSchedulerNeverDoubleBinds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			testNoDoubleBinds(t, tt.managers, tt.callers)
+			onClaimPaths(t, func(t *testing.T, path claimPath) {
+				testNoDoubleBinds(t, path, tt.managers, tt.callers)
+			})
 		})
 	}
 }
@@ -393,7 +423,7 @@ func raceEnabled() bool {
 	return false
 }
 
-func testNoDoubleBinds(t *testing.T, nManagers, nCallers int) {
+func testNoDoubleBinds(t *testing.T, path claimPath, nManagers, nCallers int) {
 	nSandboxes, nAgents := 200, 1000
 	if raceEnabled() {
 		// The race detector makes every SQLite write about ten times
@@ -428,7 +458,7 @@ func testNoDoubleBinds(t *testing.T, nManagers, nCallers int) {
 	var managers []*reconcile.Manager
 	for i := 0; i < nManagers; i++ {
 		m := reconcile.NewManager(st, log, time.Second)
-		schedulers = append(schedulers, NewScheduler(m, st, log, nil))
+		schedulers = append(schedulers, NewScheduler(m, path.wrap(st), log, nil))
 		if err := m.Start(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,11 @@ func TestLayers(t *testing.T) {
 		{"internal/controller", []string{"internal/drivers", "internal/backend", "internal/node"}, "object controllers own no VM"},
 		{"internal/reconcile", []string{"internal/drivers", "internal/backend", "internal/controller", "internal/node"}, "the runtime knows no controller"},
 		{"internal/agentstate", []string{"internal/store", "internal/reconcile", "internal/controller"}, "the state machine writes nothing"},
-		{"internal/store", []string{"internal/drivers", "internal/backend", "internal/reconcile", "internal/controller"}, "the store knows only objects"},
+		{"internal/store", []string{"internal/drivers", "internal/backend", "internal/reconcile", "internal/controller", "internal/kube"}, "the store knows only objects, and no implementation but its own"},
+		{"internal/kube", []string{"internal/drivers", "internal/backend", "internal/reconcile", "internal/controller", "internal/node", "internal/server"}, "the Kubernetes store knows only objects"},
+		{"internal/controller", []string{"internal/kube"}, "controllers run on any store"},
+		{"internal/node", []string{"internal/kube"}, "the node runs on any store"},
+		{"internal/server", []string{"internal/kube"}, "the API server runs on any store"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.pkg, func(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 
 // Lister is what the collector reads objects from (store.Interface has it).
 type Lister interface {
-	List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, int64, error)
+	List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, string, error)
 }
 
 // ScrapeTimeout bounds how long one scrape reads the store.

@@ -422,7 +422,7 @@ type failingLister struct {
 	deadlines []time.Duration
 }
 
-func (f *failingLister) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, int64, error) {
+func (f *failingLister) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, string, error) {
 	left := time.Duration(-1)
 	if d, ok := ctx.Deadline(); ok {
 		left = time.Until(d)
@@ -431,7 +431,7 @@ func (f *failingLister) List(ctx context.Context, kind string, sel api.Selector)
 	f.deadlines = append(f.deadlines, left)
 	f.mu.Unlock()
 	if f.fail[kind] {
-		return nil, 0, fmt.Errorf("list %s: database is locked", kind)
+		return nil, "", fmt.Errorf("list %s: database is locked", kind)
 	}
 	return f.st.List(ctx, kind, sel)
 }

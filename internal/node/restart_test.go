@@ -107,13 +107,10 @@ func (r *restartRig) controllers() (*controller.Pools, *controller.Agents, *cont
 	a := controller.NewAgents(m, r.st, r.log, r.clk.Now)
 	s := controller.NewScheduler(m, r.st, r.log, r.clk.Now)
 	for _, kind := range []string{api.KindSandbox, api.KindAgent, api.KindSandboxPool} {
-		items, _, err := r.st.List(r.ctx, kind, api.Selector{})
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		for _, it := range items {
-			m.Cache(kind).Observe(it)
-		}
+		m.Cache(kind)
+	}
+	if err := m.SyncCaches(r.ctx); err != nil {
+		r.t.Fatal(err)
 	}
 	return p, a, s
 }

@@ -3,36 +3,65 @@ package reconcile
 import (
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
+// ExpectationTTL bounds how long a write the watch has not brought keeps
+// its object in flight (Pending). The watch brings every write in order, so
+// it is a guard against a lost watch, not a delay anyone waits out.
+const ExpectationTTL = time.Minute
+
+// seenRing is how many recent (name, resourceVersion) pairs a cache
+// remembers, so that an expectation recorded after the watch already
+// brought its write is met at once.
+const seenRing = 8192
+
 // Cache is the Manager's view of one kind, kept current by its watch: what
 // a controller lists when it must look at many objects at once (the
-// scheduler looks at every sandbox for every pending agent). It may lag the
-// store by the time a change takes to arrive; writes go to the store,
-// conditioned on the resourceVersion read here, so a stale view costs a
-// conflict and a retry, never a wrong write. Objects in it are shared:
-// never change one, DeepCopy it first.
+// scheduler looks at every sandbox for every pending agent). It holds only
+// what the watch (or a list) brought, so it may lag the store by the time
+// a change takes to arrive. Writes go to the store, conditioned on the
+// resourceVersion read here, so a stale view costs a conflict and a retry,
+// never a wrong write.
+//
+// Read-after-write is by expectations, as Kubernetes controllers do it: a
+// controller that wrote or deleted an object says so (Expect,
+// ExpectDeleted), and until the watch brings that write the object is
+// Pending, for the controller to leave alone (the scheduler does not offer
+// a sandbox it just claimed) or to wait for (a pool does not count its
+// members while a creation is in flight). The cache never takes a
+// controller's own write as its view, so it needs no order among
+// resourceVersions: they stay opaque.
+//
+// Objects in it are shared: never change one, DeepCopy it first.
 type Cache struct {
 	kind string
+	now  func() time.Time
 
 	mu      sync.RWMutex // guards the following fields
 	objects map[string]api.Object
-	// synced is the revision the cache's watch (or list) has brought it
-	// to: every change up to it is applied, so an object the cache does
-	// not hold whose resourceVersion is at or below synced was deleted by
-	// then. It is the tombstone of every deletion up to it.
-	synced int64
-	// tombs are deletions the cache learned of ahead of its watch (a
-	// caller that deleted an object forgets it), by name: a version of the
-	// object at or below one is stale. They go once synced passes them.
-	tombs map[string]int64
+	expect  map[string]expectation
+	seen    map[seenKey]struct{} // the pairs in ring
+	ring    []seenKey
+	next    int // where ring's next pair goes
 }
 
+// expectation is a write of one object the watch has not brought yet.
+type expectation struct {
+	obj  api.Object // as written; for a deletion, as last known
+	rv   string     // the write's resourceVersion; "" for a deletion
+	gone bool
+	at   time.Time
+}
+
+type seenKey struct{ name, rv string }
+
 func newCache(kind string) *Cache {
-	return &Cache{kind: kind, objects: map[string]api.Object{}, tombs: map[string]int64{}}
+	return &Cache{kind: kind, now: time.Now, objects: map[string]api.Object{}, expect: map[string]expectation{},
+		seen: map[seenKey]struct{}{}, ring: make([]seenKey, seenRing)}
 }
 
 // Get returns the cached object named name.
@@ -69,6 +98,22 @@ func (c *Cache) Range(fn func(api.Object) bool) {
 	}
 }
 
+// RangeSettled is Range over the objects that are not Pending: those the
+// caller has no write of in flight.
+func (c *Cache) RangeSettled(fn func(api.Object) bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	now := c.now()
+	for name, o := range c.objects {
+		if e, ok := c.expect[name]; ok && now.Sub(e.at) < ExpectationTTL {
+			continue
+		}
+		if !fn(o) {
+			return
+		}
+	}
+}
+
 // Len is the number of cached objects.
 func (c *Cache) Len() int {
 	c.mu.RLock()
@@ -76,130 +121,133 @@ func (c *Cache) Len() int {
 	return len(c.objects)
 }
 
-// Observe records o as written by the caller, unless the cache already
-// holds a newer version or knows the object was deleted after o was
-// written: a controller that wrote an object sees its own write before the
-// watch brings it, and a write that lost the race with a deletion does not
-// bring the object back.
-func (c *Cache) Observe(o api.Object) {
-	name, rv := o.GetMeta().Name, rvOf(o)
+// Expect records that the caller wrote o (created or updated it, as the
+// store returned it): o's name is Pending until the watch brings this
+// version, a deletion of the object, or a list taken after the write.
+func (c *Cache) Expect(o api.Object) {
+	m := o.GetMeta()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.staleLocked(name, rv) {
+	if _, ok := c.seen[seenKey{m.Name, m.ResourceVersion}]; ok {
+		return // the watch was faster than the caller
+	}
+	c.expect[m.Name] = expectation{obj: o, rv: m.ResourceVersion, at: c.now()}
+}
+
+// ExpectDeleted records that the caller deleted o: its name is Pending
+// until the watch brings the deletion, or a list lacks it.
+func (c *Cache) ExpectDeleted(o api.Object) {
+	name := o.GetMeta().Name
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.objects[name]; !ok {
 		return
 	}
-	c.objects[name] = o
+	c.expect[name] = expectation{obj: o, gone: true, at: c.now()}
 }
 
-// Forget drops name, deleted by the caller. The version the cache held
-// becomes a tombstone: a late event of it (or an older one) does not
-// bring the object back.
-func (c *Cache) Forget(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old, ok := c.objects[name]; ok {
-		if rv := rvOf(old); rv > c.synced && rv > c.tombs[name] {
-			c.tombs[name] = rv
+// Pending reports whether a write of name that the caller expects has not
+// reached the cache yet: the cached object (or its absence) is older than
+// the caller's own write.
+func (c *Cache) Pending(name string) bool {
+	c.mu.RLock()
+	e, ok := c.expect[name]
+	c.mu.RUnlock()
+	return ok && c.now().Sub(e.at) < ExpectationTTL
+}
+
+// Awaiting reports whether any write still Pending is of an object for
+// which match is true (as written, or as last known for a deletion): a
+// pool asks whether a member it created or deleted is still in flight.
+func (c *Cache) Awaiting(match func(api.Object) bool) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	now := c.now()
+	for _, e := range c.expect {
+		if now.Sub(e.at) < ExpectationTTL && match(e.obj) {
+			return true
 		}
-		delete(c.objects, name)
 	}
-}
-
-// staleLocked reports whether version rv of name is older than what the
-// cache knows: a newer cached version, a deletion at or after rv, or
-// (not cached, at or below synced) a deletion the watch brought.
-func (c *Cache) staleLocked(name string, rv int64) bool {
-	if old, ok := c.objects[name]; ok {
-		return rvOf(old) > rv
-	}
-	if t, ok := c.tombs[name]; ok && rv <= t {
-		return true
-	}
-	return rv <= c.synced
+	return false
 }
 
 // apply records an event of the cache's watch, which brings every change
-// in order: the cache is then current to its revision.
+// in order, and meets the expectation it answers.
 func (c *Cache) apply(typ string, o api.Object) {
-	name, rv := o.GetMeta().Name, rvOf(o)
+	m := o.GetMeta()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	stale := false
-	if old, ok := c.objects[name]; ok {
-		stale = rvOf(old) > rv // the caller's own write, ahead of the watch
-	} else if t, ok := c.tombs[name]; ok {
-		stale = rv <= t
+	if typ == store.Deleted {
+		delete(c.objects, m.Name)
+		delete(c.expect, m.Name) // whatever was written, the object is gone
+	} else {
+		c.objects[m.Name] = o
+		if e, ok := c.expect[m.Name]; ok && !e.gone && e.rv == m.ResourceVersion {
+			delete(c.expect, m.Name)
+		}
 	}
-	switch {
-	case stale:
-	case typ == store.Deleted:
-		delete(c.objects, name)
-	default:
-		c.objects[name] = o
-	}
-	c.syncedLocked(rv)
+	c.rememberLocked(seenKey{m.Name, m.ResourceVersion})
+	c.expireLocked()
 }
 
-// syncedLocked moves synced up to rv and drops the tombstones it covers.
-func (c *Cache) syncedLocked(rv int64) {
-	if rv <= c.synced {
+func (c *Cache) rememberLocked(k seenKey) {
+	if old := c.ring[c.next]; old != (seenKey{}) {
+		delete(c.seen, old)
+	}
+	c.ring[c.next] = k
+	c.seen[k] = struct{}{}
+	c.next = (c.next + 1) % len(c.ring)
+}
+
+// expireLocked drops expectations past their TTL, so that a name once
+// pending does not stay in the map for ever.
+func (c *Cache) expireLocked() {
+	if len(c.expect) == 0 {
 		return
 	}
-	c.synced = rv
-	for name, t := range c.tombs {
-		if t <= rv {
-			delete(c.tombs, name)
+	now := c.now()
+	for name, e := range c.expect {
+		if now.Sub(e.at) >= ExpectationTTL {
+			delete(c.expect, name)
 		}
 	}
 }
 
-// relist replaces the cache with items, listed at revision rv, after its
-// watch could not resume, and returns the objects that were deleted in
-// the gap: those it held that the list lacks, in their last known state
-// (client-go's DeletedFinalStateUnknown), by name. A cached version newer
-// than the list (the caller's own write, after it) is kept, and a listed
-// version the cache knows to be stale is not taken.
-func (c *Cache) relist(items []api.Object, rv int64) (deleted []api.Object) {
+// relist replaces the cache with items, listed after since, when its watch
+// could not resume, and returns the objects that were deleted in the gap:
+// those it held that the list lacks, in their last known state
+// (client-go's DeletedFinalStateUnknown), by name. The list holds every
+// write made before it, so the expectations recorded before since are met.
+func (c *Cache) relist(items []api.Object, since time.Time) (deleted []api.Object) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fresh := make(map[string]api.Object, len(items))
 	for _, o := range items {
-		name := o.GetMeta().Name
-		if t, ok := c.tombs[name]; ok && rvOf(o) <= t {
-			continue
-		}
-		if old, ok := c.objects[name]; ok && rvOf(old) > rvOf(o) {
-			o = old
-		}
-		fresh[name] = o
+		fresh[o.GetMeta().Name] = o
 	}
 	for name, old := range c.objects {
-		if _, ok := fresh[name]; ok {
-			continue
+		if _, ok := fresh[name]; !ok {
+			deleted = append(deleted, old)
 		}
-		if rvOf(old) > rv {
-			fresh[name] = old // written after the list: the watch brings it
-			continue
-		}
-		deleted = append(deleted, old)
 	}
 	c.objects = fresh
-	c.syncedLocked(rv)
+	for name, e := range c.expect {
+		if e.at.Before(since) {
+			delete(c.expect, name)
+		}
+	}
 	sort.Slice(deleted, func(i, j int) bool { return deleted[i].GetMeta().Name < deleted[j].GetMeta().Name })
 	return deleted
 }
 
-// reset replaces the cache with a fresh list, as a test fills it.
+// reset replaces the cache with a fresh list, as a test fills it; every
+// expectation is met.
 func (c *Cache) reset(items []api.Object) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.objects = make(map[string]api.Object, len(items))
-	var rv int64
 	for _, o := range items {
 		c.objects[o.GetMeta().Name] = o
-		rv = max(rv, rvOf(o))
 	}
-	c.syncedLocked(rv)
+	clear(c.expect)
 }
-
-func rvOf(o api.Object) int64 { return store.ParseRV(o.GetMeta().ResourceVersion) }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
@@ -21,68 +22,144 @@ func cachedNames(c *Cache) []string {
 	return out
 }
 
-// TestCacheTombstones: once the cache knows an object was deleted, an
-// older version of it, from a late event or a controller's own earlier
-// write, does not bring it back; a newer one (the name created again)
-// does.
-func TestCacheTombstones(t *testing.T) {
+// TestCacheExpectations: a write the caller made keeps its object Pending
+// until the watch brings that very version, a deletion, or a list taken
+// after it; the cache itself holds only what the watch brought.
+func TestCacheExpectations(t *testing.T) {
+	t1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tests := []struct {
-		name string
-		do   func(c *Cache)
-		want []string
+		name        string
+		do          func(c *Cache, now *time.Time)
+		wantPending bool
+		want        []string
 	}{{
-		name: "a write observed after the watch brought the deletion",
-		do: func(c *Cache) {
-			c.apply(store.Deleted, sandboxAt("x", 7))
-			c.Observe(sandboxAt("x", 6))
-		},
-		want: []string{"y@3"},
+		name:        "a write the watch has not brought",
+		do:          func(c *Cache, _ *time.Time) { c.Expect(sandboxAt("x", 9)) },
+		wantPending: true,
+		want:        []string{"x@5", "y@3"},
 	}, {
-		name: "a late event after the caller deleted and forgot",
-		do: func(c *Cache) {
-			c.Observe(sandboxAt("x", 9)) // the caller's write, ahead of the watch
-			c.Forget("x")                // then its delete
+		name: "an older version arrives first",
+		do: func(c *Cache, _ *time.Time) {
+			c.Expect(sandboxAt("x", 9))
 			c.apply(store.Modified, sandboxAt("x", 8))
+		},
+		wantPending: true,
+		want:        []string{"x@8", "y@3"},
+	}, {
+		name: "the watch brings the write",
+		do: func(c *Cache, _ *time.Time) {
+			c.Expect(sandboxAt("x", 9))
 			c.apply(store.Modified, sandboxAt("x", 9))
 		},
+		want: []string{"x@9", "y@3"},
+	}, {
+		name: "the watch was faster than the caller",
+		do: func(c *Cache, _ *time.Time) {
+			c.apply(store.Modified, sandboxAt("x", 9))
+			c.apply(store.Modified, sandboxAt("x", 10)) // and someone wrote after
+			c.Expect(sandboxAt("x", 9))
+		},
+		want: []string{"x@10", "y@3"},
+	}, {
+		name: "a deletion in flight",
+		do: func(c *Cache, _ *time.Time) {
+			c.ExpectDeleted(sandboxAt("x", 5))
+		},
+		wantPending: true,
+		want:        []string{"x@5", "y@3"},
+	}, {
+		name: "the deletion arrives",
+		do: func(c *Cache, _ *time.Time) {
+			c.ExpectDeleted(sandboxAt("x", 5))
+			c.apply(store.Deleted, sandboxAt("x", 6))
+		},
 		want: []string{"y@3"},
 	}, {
-		name: "created again",
-		do: func(c *Cache) {
-			c.Observe(sandboxAt("x", 9))
-			c.Forget("x")
+		name: "a write overtaken by someone's deletion",
+		do: func(c *Cache, _ *time.Time) {
+			c.Expect(sandboxAt("x", 9))
 			c.apply(store.Deleted, sandboxAt("x", 10))
-			c.apply(store.Added, sandboxAt("x", 11))
-			c.Observe(sandboxAt("x", 10))
 		},
-		want: []string{"x@11", "y@3"},
+		want: []string{"y@3"},
 	}, {
-		name: "an object the caller created",
-		do: func(c *Cache) {
-			c.Observe(sandboxAt("z", 12)) // created by the caller, after everything the watch brought
+		name: "a created object",
+		do: func(c *Cache, _ *time.Time) {
+			c.Expect(sandboxAt("x", 12))
+			c.apply(store.Added, sandboxAt("z", 11))
 		},
-		want: []string{"x@5", "y@3", "z@12"},
+		wantPending: true,
+		want:        []string{"x@5", "y@3", "z@11"},
+	}, {
+		name: "a watch that never brings it",
+		do: func(c *Cache, now *time.Time) {
+			c.Expect(sandboxAt("x", 9))
+			*now = now.Add(ExpectationTTL)
+		},
+		want: []string{"x@5", "y@3"},
+	}, {
+		name: "a list taken after the write",
+		do: func(c *Cache, now *time.Time) {
+			c.Expect(sandboxAt("x", 9))
+			*now = now.Add(time.Millisecond)
+			c.relist([]api.Object{sandboxAt("x", 9), sandboxAt("y", 3)}, *now)
+		},
+		want: []string{"x@9", "y@3"},
+	}, {
+		name: "a list begun before the write",
+		do: func(c *Cache, now *time.Time) {
+			since := *now
+			*now = now.Add(time.Millisecond)
+			c.Expect(sandboxAt("x", 9))
+			c.relist([]api.Object{sandboxAt("x", 5), sandboxAt("y", 3)}, since)
+		},
+		wantPending: true,
+		want:        []string{"x@5", "y@3"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			now := t1
 			c := newCache(api.KindSandbox)
+			c.now = func() time.Time { return now }
 			c.reset([]api.Object{sandboxAt("x", 5), sandboxAt("y", 3)})
-			tt.do(c)
+			tt.do(c, &now)
+			if got := c.Pending("x"); got != tt.wantPending {
+				t.Errorf("Pending(x) = %v, want %v", got, tt.wantPending)
+			}
 			if got := cachedNames(c); !slices.Equal(got, tt.want) {
 				t.Errorf("cache holds %v, want %v", got, tt.want)
+			}
+			if c.Pending("y") {
+				t.Error("y is pending; nothing wrote it")
 			}
 		})
 	}
 }
 
+// TestCacheAwaiting: a pool asks whether any of its members is in flight,
+// a creation the cache has not seen among them.
+func TestCacheAwaiting(t *testing.T) {
+	c := newCache(api.KindSandbox)
+	owned := func(pool string) func(api.Object) bool {
+		return func(o api.Object) bool { return api.OwnerOf(o, api.KindSandboxPool) == pool }
+	}
+	sb := sandboxAt("web-1", 4)
+	sb.Metadata.OwnerReferences = []api.OwnerReference{{Kind: api.KindSandboxPool, Name: "web"}}
+	c.Expect(sb)
+	if !c.Awaiting(owned("web")) || c.Awaiting(owned("other")) {
+		t.Fatalf("Awaiting(web)=%v Awaiting(other)=%v, want true and false", c.Awaiting(owned("web")), c.Awaiting(owned("other")))
+	}
+	c.apply(store.Added, sb)
+	if c.Awaiting(owned("web")) {
+		t.Error("still awaiting web after the watch brought its member")
+	}
+}
+
 // TestCacheRelist: a relist returns what the cache held that the list
-// lacks, in its last known state, keeps a version written after the list,
-// and takes the listed versions.
+// lacks, in its last known state, and takes the listed versions.
 func TestCacheRelist(t *testing.T) {
 	c := newCache(api.KindSandbox)
 	c.reset([]api.Object{sandboxAt("gone", 4), sandboxAt("kept", 5), sandboxAt("changed", 6)})
-	c.Observe(sandboxAt("mine", 21)) // created by the caller after the list below
-	deleted := c.relist([]api.Object{sandboxAt("kept", 5), sandboxAt("changed", 15), sandboxAt("new", 16)}, 20)
+	deleted := c.relist([]api.Object{sandboxAt("kept", 5), sandboxAt("changed", 15), sandboxAt("new", 16)}, time.Now())
 	var names []string
 	for _, o := range deleted {
 		names = append(names, o.GetMeta().Name+"@"+o.GetMeta().ResourceVersion)
@@ -90,11 +167,7 @@ func TestCacheRelist(t *testing.T) {
 	if want := []string{"gone@4"}; !slices.Equal(names, want) {
 		t.Errorf("relist deleted %v, want %v", names, want)
 	}
-	if got, want := cachedNames(c), []string{"changed@15", "kept@5", "mine@21", "new@16"}; !slices.Equal(got, want) {
+	if got, want := cachedNames(c), []string{"changed@15", "kept@5", "new@16"}; !slices.Equal(got, want) {
 		t.Errorf("cache holds %v, want %v", got, want)
-	}
-	c.Observe(sandboxAt("gone", 4))
-	if _, ok := c.Get("gone"); ok {
-		t.Error("a version from before the list brought back an object the list lacks")
 	}
 }

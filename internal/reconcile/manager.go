@@ -207,7 +207,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			m.cancel()
 			return fmt.Errorf("watch %s: %w", kind, err)
 		}
-		in.cache.relist(items, wt.From())
+		in.cache.reset(items)
 		for _, it := range items {
 			in.deliver(it)
 		}
@@ -298,13 +298,13 @@ func (m *Manager) setDown(kind string, err error) {
 // from there, lists again: the cache is replaced by the list, and the
 // objects it held that the list lacks (deleted in the gap) are delivered
 // as deletions, in their last known state.
-func (m *Manager) follow(ctx context.Context, in *informer, wt *store.Watcher) {
+func (m *Manager) follow(ctx context.Context, in *informer, wt store.Watcher) {
 	last := wt.From()
 	for {
 		for ev := range wt.Events() {
 			in.cache.apply(ev.Type, ev.Object)
 			in.deliver(ev.Object)
-			last = store.ParseRV(ev.Object.GetMeta().ResourceVersion)
+			last = ev.Object.GetMeta().ResourceVersion
 		}
 		if ctx.Err() != nil {
 			return
@@ -315,14 +315,23 @@ func (m *Manager) follow(ctx context.Context, in *informer, wt *store.Watcher) {
 		}
 		m.setDown(in.kind, cause)
 		m.log.Warn("watch ended; resuming", "kind", in.kind, "after", last, "err", cause)
+		// A watch that ended because the store can no longer resume from
+		// where it was (Kubernetes' 410) lists again at once.
+		gone := errors.Is(cause, api.ErrGone)
 		for ctx.Err() == nil {
-			next, err := m.st.WatchFrom(ctx, in.kind, api.Selector{}, last)
+			var next store.Watcher
+			err := api.ErrGone
+			if !gone {
+				next, err = m.st.WatchFrom(ctx, in.kind, api.Selector{}, last)
+			}
 			if errors.Is(err, api.ErrGone) {
+				gone = true
 				m.log.Info("cannot resume the watch; listing again", "kind", in.kind, "after", last, "err", err)
 				var items []api.Object
+				since := time.Now()
 				items, next, err = m.st.ListAndWatch(ctx, in.kind, api.Selector{})
 				if err == nil {
-					deleted := in.cache.relist(items, next.From())
+					deleted := in.cache.relist(items, since)
 					for _, o := range deleted {
 						in.deliver(o)
 					}

@@ -121,12 +121,6 @@ func (s *Server) getHumanRequest(w http.ResponseWriter, r *http.Request) {
 // or as it is when wait runs out (or the client leaves).
 func (s *Server) agentAnswered(ctx context.Context, name string, wait time.Duration) (*api.Agent, error) {
 	st := s.opts.Store
-	// The watch starts at a revision read before the agent, so that an
-	// answer written between the two is not missed.
-	rv, err := st.Revision(ctx)
-	if err != nil {
-		return nil, err
-	}
 	o, err := st.Get(ctx, api.KindAgent, name)
 	if err != nil {
 		return nil, err
@@ -137,7 +131,8 @@ func (s *Server) agentAnswered(ctx context.Context, name string, wait time.Durat
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	wt, err := st.WatchFrom(wctx, api.KindAgent, api.Selector{}, rv)
+	// From the version read: an answer written since is not missed.
+	wt, err := st.WatchFrom(wctx, api.KindAgent, api.Selector{}, a.Metadata.ResourceVersion)
 	if err != nil {
 		return a, nil // too much changed to watch from there: answer with what is known
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -38,11 +39,11 @@ type List struct {
 
 // writeRawList writes a List whose items are the store's JSON as is: no
 // decoding and re-encoding of thousands of objects.
-func writeRawList(w http.ResponseWriter, kind string, rv int64, cont string, items []json.RawMessage) {
+func writeRawList(w http.ResponseWriter, kind string, rv string, cont string, items []json.RawMessage) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 64<<10)
-	fmt.Fprintf(bw, `{"apiVersion":%q,"kind":%q,"metadata":{"resourceVersion":"%d"`, api.Version, kind, rv)
+	fmt.Fprintf(bw, `{"apiVersion":%q,"kind":%q,"metadata":{"resourceVersion":%q`, api.Version, kind, rv)
 	if cont != "" {
 		fmt.Fprintf(bw, `,"continue":%q`, cont)
 	}
@@ -103,16 +104,17 @@ func decodeContinue(s string) (string, error) {
 
 // parseRV reads the resourceVersion parameter: -1 when absent or "0"
 // (any revision will do).
-func parseRV(r *http.Request) (int64, error) {
+func parseRV(r *http.Request) (string, error) {
 	v := r.URL.Query().Get("resourceVersion")
-	if v == "" || v == "0" {
-		return -1, nil
+	if v == "0" {
+		return "", nil // as Kubernetes: any version, the current one
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, api.Invalid("resourceVersion", "%q is not a resourceVersion (a number from a list or object)", v)
+	// resourceVersions are opaque; the store says whether it gave this
+	// one out. Here only the size and the alphabet are bounded.
+	if len(v) > 64 || strings.IndexFunc(v, func(c rune) bool { return c <= ' ' || c > '~' }) >= 0 {
+		return "", api.Invalid("resourceVersion", "%.64q is not a resourceVersion (one from a list or an object)", v)
 	}
-	return n, nil
+	return v, nil
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -136,7 +138,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.watch(w, r, k.Kind, sel, rv)
 		return
 	}
-	pg := store.Page{Selector: sel}
+	pg := store.Page{Selector: sel, NotOlderThan: rv}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxListLimit {
@@ -151,18 +153,57 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// A list is served at the current revision, which is never older
+	// than one the client saw (Kubernetes' "not older than").
 	items, cur, next, err := s.opts.Store.ListRaw(r.Context(), k.Kind, pg)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	// A list is served at the current revision, which is never older
-	// than one the client saw; a revision from the future cannot be.
-	if rv > cur {
-		s.fail(w, r, fmt.Errorf("resourceVersion %d is newer than the store's (%d): %w", rv, cur, api.ErrGone))
-		return
-	}
 	writeRawList(w, k.Kind+"List", cur, encodeContinue(next), items)
+}
+
+// scaleTries bounds scale's retries when a controller writes the pool
+// between its read and its write.
+const scaleTries = 5
+
+// setReplicas sets a pool's replicas: a read, then a write conditioned on it, tried
+// again if the pool changed in between.
+func (s *Server) setReplicas(ctx context.Context, name string, n int) (api.Object, error) {
+	var err error
+	for range scaleTries {
+		var cur, out api.Object
+		if cur, err = s.opts.Store.Get(ctx, api.KindSandboxPool, name); err != nil {
+			return nil, err
+		}
+		p := cur.(*api.SandboxPool)
+		old := p.Spec.Replicas
+		p.Spec.Replicas = n
+		if err := api.Validate(p); err != nil {
+			var fe *api.FieldError
+			if errors.As(err, &fe) && fe.Field == "spec.minReady" {
+				return nil, api.Invalid("replicas", "%d is less than spec.minReady (%d)", n, p.Spec.MinReady)
+			}
+			if errors.As(err, &fe) && fe.Field == "spec.replicas" {
+				return nil, api.Invalid("replicas", "%s", fe.Detail)
+			}
+			return nil, err
+		}
+		out, _, err = s.opts.Store.Update(ctx, p)
+		if errors.Is(err, api.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if old != n {
+			if err := s.opts.Store.RecordEvent(ctx, out, api.EventNormal, "Scaled", fmt.Sprintf("replicas %d -> %d", old, n)); err != nil {
+				s.log.Warn("record event", "pool", name, "err", err)
+			}
+		}
+		return out, nil
+	}
+	return nil, err
 }
 
 func isWatch(r *http.Request) bool {
@@ -330,7 +371,7 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, api.Invalid("metadata.name", "%q does not match the name in the URL (%q)", o.GetMeta().Name, name))
 		return
 	}
-	out, res, err := s.opts.Store.Apply(r.Context(), o)
+	out, res, err := store.Apply(r.Context(), s.opts.Store, o)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -395,34 +436,7 @@ func (s *Server) scale(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, api.Invalid("replicas", "required"))
 		return
 	}
-	var out api.Object
-	err = s.opts.Store.Tx(r.Context(), func(tx *store.Tx) error {
-		cur, err := tx.Get(api.KindSandboxPool, r.PathValue("name"))
-		if err != nil {
-			return err
-		}
-		p := cur.(*api.SandboxPool)
-		old := p.Spec.Replicas
-		p.Spec.Replicas = *n
-		if err := api.Validate(p); err != nil {
-			var fe *api.FieldError
-			if errors.As(err, &fe) && fe.Field == "spec.minReady" {
-				return api.Invalid("replicas", "%d is less than spec.minReady (%d)", *n, p.Spec.MinReady)
-			}
-			if errors.As(err, &fe) && fe.Field == "spec.replicas" {
-				return api.Invalid("replicas", "%s", fe.Detail)
-			}
-			return err
-		}
-		out, _, err = tx.Update(p)
-		if err != nil {
-			return err
-		}
-		if old != *n {
-			return tx.Emit(out, api.EventNormal, "Scaled", fmt.Sprintf("replicas %d -> %d", old, *n))
-		}
-		return nil
-	})
+	out, err := s.setReplicas(r.Context(), r.PathValue("name"), *n)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -507,8 +521,8 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		s.watchEvents(w, r, f, rv)
 		return
 	}
-	if rv >= 0 {
-		f.AfterID, f.Limit = rv, 0
+	if rv != "" {
+		f.After, f.Limit = rv, 0
 	}
 	evs, err := s.opts.Store.ListEvents(r.Context(), f)
 	if err != nil {

@@ -314,7 +314,7 @@ func TestRunningAgentSpecIsFixed(t *testing.T) {
 	// Through the store too (whoever asks).
 	a := ts.agent(t, "job")
 	a.Spec.Type = "custom"
-	if _, _, err := ts.st.Apply(context.Background(), a); statusOf(err) != http.StatusConflict {
+	if _, _, err := store.Apply(context.Background(), ts.st, a); statusOf(err) != http.StatusConflict {
 		t.Fatalf("store apply of a new type: %v", err)
 	}
 }

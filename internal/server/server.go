@@ -29,7 +29,7 @@ const DefaultMaxBody = 4 << 20
 
 // Options configure a Server.
 type Options struct {
-	Store  *store.Store
+	Store  store.API
 	Logger *slog.Logger
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
 	// API call.

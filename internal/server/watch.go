@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -71,13 +70,13 @@ func (sw *streamWriter) send(typ string, obj any, flush bool) error {
 // heartbeat keeps idle watches from being cut by proxies.
 const heartbeat = 30 * time.Second
 
-// watch streams changes of kind: with rv < 0, the current objects as ADDED
+// watch streams changes of kind: with no rv, the current objects as ADDED
 // first, then every change; with a resourceVersion, the changes after it.
-func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel api.Selector, rv int64) {
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel api.Selector, rv string) {
 	var items []api.Object
-	var wt *store.Watcher
+	var wt store.Watcher
 	var err error
-	if rv < 0 {
+	if rv == "" {
 		items, wt, err = s.opts.Store.ListAndWatch(r.Context(), kind, sel)
 	} else {
 		wt, err = s.opts.Store.WatchFrom(r.Context(), kind, sel, rv)
@@ -107,21 +106,21 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel 
 // the stream has caught up to it.
 const Bookmark = "BOOKMARK"
 
-func bookmarkObject(rv int64) any {
-	return map[string]any{"metadata": map[string]string{"resourceVersion": strconv.FormatInt(rv, 10)}}
+func bookmarkObject(rv string) any {
+	return map[string]any{"metadata": map[string]string{"resourceVersion": rv}}
 }
 
 // watchEvents streams the audit log: the newest events first (f.Limit of
 // them), or with a resourceVersion (an event's), every event after it;
 // then each new one.
-func (s *Server) watchEvents(w http.ResponseWriter, r *http.Request, f store.EventFilter, rv int64) {
+func (s *Server) watchEvents(w http.ResponseWriter, r *http.Request, f store.EventFilter, rv string) {
 	_, wt, err := s.opts.Store.ListAndWatch(r.Context(), api.KindEvent, api.Selector{})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if rv >= 0 {
-		f.AfterID = rv
+	if rv != "" {
+		f.After = rv
 		f.Limit = 0
 	}
 	prior, err := s.opts.Store.ListEvents(r.Context(), f)
@@ -129,26 +128,30 @@ func (s *Server) watchEvents(w http.ResponseWriter, r *http.Request, f store.Eve
 		s.fail(w, r, err)
 		return
 	}
+	// The watch began before the list: what it brings that the list
+	// already held is not sent twice. resourceVersions are compared for
+	// equality only.
 	sw := newStream(w, r)
-	lastID := rv
+	sent := make(map[string]bool, len(prior))
 	for i, e := range prior {
 		sw.send(store.Added, e, i == len(prior)-1)
-		lastID = store.ParseRV(e.Metadata.ResourceVersion)
+		sent[e.Metadata.Name+"/"+e.Metadata.ResourceVersion] = true
 	}
 	s.pumpFiltered(r, sw, wt, func(o api.Object) bool {
 		e := o.(*api.Event)
-		if store.ParseRV(e.Metadata.ResourceVersion) <= lastID {
+		if k := e.Metadata.Name + "/" + e.Metadata.ResourceVersion; sent[k] {
+			delete(sent, k)
 			return false // already sent with the listed events
 		}
 		return (f.Kind == "" || e.InvolvedObject.Kind == f.Kind) && (f.Name == "" || e.InvolvedObject.Name == f.Name)
 	})
 }
 
-func (s *Server) pump(r *http.Request, sw *streamWriter, wt *store.Watcher) {
+func (s *Server) pump(r *http.Request, sw *streamWriter, wt store.Watcher) {
 	s.pumpFiltered(r, sw, wt, func(api.Object) bool { return true })
 }
 
-func (s *Server) pumpFiltered(r *http.Request, sw *streamWriter, wt *store.Watcher, keep func(api.Object) bool) {
+func (s *Server) pumpFiltered(r *http.Request, sw *streamWriter, wt store.Watcher, keep func(api.Object) bool) {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {

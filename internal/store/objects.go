@@ -4,25 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 )
-
-// setSpec copies src's spec into dst (same kind).
-func setSpec(dst, src api.Object) {
-	src = api.DeepCopy(src)
-	reflect.ValueOf(dst.GetSpec()).Elem().Set(reflect.ValueOf(src.GetSpec()).Elem())
-}
-
-// setStatus copies src's status into dst (same kind).
-func setStatus(dst, src api.Object) {
-	src = api.DeepCopy(src)
-	reflect.ValueOf(dst.GetStatus()).Elem().Set(reflect.ValueOf(src.GetStatus()).Elem())
-}
 
 // Get returns the stored object, or an error wrapping api.ErrNotFound.
 func (s *Store) Get(ctx context.Context, kind, name string) (api.Object, error) {
@@ -31,7 +17,13 @@ func (s *Store) Get(ctx context.Context, kind, name string) (api.Object, error) 
 
 // List returns the objects of a kind whose labels match sel, ordered by name,
 // and the store revision they were read at.
-func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, int64, error) {
+func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, string, error) {
+	items, rv, err := s.listAt(ctx, kind, sel)
+	return items, formatRV(rv), err
+}
+
+// listAt is List with the revision as the number it is here.
+func (s *Store) listAt(ctx context.Context, kind string, sel api.Selector) ([]api.Object, int64, error) {
 	tx, err := s.r.BeginTx(ctx, &sqlReadOnly)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
@@ -43,13 +35,14 @@ func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.
 // ListRaw is List without decoding, a page at a time: each item is the
 // object's stored JSON, and next is the name the next page starts after
 // ("" on the last page). Each page is read at the revision it returns.
-func (s *Store) ListRaw(ctx context.Context, kind string, pg Page) (items []json.RawMessage, rv int64, next string, err error) {
+func (s *Store) ListRaw(ctx context.Context, kind string, pg Page) (items []json.RawMessage, rv string, next string, err error) {
 	tx, err := s.r.BeginTx(ctx, &sqlReadOnly)
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("list %s: %w", kind, err)
+		return nil, "", "", fmt.Errorf("list %s: %w", kind, err)
 	}
 	defer tx.Rollback()
-	return listRaw(ctx, tx, kind, pg)
+	items, n, next, err := listRaw(ctx, tx, kind, pg)
+	return items, formatRV(n), next, err
 }
 
 // Create stores a new object; see Tx.Create.
@@ -87,62 +80,6 @@ func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, err
 		return err
 	})
 	return out, err
-}
-
-// ApplyResult says what Apply did.
-type ApplyResult string
-
-// Apply results, as kubectl prints them.
-const (
-	Created    ApplyResult = "created"
-	Configured ApplyResult = "configured"
-	Unchanged  ApplyResult = "unchanged"
-)
-
-// Apply creates o or, if it exists, updates it (create-or-update, as PUT
-// does). The resourceVersion precondition applies to the update. Finalizers
-// and owner references that o leaves unset are kept: a user's apply of a
-// manifest must not take away what the controllers added.
-func (s *Store) Apply(ctx context.Context, o api.Object) (api.Object, ApplyResult, error) {
-	var out api.Object
-	var res ApplyResult
-	err := s.Tx(ctx, func(tx *Tx) error {
-		cur, err := tx.Get(o.GetTypeMeta().Kind, o.GetMeta().Name)
-		switch {
-		case err == nil:
-			o = api.DeepCopy(o)
-			if m := o.GetMeta(); m.Finalizers == nil {
-				m.Finalizers = cur.GetMeta().Finalizers
-			}
-			if m := o.GetMeta(); m.OwnerReferences == nil {
-				m.OwnerReferences = cur.GetMeta().OwnerReferences
-			}
-			var changed bool
-			out, changed, err = tx.Update(o)
-			if err != nil {
-				return err
-			}
-			res = Unchanged
-			if changed {
-				res = Configured
-				return tx.Emit(out, api.EventNormal, "Configured", fmt.Sprintf("%s %s configured", o.GetTypeMeta().Kind, o.GetMeta().Name))
-			}
-			return nil
-		case isNotFound(err):
-			if o.GetMeta().ResourceVersion != "" {
-				return fmt.Errorf("%s %q does not exist but a resourceVersion was given: %w", strings.ToLower(o.GetTypeMeta().Kind), o.GetMeta().Name, api.ErrConflict)
-			}
-			out, err = tx.Create(o)
-			if err != nil {
-				return err
-			}
-			res = Created
-			return tx.Emit(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
-		default:
-			return err
-		}
-	})
-	return out, res, err
 }
 
 // Delete removes an object; see Tx.Delete.
@@ -269,11 +206,10 @@ type EventFilter struct {
 	Name  string // involved object's name; empty is any
 	Since time.Time
 	Limit int // newest N; 0 means 1000 (all, with AfterID)
-	// AfterID, when set, asks for every event after the event with this
-	// id (its resourceVersion). If the log no longer holds the events
-	// right after it, or has no such event yet, the error wraps
-	// api.ErrGone.
-	AfterID int64
+	// After, when set, asks for every event after the event with this
+	// resourceVersion. If the log no longer holds the events right after
+	// it, or has no such event yet, the error wraps api.ErrGone.
+	After string
 }
 
 // ListEvents returns events oldest first, including every event recorded
@@ -286,20 +222,27 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]*api.Event, er
 	}
 	q := `SELECT id, kind, name, uid, type, reason, message, ts FROM events WHERE 1=1`
 	var args []any
-	if f.AfterID > 0 {
+	var after int64
+	if f.After != "" {
+		var err error
+		if after, err = parseRV("resourceVersion", f.After); err != nil {
+			return nil, err
+		}
+	}
+	if after > 0 {
 		var oldest, newest int64
 		err := s.r.QueryRowContext(ctx, `SELECT COALESCE((SELECT MIN(id) FROM events), 0), COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`).Scan(&oldest, &newest)
 		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
 		switch {
-		case f.AfterID > newest:
-			return nil, fmt.Errorf("resourceVersion %d is newer than the newest event (%d): %w", f.AfterID, newest, api.ErrGone)
-		case oldest > 0 && f.AfterID < oldest-1:
-			return nil, fmt.Errorf("the events after resourceVersion %d were pruned (the log keeps the newest %d): list again: %w", f.AfterID, s.maxEvents, api.ErrGone)
+		case after > newest:
+			return nil, fmt.Errorf("resourceVersion %d is newer than the newest event (%d): %w", after, newest, api.ErrGone)
+		case oldest > 0 && after < oldest-1:
+			return nil, fmt.Errorf("the events after resourceVersion %d were pruned (the log keeps the newest %d): list again: %w", after, s.maxEvents, api.ErrGone)
 		}
 		q += ` AND id > ?`
-		args = append(args, f.AfterID)
+		args = append(args, after)
 		if f.Limit <= 0 {
 			limit = s.maxEvents
 		}
@@ -345,16 +288,28 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]*api.Event, er
 }
 
 // Revision returns the store's current revision.
+//
+// It counts the object writes this store ever committed, which is what
+// benchmarks read it for; callers that watch pass resourceVersions, never
+// this number.
 func (s *Store) Revision(ctx context.Context) (int64, error) {
 	var rv int64
 	err := s.r.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv)
 	return rv, err
 }
 
-// ParseRV parses a resourceVersion string; 0 for empty.
-func ParseRV(rv string) int64 {
-	n, _ := strconv.ParseInt(rv, 10, 64)
-	return n
+// formatRV is a revision as the resourceVersion callers see: SQLite's
+// revisions are decimal, but callers treat them as opaque.
+func formatRV(rv int64) string { return strconv.FormatInt(rv, 10) }
+
+// parseRV reads back a resourceVersion this store gave out; a string it
+// did not give out is an error naming field.
+func parseRV(field, rv string) (int64, error) {
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n < 0 {
+		return 0, api.Invalid(field, "%.64q is not a resourceVersion (one from a list or an object)", rv)
+	}
+	return n, nil
 }
 
 // UpdateStatusGroups writes groups of status updates in one transaction:

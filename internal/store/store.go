@@ -71,7 +71,7 @@ type Store struct {
 	flushers   sync.WaitGroup
 
 	mu       sync.Mutex // guards the following fields
-	watchers map[*Watcher]struct{}
+	watchers map[*watcher]struct{}
 	closed   bool
 	inserted int // events since the last prune
 	logged   int // changes since the last compaction
@@ -111,7 +111,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
-	s := &Store{w: w, r: r, path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, maxChanges: opts.MaxChanges, watchBuffer: opts.WatchBuffer, watchers: map[*Watcher]struct{}{}}
+	s := &Store{w: w, r: r, path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, maxChanges: opts.MaxChanges, watchBuffer: opts.WatchBuffer, watchers: map[*watcher]struct{}{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -344,7 +344,7 @@ func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
 		if err := api.ValidateUpdate(cur, o); err != nil {
 			return nil, false, err
 		}
-		setSpec(next, o)
+		api.CopySpec(next, o)
 		nm.Generation++
 	}
 	if !specChanged && jsonEqual(cur.GetMeta(), nm) {
@@ -374,7 +374,7 @@ func (tx *Tx) UpdateStatus(o api.Object) (api.Object, error) {
 		return cur, nil
 	}
 	next := api.DeepCopy(cur)
-	setStatus(next, o)
+	api.CopyStatus(next, o)
 	out, _, err := tx.write(next, cur.GetMeta().Labels)
 	return out, err
 }
@@ -611,6 +611,10 @@ type Page struct {
 	Selector api.Selector
 	After    string
 	Limit    int
+	// NotOlderThan, when set, is a resourceVersion the client saw: the
+	// page must be read at it or later. One the store never gave out is
+	// invalid; one newer than the store is gone.
+	NotOlderThan string
 }
 
 // listRaw returns the stored JSON of the matching objects without decoding
@@ -619,6 +623,15 @@ type Page struct {
 func listRaw(ctx context.Context, q querier, kind string, pg Page) (items []json.RawMessage, rv int64, next string, err error) {
 	if err := q.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv); err != nil {
 		return nil, 0, "", fmt.Errorf("list %s: %w", kind, err)
+	}
+	if pg.NotOlderThan != "" {
+		min, err := parseRV("resourceVersion", pg.NotOlderThan)
+		if err != nil {
+			return nil, 0, "", err
+		}
+		if min > rv {
+			return nil, 0, "", fmt.Errorf("resourceVersion %d is newer than the store's (%d): %w", min, rv, api.ErrGone)
+		}
 	}
 	sel := pg.Selector
 	query := `SELECT name, data, labels FROM objects WHERE kind = ?`
@@ -688,19 +701,26 @@ func jsonEqual(a, b any) bool {
 // Interface is what controllers use of a store: objects by kind and name,
 // optimistic concurrency on resourceVersion (Update and UpdateStatus with a
 // resourceVersion set are conditional), watches that resume from a
-// revision, and the audit log. *Store implements it over SQLite; a store
-// kept by a Kubernetes API server can implement it too. Transactions are
-// not part of it: a controller changes one object at a time and claims
-// by resourceVersion.
+// resourceVersion, and the audit log. *Store implements it over SQLite;
+// the kube package implements it over a Kubernetes API server, and
+// storetest checks both the same way.
+//
+// resourceVersions are opaque: a caller passes one back (to a conditional
+// write or to WatchFrom) and compares two for equality, never for order.
+// Names are unique per kind: a store is one namespace (SQLite has one; the
+// Kubernetes store is given one), so that hvkube's names, URLs and the CLI
+// are the same in both modes and one cluster can hold several installs.
+// Transactions are not part of it: a controller changes one object at a
+// time and claims by resourceVersion.
 type Interface interface {
 	Get(ctx context.Context, kind, name string) (api.Object, error)
-	List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, int64, error)
+	List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, string, error)
 	Create(ctx context.Context, o api.Object) (api.Object, error)
 	Update(ctx context.Context, o api.Object) (api.Object, bool, error)
 	UpdateStatus(ctx context.Context, o api.Object) (api.Object, error)
 	Delete(ctx context.Context, kind, name string, opts DeleteOptions) (api.Object, bool, error)
-	ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, *Watcher, error)
-	WatchFrom(ctx context.Context, kind string, sel api.Selector, rv int64) (*Watcher, error)
+	ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, Watcher, error)
+	WatchFrom(ctx context.Context, kind string, sel api.Selector, rv string) (Watcher, error)
 	RecordEvent(ctx context.Context, o api.Object, eventType, reason, message string) error
 }
 

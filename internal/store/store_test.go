@@ -141,7 +141,7 @@ func TestApplyKeepsControllerMetadata(t *testing.T) {
 	if _, err := s.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	out, res, err := s.Apply(ctx, pool("kept", 1)) // a user's manifest names neither
+	out, res, err := Apply(ctx, s, pool("kept", 1)) // a user's manifest names neither
 	if err != nil || res != Unchanged {
 		t.Fatalf("apply: %v %v", res, err)
 	}
@@ -312,7 +312,7 @@ func TestWatchResumesAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	from := ParseRV(p.GetMeta().ResourceVersion)
+	from := p.GetMeta().ResourceVersion
 	q := api.DeepCopy(p).(*api.SandboxPool)
 	q.Spec.Replicas = 2
 	q.Metadata.ResourceVersion = ""
@@ -359,7 +359,7 @@ func TestWatchResumesAcrossRestart(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("no live event after the replay")
 	}
-	if _, err := s.WatchFrom(ctx, api.KindSandboxPool, api.Selector{}, 1<<40); !errors.Is(err, api.ErrGone) {
+	if _, err := s.WatchFrom(ctx, api.KindSandboxPool, api.Selector{}, "1099511627776"); !errors.Is(err, api.ErrGone) {
 		t.Fatalf("future revision: %v", err)
 	}
 }
@@ -377,7 +377,7 @@ func TestWatchFromCompactedRevision(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = s.WatchFrom(ctx, api.KindSandboxPool, api.Selector{}, ParseRV(first.GetMeta().ResourceVersion))
+	_, err = s.WatchFrom(ctx, api.KindSandboxPool, api.Selector{}, first.GetMeta().ResourceVersion)
 	if !errors.Is(err, api.ErrGone) || !strings.Contains(err.Error(), "compacted") {
 		t.Fatalf("watch from a compacted revision: %v", err)
 	}

@@ -43,8 +43,24 @@ var ErrWatchOverflow = errors.New("watch: reader fell behind; watch again from t
 // fit in the room left drops the watcher with ErrWatchOverflow.
 const WatchBuffer = 4096
 
-// Watcher delivers committed changes of one kind (or events).
-type Watcher struct {
+// Watcher delivers committed changes of one kind (or events), in commit
+// order. It ends when the context it was made with ends, or when the store
+// drops it.
+type Watcher interface {
+	// Events is the stream of changes. It is closed when the watch ends;
+	// Err then says why.
+	Events() <-chan WatchEvent
+	// Err is nil while the watch runs and after a clean stop.
+	Err() error
+	// From is the resourceVersion the watch starts after: that of the
+	// listed objects, or the one asked for. Every change it delivers is
+	// newer. Like every resourceVersion it is opaque: pass it back to
+	// WatchFrom, never compare or compute with it.
+	From() string
+}
+
+// watcher is SQLite's Watcher.
+type watcher struct {
 	kind string
 	sel  api.Selector
 	ch   chan WatchEvent
@@ -55,16 +71,11 @@ type Watcher struct {
 	done chan struct{}
 }
 
-// From is the revision the watch starts after: the revision of the listed
-// objects, or the one asked for. Every change it delivers is newer.
-func (w *Watcher) From() int64 { return w.from }
+func (w *watcher) From() string { return formatRV(w.from) }
 
-// Events is the stream of changes. It is closed when the watch ends; Err
-// then says why.
-func (w *Watcher) Events() <-chan WatchEvent { return w.ch }
+func (w *watcher) Events() <-chan WatchEvent { return w.ch }
 
-// Err is nil while the watch runs and after a clean Stop.
-func (w *Watcher) Err() error {
+func (w *watcher) Err() error {
 	select {
 	case <-w.done:
 		return w.err
@@ -76,7 +87,7 @@ func (w *Watcher) Err() error {
 // stop ends the watch with err (nil: a clean stop). The caller has taken w
 // out of s.watchers first, or holds s.mu: nothing sends to a stopped
 // watcher.
-func (w *Watcher) stop(err error) {
+func (w *watcher) stop(err error) {
 	w.once.Do(func() {
 		w.err = err
 		close(w.done)
@@ -88,8 +99,12 @@ func (w *Watcher) stop(err error) {
 // Watcher of every later change, with no gap and no overlap between the two.
 // The watcher ends when ctx ends. Pass api.KindEvent to watch the audit log
 // (the list is then empty).
-func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, *Watcher, error) {
-	return s.listAndWatch(ctx, kind, sel, -1)
+func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, Watcher, error) {
+	items, w, err := s.listAndWatch(ctx, kind, sel, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	return items, w, nil
 }
 
 // WatchFrom returns a Watcher of the changes of kind after revision rv,
@@ -97,15 +112,22 @@ func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector)
 // An rv older than the log reaches (compacted away), newer than the store,
 // or with more changes since than a watcher buffers is an error wrapping
 // api.ErrGone: list again, then watch from the list's revision.
-func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv int64) (*Watcher, error) {
-	_, w, err := s.listAndWatch(ctx, kind, sel, rv)
-	return w, err
+func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv string) (Watcher, error) {
+	from, err := parseRV("resourceVersion", rv)
+	if err != nil {
+		return nil, err
+	}
+	_, w, err := s.listAndWatch(ctx, kind, sel, from)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // listAndWatch registers a watcher; from < 0 lists first, otherwise from
 // must be the current revision.
-func (s *Store) listAndWatch(ctx context.Context, kind string, sel api.Selector, from int64) ([]api.Object, *Watcher, error) {
-	w := &Watcher{kind: kind, sel: sel, ch: make(chan WatchEvent, s.watchBuffer), done: make(chan struct{})}
+func (s *Store) listAndWatch(ctx context.Context, kind string, sel api.Selector, from int64) ([]api.Object, *watcher, error) {
+	w := &watcher{kind: kind, sel: sel, ch: make(chan WatchEvent, s.watchBuffer), done: make(chan struct{})}
 	// Holding the write lock means nothing commits between the list (or
 	// the revision check) and the registration.
 	s.writeMu.Lock()
@@ -119,7 +141,7 @@ func (s *Store) listAndWatch(ctx context.Context, kind string, sel api.Selector,
 		w.from = from
 	case kind != api.KindEvent:
 		var err error
-		items, w.from, err = s.List(ctx, kind, sel)
+		items, w.from, err = s.listAt(ctx, kind, sel)
 		if err != nil {
 			s.writeMu.Unlock()
 			return nil, nil, err
@@ -149,7 +171,7 @@ func (s *Store) listAndWatch(ctx context.Context, kind string, sel api.Selector,
 
 // replay puts the logged changes of w's kind after revision from into w.
 // The caller holds writeMu, so nothing commits meanwhile.
-func (s *Store) replay(ctx context.Context, w *Watcher, from int64) error {
+func (s *Store) replay(ctx context.Context, w *watcher, from int64) error {
 	var cur, compacted int64
 	if err := s.r.QueryRowContext(ctx, `SELECT rv, compacted_rv FROM revision WHERE id = 1`).Scan(&cur, &compacted); err != nil {
 		return fmt.Errorf("watch %s: %w", w.kind, err)
@@ -228,7 +250,7 @@ func (s *Store) publish(evs []WatchEvent) {
 
 // share appends to dst the events of evs that w sees, typed as w sees
 // them.
-func (w *Watcher) share(evs, dst []WatchEvent) []WatchEvent {
+func (w *watcher) share(evs, dst []WatchEvent) []WatchEvent {
 	for _, ev := range evs {
 		if ev.Object.GetTypeMeta().Kind != w.kind {
 			continue
@@ -247,7 +269,7 @@ func (w *Watcher) share(evs, dst []WatchEvent) []WatchEvent {
 // view is the type of ev as this watcher's selector sees it, or "" if the
 // watcher does not see it: a modification that takes an object out of the
 // selector is a deletion, one that brings it in an addition.
-func (w *Watcher) view(ev WatchEvent) string {
+func (w *watcher) view(ev WatchEvent) string {
 	is := w.sel.Matches(ev.Object.GetMeta().Labels)
 	if ev.Type != Modified {
 		if is {

@@ -44,7 +44,7 @@ func createPools(t *testing.T, s *Store, prefix string, n int, labels map[string
 }
 
 // drain reads w until its channel closes and returns what it read.
-func drain(t *testing.T, w *Watcher) []WatchEvent {
+func drain(t *testing.T, w Watcher) []WatchEvent {
 	t.Helper()
 	var got []WatchEvent
 	timeout := time.After(30 * time.Second)
@@ -86,7 +86,7 @@ func TestWatchOverflowInOneTransaction(t *testing.T) {
 	if err := slow.Err(); !errors.Is(err, ErrWatchOverflow) {
 		t.Fatalf("Err() = %v, want ErrWatchOverflow", err)
 	}
-	last := ParseRV(got[len(got)-1].Object.GetMeta().ResourceVersion)
+	last := got[len(got)-1].Object.GetMeta().ResourceVersion
 	if _, err := s.WatchFrom(ctx, api.KindSandboxPool, api.Selector{}, last); !errors.Is(err, api.ErrGone) {
 		t.Fatalf("watch again after more changes than a buffer holds: got %v, want ErrGone", err)
 	}
@@ -121,7 +121,7 @@ func TestDroppedWatcherResumes(t *testing.T) {
 	if len(got) != testBuffer-10 || !errors.Is(w.Err(), ErrWatchOverflow) {
 		t.Fatalf("got %d events and %v; want %d and ErrWatchOverflow", len(got), w.Err(), testBuffer-10)
 	}
-	last := ParseRV(got[len(got)-1].Object.GetMeta().ResourceVersion)
+	last := got[len(got)-1].Object.GetMeta().ResourceVersion
 	again, err := s.WatchFrom(ctx, api.KindSandboxPool, api.Selector{}, last)
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,10 @@ function changed() {
   }, 50);
 }
 
-const rvOf = (o) => Number(o?.metadata?.resourceVersion || 0);
+// resourceVersions are opaque: events are told apart by name and version,
+// and ordered by time.
+const keyOf = (e) => `${e?.metadata?.name}/${e?.metadata?.resourceVersion}`;
+const timeOf = (e) => Date.parse(e?.timestamp || '') || 0;
 
 let stops = [];
 
@@ -70,12 +73,12 @@ export function start() {
       },
       onEvent(_type, e) {
         const evs = state.events;
-        // Keep order by revision; duplicates are dropped.
-        if (evs.length && rvOf(evs[evs.length - 1]) >= rvOf(e)) {
-          if (evs.some((x) => rvOf(x) === rvOf(e))) return;
-          evs.push(e);
-          evs.sort((a, b) => rvOf(a) - rvOf(b));
-        } else evs.push(e);
+        // Keep order by time; duplicates are dropped.
+        if (evs.some((x) => keyOf(x) === keyOf(e))) return;
+        evs.push(e);
+        if (evs.length > 1 && timeOf(evs[evs.length - 2]) > timeOf(e)) {
+          evs.sort((a, b) => timeOf(a) - timeOf(b));
+        }
         if (evs.length > MAX_EVENTS) evs.splice(0, evs.length - MAX_EVENTS);
         changed();
       },

@@ -195,9 +195,9 @@ func (s *Store) Get(ctx context.Context, kind, name string) (api.Object, error) 
 }
 
 // List passes to the wrapped store unless a fault says otherwise.
-func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, int64, error) {
+func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, string, error) {
 	if err := s.enter(ctx, Call{Op: List, Kind: kind}); err != nil {
-		return nil, 0, err
+		return nil, "", err
 	}
 	return s.inner.List(ctx, kind, sel)
 }
@@ -236,7 +236,7 @@ func (s *Store) Delete(ctx context.Context, kind, name string, opts store.Delete
 
 // ListAndWatch passes to the wrapped store unless a fault says otherwise;
 // CutWatches can end the watch.
-func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, *store.Watcher, error) {
+func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, store.Watcher, error) {
 	if err := s.enter(ctx, Call{Op: ListAndWatch, Kind: kind}); err != nil {
 		return nil, nil, err
 	}
@@ -248,7 +248,7 @@ func (s *Store) ListAndWatch(ctx context.Context, kind string, sel api.Selector)
 
 // WatchFrom passes to the wrapped store unless a fault says otherwise;
 // CutWatches can end the watch.
-func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv int64) (*store.Watcher, error) {
+func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv string) (store.Watcher, error) {
 	if err := s.enter(ctx, Call{Op: WatchFrom, Kind: kind}); err != nil {
 		return nil, err
 	}

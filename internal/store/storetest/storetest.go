@@ -227,7 +227,7 @@ func names(objs []api.Object) string {
 }
 
 // next reads w's next event, failing after watchWait.
-func next(t *testing.T, w *store.Watcher) store.WatchEvent {
+func next(t *testing.T, w store.Watcher) store.WatchEvent {
 	t.Helper()
 	select {
 	case ev, ok := <-w.Events():
@@ -241,7 +241,7 @@ func next(t *testing.T, w *store.Watcher) store.WatchEvent {
 	return store.WatchEvent{}
 }
 
-func expect(t *testing.T, w *store.Watcher, typ, name string) api.Object {
+func expect(t *testing.T, w store.Watcher, typ, name string) api.Object {
 	t.Helper()
 	ev := next(t, w)
 	if ev.Type != typ || ev.Object.GetMeta().Name != name {

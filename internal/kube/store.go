@@ -1,0 +1,408 @@
+// Package kube is hvkube's store on a Kubernetes API server: every kind a
+// custom resource of group hvkube.io (deploy/crds), in one namespace, read
+// and written with client-go; events as Kubernetes Events. It implements
+// store.API, so the controllers, the node and the API server run on it as
+// they do on SQLite, and storetest checks it the same way.
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/crd"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// Options configure Open.
+type Options struct {
+	// Config reaches the API server (from a kubeconfig, or in-cluster).
+	Config *rest.Config
+	// Namespace holds this install's objects; it must exist.
+	Namespace string
+	// Component names the writer of events (their source).
+	Component string
+	// Logger; slog.Default when nil.
+	Logger *slog.Logger
+	// Now is the clock of event timestamps; time.Now when nil.
+	Now func() time.Time
+}
+
+// Store is the Kubernetes store. It is safe for concurrent use.
+type Store struct {
+	dyn  dynamic.Interface
+	core kubernetes.Interface
+	ns   string
+	log  *slog.Logger
+	now  func() time.Time
+	ev   *events
+}
+
+var _ store.API = (*Store)(nil)
+
+// Open connects to the API server and checks that the CRDs are installed
+// and the namespace exists.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Config == nil {
+		return nil, errors.New("kube: no API server configuration")
+	}
+	if opts.Namespace == "" {
+		return nil, errors.New("kube: no namespace")
+	}
+	cfg := rest.CopyConfig(opts.Config)
+	if cfg.QPS == 0 {
+		// Controllers write in bursts (a pool fills, a round of claims);
+		// the API server's own flow control is the limit that matters.
+		cfg.QPS, cfg.Burst = 500, 1000
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "hvkube"
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	s := &Store{dyn: dyn, core: core, ns: opts.Namespace, log: opts.Logger, now: opts.Now}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	component := opts.Component
+	if component == "" {
+		component = "hvkube"
+	}
+	s.ev = newEvents(s, component)
+	return s, nil
+}
+
+// check says what is missing before anything is written: the CRDs, the
+// namespace, or the right to use them.
+func (s *Store) check(ctx context.Context) error {
+	res, err := s.core.Discovery().ServerResourcesForGroupVersion(crd.Group + "/" + crd.Version)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("kube: the API server serves no %s/%s: install the CRDs first (hvkube crds | kubectl apply -f -)", crd.Group, crd.Version)
+		}
+		return fmt.Errorf("kube: reach the API server: %w", err)
+	}
+	have := map[string]bool{}
+	for _, r := range res.APIResources {
+		have[r.Name] = true
+	}
+	for _, k := range api.Kinds {
+		if !have[k.Plural] {
+			return fmt.Errorf("kube: the CRD %s.%s is not installed (hvkube crds | kubectl apply -f -)", k.Plural, crd.Group)
+		}
+	}
+	if _, err := s.core.CoreV1().Namespaces().Get(ctx, s.ns, metav1.GetOptions{}); err != nil && !apierrors.IsForbidden(err) {
+		return fmt.Errorf("kube: namespace %s: %w", s.ns, mapErr(err))
+	}
+	return nil
+}
+
+// Close stops the event writer after it has written what is queued.
+func (s *Store) Close() error {
+	s.ev.close()
+	return nil
+}
+
+// Namespace is the namespace this store keeps its objects in.
+func (s *Store) Namespace() string { return s.ns }
+
+func (s *Store) res(kind string) (dynamic.ResourceInterface, error) {
+	k, ok := api.LookupKind(kind)
+	if !ok || kind == api.KindEvent {
+		return nil, fmt.Errorf("kind %q: %w", kind, api.ErrInvalid)
+	}
+	return s.dyn.Resource(schema.GroupVersionResource{Group: crd.Group, Version: crd.Version, Resource: k.Plural}).Namespace(s.ns), nil
+}
+
+// Ping checks that the API server answers.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.core.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	return mapErr(err)
+}
+
+// Get returns the stored object, or an error wrapping api.ErrNotFound.
+func (s *Store) Get(ctx context.Context, kind, name string) (api.Object, error) {
+	r, err := s.res(kind)
+	if err != nil {
+		return nil, err
+	}
+	u, err := r.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return fromKube(u)
+}
+
+// List returns the objects of kind whose labels match sel, by name, and the
+// resourceVersion of the list.
+func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, string, error) {
+	r, err := s.res(kind)
+	if err != nil {
+		return nil, "", err
+	}
+	l, err := r.List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, "", mapErr(err)
+	}
+	out := make([]api.Object, 0, len(l.Items))
+	for i := range l.Items {
+		o, err := fromKube(&l.Items[i])
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, o)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetMeta().Name < out[j].GetMeta().Name })
+	return out, l.GetResourceVersion(), nil
+}
+
+// ListRaw is List a page at a time, as hvkube's JSON. The API server's
+// own pages continue with tokens of its own; hvkube's continue after a
+// name, so a page is cut from one list here.
+func (s *Store) ListRaw(ctx context.Context, kind string, pg store.Page) ([]json.RawMessage, string, string, error) {
+	items, rv, err := s.List(ctx, kind, pg.Selector)
+	if err != nil {
+		return nil, "", "", err
+	}
+	start := sort.Search(len(items), func(i int) bool { return items[i].GetMeta().Name > pg.After })
+	items = items[start:]
+	next := ""
+	if pg.Limit > 0 && len(items) > pg.Limit {
+		items = items[:pg.Limit]
+		next = items[len(items)-1].GetMeta().Name
+	}
+	out := make([]json.RawMessage, len(items))
+	for i, o := range items {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return nil, "", "", err
+		}
+		out[i] = b
+	}
+	return out, rv, next, nil
+}
+
+// Create stores a new object. Its status, if it has one, is written next
+// (the API server ignores status on create), and a Created event recorded.
+func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
+	r, err := s.res(o.GetTypeMeta().Kind)
+	if err != nil {
+		return nil, err
+	}
+	if err := api.ValidateName("metadata.name", o.GetMeta().Name); err != nil {
+		return nil, err
+	}
+	u, err := s.toKube(o)
+	if err != nil {
+		return nil, err
+	}
+	unstructured.RemoveNestedField(u.Object, "metadata", "resourceVersion")
+	created, err := r.Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out, err := fromKube(created)
+	if err != nil {
+		return nil, err
+	}
+	if st := o.GetStatus(); st != nil && !isZero(st) {
+		withStatus := api.DeepCopy(out)
+		api.CopyStatus(withStatus, o)
+		if out, err = s.UpdateStatus(ctx, withStatus); err != nil {
+			return nil, fmt.Errorf("write the status of the created %s %s: %w", o.GetTypeMeta().Kind, o.GetMeta().Name, err)
+		}
+	}
+	s.ev.record(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
+	return out, nil
+}
+
+// Update writes o's metadata and spec over the stored object's, as the
+// SQLite store does: conditioned on o's resourceVersion when it has one,
+// validated against the stored spec (fields that may not change), and not
+// written at all when nothing changes (changed=false).
+func (s *Store) Update(ctx context.Context, o api.Object) (api.Object, bool, error) {
+	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
+	r, err := s.res(kind)
+	if err != nil {
+		return nil, false, err
+	}
+	for {
+		cur, err := s.Get(ctx, kind, m.Name)
+		if err != nil {
+			return nil, false, err
+		}
+		if m.ResourceVersion != "" && m.ResourceVersion != cur.GetMeta().ResourceVersion {
+			return nil, false, fmt.Errorf("%s %q was modified (resourceVersion %s, not %s): %w", strings.ToLower(kind), m.Name, cur.GetMeta().ResourceVersion, m.ResourceVersion, api.ErrConflict)
+		}
+		next := api.DeepCopy(cur)
+		nm := next.GetMeta()
+		nm.Labels, nm.Annotations = m.Labels, m.Annotations
+		nm.Finalizers, nm.OwnerReferences = m.Finalizers, m.OwnerReferences
+		specChanged := !jsonEqual(cur.GetSpec(), o.GetSpec())
+		if specChanged {
+			if err := api.ValidateUpdate(cur, o); err != nil {
+				return nil, false, err
+			}
+			api.CopySpec(next, o)
+		}
+		if !specChanged && jsonEqual(cur.GetMeta(), nm) {
+			return cur, false, nil
+		}
+		u, err := s.toKube(next)
+		if err != nil {
+			return nil, false, err
+		}
+		put, err := r.Update(ctx, u, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && m.ResourceVersion == "" {
+			continue // unconditional: again on the newer object
+		}
+		if apierrors.IsNotFound(err) && nm.DeletionTimestamp != nil && len(nm.Finalizers) == 0 {
+			return next, true, nil // the last finalizer went, and the object with it
+		}
+		if err != nil {
+			return nil, false, mapErr(err)
+		}
+		out, err := fromKube(put)
+		return out, err == nil, err
+	}
+}
+
+// UpdateStatus replaces the stored object's status with o's, conditioned
+// on o's resourceVersion when it has one. Nothing else changes.
+func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, error) {
+	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
+	r, err := s.res(kind)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		rv := m.ResourceVersion
+		var base api.Object = o
+		if rv == "" {
+			cur, err := s.Get(ctx, kind, m.Name)
+			if err != nil {
+				return nil, err
+			}
+			base = api.DeepCopy(cur)
+			api.CopyStatus(base, o)
+		}
+		u, err := s.toKube(base)
+		if err != nil {
+			return nil, err
+		}
+		put, err := r.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && rv == "" {
+			continue
+		}
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		return fromKube(put)
+	}
+}
+
+// Delete removes the object, or marks it deleted (deletionTimestamp) while
+// finalizers hold it; deleted says which. The object returned is its last
+// state.
+func (s *Store) Delete(ctx context.Context, kind, name string, opts store.DeleteOptions) (api.Object, bool, error) {
+	r, err := s.res(kind)
+	if err != nil {
+		return nil, false, err
+	}
+	cur, err := s.Get(ctx, kind, name)
+	if err != nil {
+		return nil, false, err
+	}
+	if opts.ResourceVersion != "" && opts.ResourceVersion != cur.GetMeta().ResourceVersion {
+		return nil, false, fmt.Errorf("%s %q was modified (resourceVersion %s, not %s): %w", strings.ToLower(kind), name, cur.GetMeta().ResourceVersion, opts.ResourceVersion, api.ErrConflict)
+	}
+	uid := types.UID(cur.GetMeta().UID)
+	pre := &metav1.Preconditions{UID: &uid}
+	if opts.ResourceVersion != "" {
+		pre.ResourceVersion = &opts.ResourceVersion
+	}
+	// Background: the API server does not wait for objects that name this
+	// one as owner; their controllers delete them.
+	bg := metav1.DeletePropagationBackground
+	if err := r.Delete(ctx, name, metav1.DeleteOptions{Preconditions: pre, PropagationPolicy: &bg}); err != nil {
+		return nil, false, mapErr(err)
+	}
+	if len(cur.GetMeta().Finalizers) == 0 {
+		return cur, true, nil
+	}
+	after, err := s.Get(ctx, kind, name)
+	if errors.Is(err, api.ErrNotFound) {
+		return cur, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return after, false, nil
+}
+
+// RecordEvent queues an event about o; it is written as a Kubernetes
+// Event, aggregated with the same event of the same object (count and
+// last timestamp), in the order recorded.
+func (s *Store) RecordEvent(ctx context.Context, o api.Object, eventType, reason, message string) error {
+	s.ev.record(o, eventType, reason, message)
+	return nil
+}
+
+// ListEvents returns events oldest first, every event recorded before the
+// call included.
+func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]*api.Event, error) {
+	return s.ev.list(ctx, f)
+}
+
+// mapErr turns an API server's error into the api errors hvkube's callers
+// test for, keeping its message.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var sentinel error
+	switch {
+	case apierrors.IsNotFound(err):
+		sentinel = api.ErrNotFound
+	case apierrors.IsAlreadyExists(err):
+		sentinel = api.ErrAlreadyExists
+	case apierrors.IsConflict(err):
+		sentinel = api.ErrConflict
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		sentinel = api.ErrInvalid
+	case apierrors.IsGone(err), apierrors.IsResourceExpired(err):
+		sentinel = api.ErrGone
+	case apierrors.IsTooManyRequests(err), apierrors.IsServerTimeout(err), apierrors.IsServiceUnavailable(err), apierrors.IsTimeout(err):
+		sentinel = api.ErrUnavailable
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: %s", sentinel, err.Error())
+}

@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+// API is what the API server uses of a store: Interface, plus lists a page
+// at a time without decoding, the audit log, and a health check. *Store
+// implements it, and so does the Kubernetes store.
+type API interface {
+	Interface
+	// ListRaw returns a page of a kind's objects as stored JSON, the
+	// resourceVersion the page was read at, and the continue token of
+	// the next page ("" on the last).
+	ListRaw(ctx context.Context, kind string, pg Page) (items []json.RawMessage, rv string, next string, err error)
+	// ListEvents returns recorded events, oldest first.
+	ListEvents(ctx context.Context, f EventFilter) ([]*api.Event, error)
+	// Ping checks that the store answers.
+	Ping(ctx context.Context) error
+}
+
+var _ API = (*Store)(nil)
+
+// ApplyResult says what Apply did.
+type ApplyResult string
+
+// Apply results, as kubectl prints them.
+const (
+	Created    ApplyResult = "created"
+	Configured ApplyResult = "configured"
+	Unchanged  ApplyResult = "unchanged"
+)
+
+// applyTries bounds Apply's retries when another writer gets in between
+// its read and its write.
+const applyTries = 5
+
+// Apply creates o or, if it exists, updates it (create-or-update, as PUT
+// does), on any store. The resourceVersion precondition o carries applies
+// to the update; without one, a write that lost a race is tried again on
+// the newer object. Finalizers and owner references that o leaves unset are
+// kept: a user's apply of a manifest must not take away what the
+// controllers added.
+func Apply(ctx context.Context, st Interface, o api.Object) (api.Object, ApplyResult, error) {
+	kind, name := o.GetTypeMeta().Kind, o.GetMeta().Name
+	pinned := o.GetMeta().ResourceVersion != ""
+	var err error
+	for range applyTries {
+		var cur, out api.Object
+		cur, err = st.Get(ctx, kind, name)
+		switch {
+		case err == nil:
+			next := api.DeepCopy(o)
+			m := next.GetMeta()
+			if m.Finalizers == nil {
+				m.Finalizers = cur.GetMeta().Finalizers
+			}
+			if m.OwnerReferences == nil {
+				m.OwnerReferences = cur.GetMeta().OwnerReferences
+			}
+			if !pinned {
+				m.ResourceVersion = cur.GetMeta().ResourceVersion
+			}
+			var changed bool
+			out, changed, err = st.Update(ctx, next)
+			if err == nil {
+				if !changed {
+					return out, Unchanged, nil
+				}
+				// The audit log is best effort: the write has landed.
+				_ = st.RecordEvent(ctx, out, api.EventNormal, "Configured", fmt.Sprintf("%s %s configured", kind, name))
+				return out, Configured, nil
+			}
+		case errors.Is(err, api.ErrNotFound):
+			if pinned {
+				return nil, "", fmt.Errorf("%s %q does not exist but a resourceVersion was given: %w", strings.ToLower(kind), name, api.ErrConflict)
+			}
+			out, err = st.Create(ctx, o)
+			if err == nil {
+				return out, Created, nil
+			}
+		}
+		retry := !pinned && (errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrAlreadyExists) || errors.Is(err, api.ErrNotFound))
+		if !retry {
+			return nil, "", err
+		}
+	}
+	return nil, "", err
+}
