@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hvkube/hvkube/internal/kube/kubetest"
 )
 
 var binary string
@@ -35,7 +37,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := kubetest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -29,10 +29,10 @@ import (
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/secretenv"
 	"github.com/hvkube/hvkube/internal/server"
-	"github.com/hvkube/hvkube/internal/store"
 )
 
 type serveConfig struct {
+	store           storeConfig
 	addr            string
 	dataDir         string
 	tokenFile       string
@@ -109,7 +109,9 @@ Windows desktops on Hyper-V: VM files under --hyperv-dir, sandboxes on
 --hyperv-switch, guest programs and files through PowerShell Direct with
 the account in --guest-credential-file. See docs/windows.md.
 
-State lives in a SQLite database in --data-dir (default: ` + datadir.Default() + `).
+State lives in a SQLite database in --data-dir (default: ` + datadir.Default() + `),
+or with --store kubernetes in a Kubernetes API server, as custom resources
+of group hvkube.io in one namespace (docs/kubernetes.md).
 SIGINT or SIGTERM shuts the server down gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -118,6 +120,9 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	f.StringVar(&cfg.store.kind, "store", storeSQLite, "where objects live: sqlite (in --data-dir) or kubernetes (custom resources; install them with hvkube crds | kubectl apply -f -)")
+	f.StringVar(&cfg.store.kubeconfig, "kubeconfig", "", "with --store kubernetes: the kubeconfig file (default KUBECONFIG, ~/.kube/config, or the pod's service account)")
+	f.StringVar(&cfg.store.namespace, "namespace", "", "with --store kubernetes: the namespace of this install's objects (default the kubeconfig context's, else default)")
 	f.StringVar(&cfg.dataDir, "data-dir", datadir.Default(), "directory for the database, the token and sandbox files; kept at mode 0700 (env HVKUBE_DATA_DIR)")
 	f.StringVar(&cfg.tokenFile, "token-file", "", "file holding the API bearer token (or set HVKUBE_TOKEN; default: DATA-DIR/token, created when missing)")
 	f.BoolVar(&cfg.insecureNoToken, "insecure-no-token", false, "run without a token: any program or page that reaches the address controls the server (loopback addresses only)")
@@ -265,11 +270,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := privateDataDir(cfg.dataDir, log); err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, cfg.dataDir, store.Options{Logger: log})
+	st, closeStore, err := openStore(ctx, cfg.store, cfg.dataDir, "hvkube-server", log)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer closeStore()
 	tok, err := resolveToken(cfg, envToken)
 	if err != nil {
 		return err

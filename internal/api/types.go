@@ -761,6 +761,10 @@ type Event struct {
 	Reason    string    `json:"reason"`
 	Message   string    `json:"message"`
 	Timestamp time.Time `json:"timestamp"`
+	// Count is how many times the same event happened, when a store
+	// aggregates them (the Kubernetes store does; Timestamp is then the
+	// last time). Absent means once.
+	Count int `json:"count,omitempty"`
 }
 
 // ObjectReference names an object.

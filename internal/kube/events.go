@@ -220,6 +220,9 @@ func fromKubeEvent(k *corev1.Event) *api.Event {
 	ev.InvolvedObject = api.ObjectReference{Kind: k.InvolvedObject.Kind, Name: k.InvolvedObject.Name, UID: string(k.InvolvedObject.UID)}
 	ev.Type, ev.Reason, ev.Message = k.Type, k.Reason, k.Message
 	ev.Timestamp = k.LastTimestamp.Time
+	if k.Count > 1 {
+		ev.Count = int(k.Count)
+	}
 	if ev.Timestamp.IsZero() {
 		ev.Timestamp = k.EventTime.Time
 	}

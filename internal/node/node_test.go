@@ -25,7 +25,7 @@ import (
 // cluster is a node and the object controllers over a real SQLite store
 // and the fake backend.
 type cluster struct {
-	st  *store.Store
+	st  store.API
 	be  *fake.Backend
 	nd  *Node
 	mgr *reconcile.Manager
@@ -53,6 +53,10 @@ type clusterOptions struct {
 	pressure       Pressure
 }
 
+// testStore, when set, opens the store of each cluster instead of SQLite
+// in the test's directory (TestControlLoopOnKubernetes sets it).
+var testStore func(t *testing.T) store.API
+
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	return newClusterWith(t, clusterOptions{})
@@ -61,11 +65,17 @@ func newCluster(t *testing.T) *cluster {
 func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := store.Open(context.Background(), dir, store.Options{Now: opts.now})
-	if err != nil {
-		t.Fatal(err)
+	var st store.API
+	if testStore != nil {
+		st = testStore(t)
+	} else {
+		s, err := store.Open(context.Background(), dir, store.Options{Now: opts.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		st = s
 	}
-	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands, statusInterval: opts.statusInterval, pressure: opts.pressure}
 	c.nd, c.mgr = c.startNode(t)
@@ -316,7 +326,7 @@ func (c *cluster) events(t *testing.T, kind, name string, reasons ...string) []s
 	return storeEvents(t, c.st, kind, name, reasons...)
 }
 
-func storeEvents(t *testing.T, st *store.Store, kind, name string, reasons ...string) []string {
+func storeEvents(t *testing.T, st store.API, kind, name string, reasons ...string) []string {
 	t.Helper()
 	evs, err := st.ListEvents(context.Background(), store.EventFilter{Kind: kind, Name: name})
 	if err != nil {
@@ -325,7 +335,10 @@ func storeEvents(t *testing.T, st *store.Store, kind, name string, reasons ...st
 	var out []string
 	for _, ev := range evs {
 		if len(reasons) == 0 || slices.Contains(reasons, ev.Reason) {
-			out = append(out, ev.Reason)
+			// An aggregated event stands for each time it happened.
+			for range max(ev.Count, 1) {
+				out = append(out, ev.Reason)
+			}
 		}
 	}
 	return out

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hvkube/hvkube/internal/kube"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// Stores hvkube keeps its objects in.
+const (
+	storeSQLite     = "sqlite"
+	storeKubernetes = "kubernetes"
+)
+
+// storeConfig chooses and reaches the store.
+type storeConfig struct {
+	kind       string // storeSQLite or storeKubernetes
+	kubeconfig string // "": KUBECONFIG, ~/.kube/config, or in-cluster
+	namespace  string // "": the kubeconfig context's, else "default"
+}
+
+// openStore opens the store cfg names; close releases it.
+func openStore(ctx context.Context, cfg storeConfig, dataDir, component string, log *slog.Logger) (st store.API, close func() error, err error) {
+	switch cfg.kind {
+	case "", storeSQLite:
+		s, err := store.Open(ctx, dataDir, store.Options{Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.Close, nil
+	case storeKubernetes:
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = cfg.kubeconfig
+		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+		rc, err := cc.ClientConfig()
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store kubernetes: no API server to reach (--kubeconfig, KUBECONFIG, ~/.kube/config, or run in a pod): %w", err)
+		}
+		ns := cfg.namespace
+		if ns == "" {
+			if ns, _, err = cc.Namespace(); err != nil || ns == "" {
+				ns = "default"
+			}
+		}
+		s, err := kube.Open(ctx, kube.Options{Config: rc, Namespace: ns, Component: component, Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		log.Info("store: Kubernetes", "server", rc.Host, "namespace", ns)
+		return s, s.Close, nil
+	}
+	return nil, nil, fmt.Errorf("--store %q: want %s or %s", cfg.kind, storeSQLite, storeKubernetes)
+}
