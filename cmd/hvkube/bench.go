@@ -202,32 +202,56 @@ agent completes twice, and time GET and LIST requests made meanwhile.`,
 }
 
 func newBenchAgentsCmd() *cobra.Command {
-	var runs int
-	var imageDir, image, write string
+	var runs, parallel int
+	var imageDir, image, write, kubeAssets string
+	var sc storeConfig
 	cmd := &cobra.Command{
 		Use:   "agents",
 		Short: "Agents on QEMU desktops: submitted to running on a warm sandbox, one and ten at a time; to completed; a 10-sandbox pool filled",
 		Long: `Measure agents end to end on the QEMU backend, through a real server's API,
 on the image built by make image: an agent submitted until it runs on a
-warm (paused) sandbox of a pool, one at a time and ten at once; a one-step
-workflow agent submitted until it completed; and a pool of 10 filled from
-zero. Everything it creates is deleted on the way out.`,
+warm (paused) sandbox of a pool, one at a time and --parallel at once; a
+one-step workflow agent submitted until it completed; and a pool of
+--parallel filled from zero. Everything it creates is deleted on the way out.
+
+With --store kubernetes the server keeps its objects in a Kubernetes API
+server: the one --kubeconfig reaches, or without it one started here on
+loopback from the kube-apiserver and etcd that hack/kube/build.sh builds
+(--kube-assets, env HVKUBE_KUBE_ASSETS).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runs < 1 {
 				return fmt.Errorf("--runs must be at least 1")
 			}
-			rep, err := bench.Agents(cmd.Context(), bench.AgentsOptions{ImageDir: imageDir, Image: image, Runs: runs, Log: cmd.ErrOrStderr()})
+			if parallel < 1 {
+				return fmt.Errorf("--parallel must be at least 1")
+			}
+			o := bench.AgentsOptions{ImageDir: imageDir, Image: image, Runs: runs, Parallel: parallel, Log: cmd.ErrOrStderr()}
+			if sc.kind == storeKubernetes {
+				o.Store, o.StoreName = benchKubeStore(sc, kubeAssets), storeKubernetes
+			} else if sc.kind != storeSQLite {
+				return fmt.Errorf("--store %q: want %s or %s", sc.kind, storeSQLite, storeKubernetes)
+			}
+			rep, err := bench.Agents(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			return report(cmd, rep, "agents", write)
+			section := "agents"
+			if sc.kind == storeKubernetes {
+				section = "agents-kubernetes"
+			}
+			return report(cmd, rep, section, write)
 		},
 	}
-	cmd.Flags().IntVar(&runs, "runs", 20, "runs per measurement (bursts of 10 and pool fills included)")
+	cmd.Flags().IntVar(&runs, "runs", 20, "runs per measurement (bursts and pool fills included)")
+	cmd.Flags().IntVar(&parallel, "parallel", 10, "agents at once in a burst, on a pool of as many")
 	cmd.Flags().StringVar(&imageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
 	cmd.Flags().StringVar(&image, "image", "linux-desktop", "the image to use")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
+	cmd.Flags().StringVar(&sc.kind, "store", storeSQLite, "the server's store: sqlite or kubernetes")
+	cmd.Flags().StringVar(&sc.kubeconfig, "kubeconfig", "", "with --store kubernetes: an API server to use (default: start one here)")
+	cmd.Flags().StringVar(&sc.namespace, "namespace", "", "with --store kubernetes: the namespace (default: a new one)")
+	cmd.Flags().StringVar(&kubeAssets, "kube-assets", os.Getenv("HVKUBE_KUBE_ASSETS"), "with --store kubernetes and no --kubeconfig: the directory of kube-apiserver and etcd (hack/kube/build.sh prints it)")
 	return cmd
 }
 

@@ -59,11 +59,12 @@ func Control(ctx context.Context, o ControlOptions) (*Report, error) {
 	defer os.RemoveAll(dir)
 	// Room for every sandbox under the fake's memory limit (80 %).
 	be := fake.New(fake.Options{MemoryMB: (o.Sandboxes + 16) * fake.DefaultTemplateMemoryMB * 2})
-	cl, err := startCluster(ctx, dir, be, quietLogger(o.Log))
+	cl, err := startCluster(ctx, dir, be, nil, quietLogger(o.Log))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.stop()
+	sqlite := cl.st.(*store.Store) // what it counts is SQLite's
 	h := newHTTPAPI(cl.url, o.Clients+2)
 
 	if err := h.create(ctx, "templates", benchTemplate("bench", "linux-desktop")); err != nil {
@@ -80,7 +81,7 @@ func Control(ctx context.Context, o ControlOptions) (*Report, error) {
 	chk := newChecker(o.Agents, o.Sandboxes)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if err := chk.watch(wctx, cl.st); err != nil {
+	if err := chk.watch(wctx, sqlite); err != nil {
 		return nil, err
 	}
 
@@ -109,7 +110,7 @@ func Control(ctx context.Context, o ControlOptions) (*Report, error) {
 		}
 	}
 
-	rv0, err := cl.st.Revision(ctx)
+	rv0, err := sqlite.Revision(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +180,7 @@ func Control(ctx context.Context, o ControlOptions) (*Report, error) {
 	time.Sleep(2 * time.Second)
 	stopWatch()
 	chk.wait()
-	rv1, err := cl.st.Revision(ctx)
+	rv1, err := sqlite.Revision(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +188,7 @@ func Control(ctx context.Context, o ControlOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := chk.checkStore(ctx, cl.st, o.Agents); err != nil {
+	if err := chk.checkStore(ctx, sqlite, o.Agents); err != nil {
 		res.problems = append(res.problems, err.Error())
 	}
 
@@ -228,31 +229,49 @@ func Control(ctx context.Context, o ControlOptions) (*Report, error) {
 // cluster is a server wired as hvkube serve wires it: the store, the node
 // over a backend, the controllers, and the HTTP API on a loopback port.
 type cluster struct {
-	st   *store.Store
+	st   store.API
 	mgr  *reconcile.Manager
 	nd   *node.Node
 	url  string
 	stop func()
 }
 
+// StoreFunc opens the store a benchmark's server runs on, with its data
+// (SQLite's) in dataDir, and returns how to close it.
+type StoreFunc func(ctx context.Context, dataDir string, log *slog.Logger) (store.API, func() error, error)
+
+func openSQLite(ctx context.Context, dataDir string, log *slog.Logger) (store.API, func() error, error) {
+	st, err := store.Open(ctx, dataDir, store.Options{Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, st.Close, nil
+}
+
 // startCluster starts a cluster with its data in dir. stop ends the
 // server, the controllers and the node's runs, then closes the store; the
 // backend is the caller's to close.
-func startCluster(ctx context.Context, dir string, be backend.Backend, log *slog.Logger) (*cluster, error) {
+func startCluster(ctx context.Context, dir string, be backend.Backend, open StoreFunc, log *slog.Logger) (*cluster, error) {
 	dataDir := filepath.Join(dir, "data")
-	st, err := store.Open(ctx, dataDir, store.Options{Logger: log})
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	if open == nil {
+		open = openSQLite
+	}
+	st, closeStore, err := open(ctx, dataDir, log)
 	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		st.Close()
+		closeStore()
 		return nil, err
 	}
 	key, err := authtoken.LoadOrCreate(filepath.Join(dataDir, "token.key"))
 	if err != nil {
 		ln.Close()
-		st.Close()
+		closeStore()
 		return nil, err
 	}
 	url := "http://" + ln.Addr().String()
@@ -263,7 +282,7 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, log *slog
 		}})
 	if err := nd.Start(ctx); err != nil {
 		ln.Close()
-		st.Close()
+		closeStore()
 		return nil, err
 	}
 	nd.Register(mgr)
@@ -275,7 +294,7 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, log *slog
 		cancel()
 		nd.Stop()
 		ln.Close()
-		st.Close()
+		closeStore()
 		return nil, err
 	}
 	srv := server.New(server.Options{Store: st, Logger: log, ScopedKey: key, Sandboxes: nd, Actions: nd.Actions(), Agents: nd, Ready: mgr.Ready})
@@ -291,7 +310,7 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, log *slog
 			<-served
 			mgr.Stop()
 			nd.Stop()
-			st.Close()
+			closeStore()
 		})
 	}}, nil
 }

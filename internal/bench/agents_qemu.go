@@ -29,11 +29,11 @@ type qemuBench struct {
 }
 
 // startQEMUBench starts a qemuBench; cfg's Dir and Logger are set here.
-func startQEMUBench(ctx context.Context, prefix string, cfg qemu.Config, logw io.Writer) (qb *qemuBench, err error) {
-	qb = &qemuBench{}
+func startQEMUBench(ctx context.Context, prefix string, cfg qemu.Config, open StoreFunc, logw io.Writer) (_ *qemuBench, err error) {
+	qb := &qemuBench{}
 	defer func() {
 		if err != nil {
-			qb.close()
+			qb.close() // what was started, even when the result is nil
 		}
 	}()
 	dir, err := os.MkdirTemp("", prefix)
@@ -48,7 +48,7 @@ func startQEMUBench(ctx context.Context, prefix string, cfg qemu.Config, logw io
 	}
 	// VMs outlive a backend: end them, even on failure.
 	qb.undo = append(qb.undo, func() { qb.be.Close() }, func() { deleteSandboxes(ctx, qb.be) })
-	cl, err := startCluster(ctx, dir, qb.be, log)
+	cl, err := startCluster(ctx, dir, qb.be, open, log)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,14 @@ type AgentsOptions struct {
 	// Runs is how many agents run one at a time, how many bursts of 10
 	// run, and how many times a pool of 10 is filled.
 	Runs int
-	Log  io.Writer
+	// Parallel is how many agents go at once on a pool of as many (10
+	// when 0).
+	Parallel int
+	// Store opens the server's store (nil: SQLite in the benchmark's
+	// directory); StoreName names it in the report.
+	Store     StoreFunc
+	StoreName string
+	Log       io.Writer
 }
 
 // Agents measures agents end to end on the QEMU backend through a real
@@ -97,7 +104,10 @@ type AgentsOptions struct {
 // creates is deleted on the way out, also when a step fails.
 func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
-	qb, err := startQEMUBench(ctx, "hvkube-bench-agents-", qemu.Config{ImageDir: o.ImageDir}, o.Log)
+	if o.Parallel <= 0 {
+		o.Parallel = 10
+	}
+	qb, err := startQEMUBench(ctx, "hvkube-bench-agents-", qemu.Config{ImageDir: o.ImageDir}, o.Store, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -153,26 +163,30 @@ func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
 		return nil, err
 	}
 
-	// Pools of 10 filled from zero, then ten agents at once on them.
-	logf("a pool of 10 filled from zero, then 10 agents at once ×%d", o.Runs)
-	fill := Result{Name: "pool of 10 filled from zero (created → 10 warm)", Target: "≤ 5 s"}
-	burstRun := Result{Name: "10 at once on 10 warm: submitted → Running"}
-	burstAcq := Result{Name: "10 at once: submitted → its sandbox resumed"}
-	burstDone := Result{Name: "10 at once: submitted → Completed"}
-	del := Result{Name: "pool of 10 deleted (→ its sandboxes gone)"}
+	// Pools of n filled from zero, then n agents at once on them.
+	n := o.Parallel
+	logf("a pool of %d filled from zero, then %d agents at once ×%d", n, n, o.Runs)
+	fill := Result{Name: fmt.Sprintf("pool of %d filled from zero (created → %d warm)", n, n)}
+	if n == 10 {
+		fill.Target = "≤ 5 s"
+	}
+	burstRun := Result{Name: fmt.Sprintf("%d at once on %d warm: submitted → Running", n, n)}
+	burstAcq := Result{Name: fmt.Sprintf("%d at once: submitted → its sandbox resumed", n)}
+	burstDone := Result{Name: fmt.Sprintf("%d at once: submitted → Completed", n)}
+	del := Result{Name: fmt.Sprintf("pool of %d deleted (→ its sandboxes gone)", n)}
 	for i := 0; i < o.Runs; i++ {
-		pool := fmt.Sprintf("ten-%03d", i)
+		pool := fmt.Sprintf("burst-%03d", i)
 		t := time.Now()
-		if err := h.create(ctx, "sandboxpools", benchPool(pool, "bench", 10)); err != nil {
+		if err := h.create(ctx, "sandboxpools", benchPool(pool, "bench", n)); err != nil {
 			return nil, err
 		}
-		if err := waitPoolWarm(ctx, h, pool, 10, 3*time.Minute); err != nil {
+		if err := waitPoolWarm(ctx, h, pool, n, 3*time.Minute); err != nil {
 			return nil, err
 		}
 		fill.Samples = append(fill.Samples, time.Since(t))
 		time.Sleep(2 * time.Second)
-		names := make([]string, 10)
-		starts := make([]time.Time, 10)
+		names := make([]string, n)
+		starts := make([]time.Time, n)
 		errs := make(chan error, len(names))
 		for j := range names {
 			names[j] = fmt.Sprintf("%s-%02d", pool, j)
@@ -205,6 +219,13 @@ func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
 	}
 	rep.Results = append(rep.Results, burstRun, burstAcq, burstDone, fill, del)
 	rep.Command = fmt.Sprintf("hvkube bench agents --runs %d", o.Runs)
+	if n != 10 {
+		rep.Command += fmt.Sprintf(" --parallel %d", n)
+	}
+	if o.StoreName != "" {
+		rep.Command += " --store " + o.StoreName
+		rep.Title += ", " + o.StoreName + " store"
+	}
 	return rep, nil
 }
 

@@ -94,7 +94,7 @@ const (
 // holds what was measured so far.
 func Density(ctx context.Context, o DensityOptions) (rep *Report, err error) {
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
-	qb, err := startQEMUBench(ctx, "hvkube-bench-density-", qemu.Config{ImageDir: o.ImageDir, MemoryLimitPercent: o.MemoryLimitPercent}, o.Log)
+	qb, err := startQEMUBench(ctx, "hvkube-bench-density-", qemu.Config{ImageDir: o.ImageDir, MemoryLimitPercent: o.MemoryLimitPercent}, nil, o.Log)
 	if err != nil {
 		return nil, err
 	}

@@ -2,10 +2,12 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -103,5 +105,26 @@ func TestCRDsValidateSeedYAML(t *testing.T) {
 		if _, err := pools.Create(context.Background(), &unstructured.Unstructured{Object: bad}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err == nil {
 			t.Errorf("spec %v was accepted", spec)
 		}
+	}
+}
+
+// TestWatchFromTooOld: a watch from a resourceVersion the API server no
+// longer holds ends with api.ErrGone (its 410), which makes a Manager list
+// again.
+func TestWatchFromTooOld(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := s.WatchFrom(ctx, api.KindSandboxPool, api.Selector{}, "1")
+	if err != nil {
+		if !errors.Is(err, api.ErrGone) {
+			t.Fatalf("watch from 1: %v, want ErrGone", err)
+		}
+		return
+	}
+	for range w.Events() {
+	}
+	if err := w.Err(); !errors.Is(err, api.ErrGone) {
+		t.Fatalf("the watch from 1 ended with %v, want ErrGone", err)
 	}
 }
