@@ -171,7 +171,8 @@ func (n *Node) sandboxesWaitingFor(o api.Object) []string {
 
 // Start reconciles the backend with the store before the controllers run:
 // VMs that no Sandbox object owns are deleted (a sandbox deleted while the
-// server was down, an interrupted create).
+// server was down, an interrupted create), and so are VMs whose sandbox
+// the store says another node owns. It touches only this node's backend.
 func (n *Node) Start(ctx context.Context) error {
 	vms, err := n.be.List(ctx)
 	if err != nil {
@@ -180,6 +181,15 @@ func (n *Node) Start(ctx context.Context) error {
 	for _, vm := range vms {
 		o, err := n.st.Get(ctx, api.KindSandbox, vm.ID)
 		if err == nil && (vm.UID == "" || o.GetMeta().UID == vm.UID) {
+			if owner := o.(*api.Sandbox).Status.Node; owner == "" || owner == n.name {
+				continue // this node's: adopted as it runs
+			}
+			// The store gave the sandbox to another node while this one
+			// was away: the VM here is a stale copy.
+			n.log.Warn("deleting a VM whose sandbox another node owns", "sandbox", vm.ID, "owner", o.(*api.Sandbox).Status.Node)
+			if err := n.be.Delete(ctx, vm.ID); err != nil {
+				n.log.Error("delete a VM of another node's sandbox", "sandbox", vm.ID, "err", err)
+			}
 			continue
 		}
 		if err != nil && !errors.Is(err, api.ErrNotFound) {

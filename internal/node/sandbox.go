@@ -54,6 +54,11 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 		return reconcile.Result{}, err
 	}
 	sb := o.(*api.Sandbox)
+	if sb.Status.Node != "" && sb.Status.Node != n.name {
+		// Another node's: its VM and its finalizer are that node's to
+		// remove, also when the sandbox is being deleted.
+		return reconcile.Result{}, nil
+	}
 	if sb.Metadata.DeletionTimestamp != nil {
 		if sb.Status.Phase != api.SandboxTerminating {
 			n.setPhase(ctx, sb, api.SandboxTerminating, "Deleting", "stopping the VM and removing its files")
