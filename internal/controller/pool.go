@@ -31,6 +31,7 @@ type Pools struct {
 	sandboxes *reconcile.Cache
 	agents    *reconcile.Cache
 	pools     *reconcile.Cache
+	nodes     *reconcile.Cache
 }
 
 // NewPools registers the pool controller with m.
@@ -38,7 +39,7 @@ func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now fu
 	if now == nil {
 		now = time.Now
 	}
-	p := &Pools{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool)}
+	p := &Pools{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool), nodes: m.Cache(api.KindNode)}
 	m.Register(reconcile.Controller{Name: "pool", For: api.KindSandboxPool, Reconciler: p, Workers: 2,
 		Watches: []reconcile.Watch{
 			{Kind: api.KindSandbox, Map: func(o api.Object) []string {
@@ -50,6 +51,18 @@ func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now fu
 			{Kind: api.KindAgent, Map: p.poolsFor},
 		}})
 	return p
+}
+
+// liveNodes counts the nodes placement may use.
+func (p *Pools) liveNodes() int {
+	n := 0
+	p.nodes.Range(func(o api.Object) bool {
+		if nd := o.(*api.Node); nd.Metadata.DeletionTimestamp == nil && !nodeLost(nd) {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // poolsFor maps a pending agent to the pools whose sandboxes it selects
@@ -309,7 +322,8 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 		s.desired = min(s.desired, max(m, pool.Spec.Replicas))
 	}
 	if m := pool.Spec.MaxPerHost; m > 0 {
-		s.desired = min(s.desired, m)
+		// Per node: placement puts at most m on each.
+		s.desired = min(s.desired, m*max(p.liveNodes(), 1))
 	}
 	if s.blocked != "" {
 		s.blockedMsg = fmt.Sprintf("%d of %d sandboxes started; %d cannot start (%s), so no more are added; %s",

@@ -23,6 +23,7 @@ func RegisterAll(m *reconcile.Manager, st store.Interface, log *slog.Logger, now
 	NewScheduler(m, st, log, now)
 	NewAgents(m, st, log, now)
 	NewPools(m, st, log, now)
+	NewPlacement(m, st, log, now)
 	var dc DisplayConfig
 	if len(display) > 0 {
 		dc = display[0]

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/crd"
@@ -85,6 +86,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	// client-go logs through klog: into this store's log instead of its
+	// own lines on stderr.
+	klog.SetSlogLogger(s.log.With("from", "client-go"))
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -233,8 +237,12 @@ func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 		return nil, err
 	}
 	if st := o.GetStatus(); st != nil && !isZero(st) {
+		// Not conditioned on the version just created: a controller that
+		// wrote the new object meanwhile (it had no status yet) does not
+		// make the creator's status wrong.
 		withStatus := api.DeepCopy(out)
 		api.CopyStatus(withStatus, o)
+		withStatus.GetMeta().ResourceVersion = ""
 		if out, err = s.UpdateStatus(ctx, withStatus); err != nil {
 			return nil, fmt.Errorf("write the status of the created %s %s: %w", o.GetTypeMeta().Kind, o.GetMeta().Name, err)
 		}

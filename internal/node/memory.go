@@ -113,8 +113,7 @@ func (n *Node) statusRound(ctx context.Context) error {
 	return n.writeNode(ctx, c, sbs)
 }
 
-// ownSandboxes lists the sandboxes this node runs (or that no node took
-// yet).
+// ownSandboxes lists the sandboxes placed on this node.
 func (n *Node) ownSandboxes(ctx context.Context) ([]*api.Sandbox, error) {
 	items, _, err := n.st.List(ctx, api.KindSandbox, api.Selector{})
 	if err != nil {
@@ -123,7 +122,7 @@ func (n *Node) ownSandboxes(ctx context.Context) ([]*api.Sandbox, error) {
 	out := make([]*api.Sandbox, 0, len(items))
 	for _, it := range items {
 		sb := it.(*api.Sandbox)
-		if sb.Status.Node == "" || sb.Status.Node == n.name {
+		if sb.Status.Node == n.name {
 			out = append(out, sb)
 		}
 	}

@@ -56,6 +56,12 @@ type Options struct {
 	// ObserveAcquire, when set, hears how long each acquire took and how
 	// it went: resume, restore (the clean snapshot) or clone.
 	ObserveAcquire func(how string, d time.Duration)
+	// WaitForPlacement makes the node act only on sandboxes placement put
+	// on it (status.node), as each node of several must. Without it the
+	// node also takes a sandbox no one placed yet, with a write
+	// conditioned on what it read (a lone node, as hvkube serve runs one;
+	// placement may get there first, and then one of the two writes loses).
+	WaitForPlacement bool
 	// StatusInterval is how often the node writes its Node object and
 	// looks at memory pressure (default DefaultStatusInterval).
 	StatusInterval time.Duration
@@ -222,9 +228,6 @@ func (n *Node) updateStatus(ctx context.Context, sb *api.Sandbox, change func(*a
 		before := api.DeepCopy(cur).Status
 		change(&cur.Status)
 		cur.Status.ObservedGeneration = cur.Metadata.Generation
-		if cur.Status.Node == "" {
-			cur.Status.Node = n.name
-		}
 		api.SetCondition(&cur.Status.Conditions, sandboxReady(cur), n.now())
 		return !statusEqual(before, cur.Status)
 	})

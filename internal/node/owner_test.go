@@ -2,12 +2,18 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/drivers/fake"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -61,5 +67,73 @@ func TestNodeLeavesAnotherNodesSandbox(t *testing.T) {
 	}
 	if _, err := c.be.Inspect(ctx, "box"); err != nil {
 		t.Errorf("the first node's VM is gone: %v", err)
+	}
+}
+
+// TestPoolSpansTwoNodes runs two nodes that wait for placement, each with
+// a backend of its own, on one store with the controllers: a pool of four
+// with maxPerHost 2 puts two sandboxes on each, each node clones only its
+// own, and neither clones a sandbox of the other.
+func TestPoolSpansTwoNodes(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	backends := map[string]*fake.Backend{}
+	for i, name := range []string{"n1", "n2"} {
+		be := fake.New(fake.Options{})
+		backends[name] = be
+		mgr := reconcile.NewManager(st, log, time.Second)
+		nd := New(Options{Store: st, Backend: be, Name: name, DataDir: t.TempDir(), Logger: log, DefaultTemplate: "desk", WaitForPlacement: true})
+		if err := nd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		nd.Register(mgr)
+		if i == 0 {
+			controller.RegisterAll(mgr, st, log, nil)
+		}
+		if err := mgr.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { mgr.Stop(); nd.Stop() }()
+	}
+	for _, y := range []string{`apiVersion: hvkube/v1
+kind: Template
+metadata: {name: desk}
+spec:
+  qemu: {image: linux-desktop}
+`, poolYAML("web", 4, "  maxPerHost: 2\n")} {
+		if _, err := st.Create(ctx, yamlObj(t, y)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "four paused sandboxes, two on each node", func() (bool, string) {
+		items, _, err := st.List(ctx, api.KindSandbox, api.Selector{})
+		if err != nil {
+			return false, err.Error()
+		}
+		per := map[string]int{}
+		paused := 0
+		for _, it := range items {
+			sb := it.(*api.Sandbox)
+			per[sb.Status.Node]++
+			if sb.Status.Phase == api.SandboxPaused {
+				paused++
+			}
+		}
+		return paused == 4 && per["n1"] == 2 && per["n2"] == 2, fmt.Sprintf("%d paused, by node %v", paused, per)
+	})
+	items, _, _ := st.List(ctx, api.KindSandbox, api.Selector{})
+	for _, it := range items {
+		sb := it.(*api.Sandbox)
+		for name, be := range backends {
+			_, err := be.Inspect(ctx, sb.Metadata.Name)
+			if has := err == nil; has != (name == sb.Status.Node) {
+				t.Errorf("sandbox %s (node %s): node %s has a VM of it: %v", sb.Metadata.Name, sb.Status.Node, name, has)
+			}
+		}
 	}
 }

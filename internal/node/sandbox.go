@@ -23,8 +23,17 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if err == nil && o.GetMeta().DeletionTimestamp == nil {
 		sb := o.(*api.Sandbox)
-		if sb.Status.Node != "" && sb.Status.Node != n.name {
-			return reconcile.Result{}, nil // another node's
+		if sb.Status.Node == "" && !n.opt.WaitForPlacement {
+			placed, err := n.takeUnplaced(ctx, sb)
+			if err != nil || placed == nil {
+				return reconcile.Result{}, err
+			}
+			sb = placed
+		}
+		if sb.Status.Node != n.name {
+			// Another node's, or not placed yet: placement gives every
+			// sandbox its node before any node clones it.
+			return reconcile.Result{}, nil
 		}
 		if err := n.checkClaim(ctx, sb); err != nil {
 			return reconcile.Result{}, err
@@ -78,6 +87,23 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 	default: // its phase changed since the first look
 		return reconcile.Result{RequeueAfter: time.Millisecond}, nil
 	}
+}
+
+// takeUnplaced places sb on this node, conditioned on the version read:
+// if placement (or another writer) got there first the write loses, and
+// the watch brings the sandbox back with its node. It returns the placed
+// sandbox, or nil when it lost.
+func (n *Node) takeUnplaced(ctx context.Context, sb *api.Sandbox) (*api.Sandbox, error) {
+	placed := api.DeepCopy(sb)
+	placed.Status.Node = n.name
+	out, err := n.st.UpdateStatus(ctx, placed)
+	if errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out.(*api.Sandbox), nil
 }
 
 func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (reconcile.Result, error) {

@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// Placement gives each new sandbox its node (status.node) before any node
+// acts on it: a node clones only the sandboxes placed on it, so no VM is
+// cloned by two nodes. A pool's maxPerHost holds per node; among the nodes
+// with room, the one with the fewest of the pool's sandboxes is chosen,
+// then the one with the most free memory.
+type Placement struct {
+	st        store.Interface
+	log       *slog.Logger
+	now       func() time.Time
+	sandboxes *reconcile.Cache
+	nodes     *reconcile.Cache
+	pools     *reconcile.Cache
+	q         *reconcile.Queue
+}
+
+// NewPlacement registers the placement controller with m.
+func NewPlacement(m *reconcile.Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Placement {
+	if now == nil {
+		now = time.Now
+	}
+	p := &Placement{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), nodes: m.Cache(api.KindNode), pools: m.Cache(api.KindSandboxPool)}
+	p.q = m.Register(reconcile.Controller{Name: "placement", For: api.KindSandbox, Reconciler: p, Workers: 1,
+		Watches: []reconcile.Watch{{Kind: api.KindNode, Map: p.unplaced}}})
+	return p
+}
+
+// unplaced maps a change of a node (a new one, more room) to the sandboxes
+// still waiting for one.
+func (p *Placement) unplaced(api.Object) []string {
+	var keys []string
+	p.sandboxes.Range(func(o api.Object) bool {
+		if needsNode(o.(*api.Sandbox)) {
+			keys = append(keys, o.GetMeta().Name)
+		}
+		return true
+	})
+	return keys
+}
+
+func needsNode(sb *api.Sandbox) bool {
+	if sb.Status.Node != "" || sb.Metadata.DeletionTimestamp != nil {
+		return false
+	}
+	switch sb.Status.Phase {
+	case "", api.SandboxPending:
+		return true
+	}
+	return false
+}
+
+// Reconcile implements Reconciler.
+func (p *Placement) Reconcile(ctx context.Context, name string) (reconcile.Result, error) {
+	o, ok := p.sandboxes.Get(name)
+	if !ok || p.sandboxes.Pending(name) || !needsNode(o.(*api.Sandbox)) {
+		return reconcile.Result{}, nil
+	}
+	sb := o.(*api.Sandbox)
+	node, why := p.choose(sb)
+	if node == "" {
+		// A node that appears or frees room asks again (its watch).
+		p.log.Debug("no node for sandbox", "sandbox", name, "why", why)
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	}
+	placed := api.DeepCopy(sb)
+	placed.Status.Node = node
+	out, err := p.st.UpdateStatus(ctx, placed)
+	if errors.Is(err, api.ErrConflict) {
+		return reconcile.Result{RequeueAfter: 10 * time.Millisecond}, nil // read again once the watch brings the change
+	}
+	if errors.Is(err, api.ErrNotFound) {
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	p.sandboxes.Expect(out)
+	reconcile.Event(ctx, p.st, p.log, out, api.EventNormal, "Placed", fmt.Sprintf("placed on node %s", node))
+	return reconcile.Result{}, nil
+}
+
+// choose picks sb's node, or says why there is none.
+func (p *Placement) choose(sb *api.Sandbox) (string, string) {
+	type cand struct {
+		name       string
+		ofPool     int
+		free       int
+		notPressed bool
+	}
+	var cands []*cand
+	byName := map[string]*cand{}
+	p.nodes.Range(func(o api.Object) bool {
+		n := o.(*api.Node)
+		if n.Metadata.DeletionTimestamp != nil || nodeLost(n) {
+			return true
+		}
+		c := &cand{name: n.Metadata.Name, free: n.Status.Memory.FreeMB}
+		pc := api.FindCondition(n.Status.Conditions, "MemoryPressure")
+		c.notPressed = pc == nil || pc.Status != api.ConditionTrue
+		cands = append(cands, c)
+		byName[c.name] = c
+		return true
+	})
+	if len(cands) == 0 {
+		return "", "no node has reported (start hvkube serve with a backend, or hvkube node)"
+	}
+	pool := api.OwnerOf(sb, api.KindSandboxPool)
+	maxPer := 0
+	if pool != "" {
+		if po, ok := p.pools.Get(pool); ok {
+			maxPer = po.(*api.SandboxPool).Spec.MaxPerHost
+		}
+		p.sandboxes.Range(func(o api.Object) bool {
+			m := o.(*api.Sandbox)
+			if c := byName[m.Status.Node]; c != nil && m.Metadata.DeletionTimestamp == nil && api.OwnerOf(m, api.KindSandboxPool) == pool {
+				c.ofPool++
+			}
+			return true
+		})
+	}
+	kept := cands[:0]
+	for _, c := range cands {
+		if maxPer == 0 || c.ofPool < maxPer {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) == 0 {
+		return "", fmt.Sprintf("every node holds maxPerHost (%d) of pool %s", maxPer, pool)
+	}
+	sort.Slice(kept, func(i, j int) bool {
+		a, b := kept[i], kept[j]
+		if a.notPressed != b.notPressed {
+			return a.notPressed
+		}
+		if a.ofPool != b.ofPool {
+			return a.ofPool < b.ofPool
+		}
+		if a.free != b.free {
+			return a.free > b.free
+		}
+		return a.name < b.name
+	})
+	return kept[0].name, ""
+}
+
+// nodeLost reports whether a node is known to be gone (its Ready condition
+// says NodeLost).
+func nodeLost(n *api.Node) bool {
+	c := api.FindCondition(n.Status.Conditions, "Ready")
+	return c != nil && c.Status == api.ConditionFalse && c.Reason == "NodeLost"
+}

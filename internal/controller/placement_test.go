@@ -1,0 +1,87 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/hvkube/hvkube/internal/api"
+)
+
+// TestPlacement places sandboxes on nodes: spread over the nodes by pool,
+// maxPerHost per node, nodes under memory pressure last, lost nodes never,
+// and nothing before a node has reported.
+func TestPlacement(t *testing.T) {
+	type node struct {
+		name     string
+		free     int
+		pressure bool
+		lost     bool
+	}
+	type member struct{ name, node string }
+	tests := []struct {
+		name       string
+		nodes      []node
+		maxPerHost int
+		placed     []member // the pool's members already placed
+		want       string   // "" : left unplaced
+	}{
+		{"no node yet", nil, 0, nil, ""},
+		{"one node", []node{{"n1", 1000, false, false}}, 0, nil, "n1"},
+		{"the most free memory", []node{{"n1", 1000, false, false}, {"n2", 3000, false, false}}, 0, nil, "n2"},
+		{"spread before free memory", []node{{"n1", 1000, false, false}, {"n2", 3000, false, false}},
+			0, []member{{"web-a", "n2"}}, "n1"},
+		{"maxPerHost per node", []node{{"n1", 1000, false, false}, {"n2", 3000, false, false}},
+			1, []member{{"web-a", "n1"}, {"web-b", "n2"}}, ""},
+		{"maxPerHost leaves one", []node{{"n1", 1000, false, false}, {"n2", 3000, false, false}},
+			2, []member{{"web-a", "n2"}, {"web-b", "n2"}, {"web-c", "n1"}}, "n1"},
+		{"pressure last", []node{{"n1", 1000, false, false}, {"n2", 3000, true, false}}, 0, nil, "n1"},
+		{"never a lost node", []node{{"n1", 1000, false, true}}, 0, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			p := NewPlacement(e.m, e.st, e.log, e.clk.Now)
+			pool := &api.SandboxPool{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandboxPool}}
+			pool.Metadata.Name = "web"
+			pool.Spec.Replicas = 5
+			pool.Spec.MaxPerHost = tt.maxPerHost
+			pool.Spec.Template.Spec.TemplateRef = "desk"
+			api.Default(pool)
+			pool = e.create(pool).(*api.SandboxPool)
+			for _, n := range tt.nodes {
+				nd := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}}
+				nd.Metadata.Name = n.name
+				nd.Status.Memory.FreeMB = n.free
+				if n.pressure {
+					nd.Status.Conditions = []api.Condition{{Type: "MemoryPressure", Status: api.ConditionTrue}}
+				}
+				if n.lost {
+					nd.Status.Conditions = []api.Condition{{Type: "Ready", Status: api.ConditionFalse, Reason: "NodeLost"}}
+				}
+				e.create(nd)
+			}
+			member := func(name, node string) {
+				sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+				sb.Metadata.Name = name
+				sb.Metadata.OwnerReferences = []api.OwnerReference{{Kind: api.KindSandboxPool, Name: "web", UID: pool.Metadata.UID}}
+				sb.Spec.TemplateRef = "desk"
+				api.Default(sb)
+				sb.Status.Phase, sb.Status.Node = api.SandboxPending, node
+				e.create(sb)
+			}
+			for _, m := range tt.placed {
+				member(m.name, m.node)
+			}
+			member("web-new", "")
+			e.sync()
+			if _, err := p.Reconcile(e.ctx, "web-new"); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.sandbox("web-new").Status.Node; got != tt.want {
+				t.Errorf("placed on %q, want %q", got, tt.want)
+			}
+			if tt.want != "" && len(e.events(api.KindSandbox, "web-new", "Placed")) != 1 {
+				t.Error("no Placed event")
+			}
+		})
+	}
+}
