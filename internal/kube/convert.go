@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -56,12 +55,6 @@ func fromKube(u *unstructured.Unstructured) (api.Object, error) {
 	}
 	o.GetTypeMeta().APIVersion = api.Version
 	return o, nil
-}
-
-func jsonEqual(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
 // isZero reports whether a status holds nothing.

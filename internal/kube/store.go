@@ -251,6 +251,10 @@ func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 	return out, nil
 }
 
+// writeTries bounds how often an unconditional write is tried again after
+// losing to another writer.
+const writeTries = 10
+
 // Update writes o's metadata and spec over the stored object's, as the
 // SQLite store does: conditioned on o's resourceVersion when it has one,
 // validated against the stored spec (fields that may not change), and not
@@ -261,34 +265,26 @@ func (s *Store) Update(ctx context.Context, o api.Object) (api.Object, bool, err
 	if err != nil {
 		return nil, false, err
 	}
-	for {
+	for try := 0; ; try++ {
 		cur, err := s.Get(ctx, kind, m.Name)
 		if err != nil {
 			return nil, false, err
 		}
-		if m.ResourceVersion != "" && m.ResourceVersion != cur.GetMeta().ResourceVersion {
-			return nil, false, fmt.Errorf("%s %q was modified (resourceVersion %s, not %s): %w", strings.ToLower(kind), m.Name, cur.GetMeta().ResourceVersion, m.ResourceVersion, api.ErrConflict)
+		// The API server counts the generation of a spec change.
+		next, _, changed, err := store.Merge(cur, o)
+		if err != nil {
+			return nil, false, err
 		}
-		next := api.DeepCopy(cur)
-		nm := next.GetMeta()
-		nm.Labels, nm.Annotations = m.Labels, m.Annotations
-		nm.Finalizers, nm.OwnerReferences = m.Finalizers, m.OwnerReferences
-		specChanged := !jsonEqual(cur.GetSpec(), o.GetSpec())
-		if specChanged {
-			if err := api.ValidateUpdate(cur, o); err != nil {
-				return nil, false, err
-			}
-			api.CopySpec(next, o)
-		}
-		if !specChanged && jsonEqual(cur.GetMeta(), nm) {
+		if !changed {
 			return cur, false, nil
 		}
+		nm := next.GetMeta()
 		u, err := s.toKube(next)
 		if err != nil {
 			return nil, false, err
 		}
 		put, err := r.Update(ctx, u, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) && m.ResourceVersion == "" {
+		if apierrors.IsConflict(err) && m.ResourceVersion == "" && try < writeTries {
 			continue // unconditional: again on the newer object
 		}
 		if apierrors.IsNotFound(err) && nm.DeletionTimestamp != nil && len(nm.Finalizers) == 0 {
@@ -310,7 +306,7 @@ func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, err
 	if err != nil {
 		return nil, err
 	}
-	for {
+	for try := 0; ; try++ {
 		rv := m.ResourceVersion
 		var base api.Object = o
 		if rv == "" {
@@ -326,7 +322,7 @@ func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, err
 			return nil, err
 		}
 		put, err := r.UpdateStatus(ctx, u, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) && rv == "" {
+		if apierrors.IsConflict(err) && rv == "" && try < writeTries {
 			continue
 		}
 		if err != nil {

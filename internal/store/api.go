@@ -93,3 +93,27 @@ func Apply(ctx context.Context, st Interface, o api.Object) (api.Object, ApplyRe
 	}
 	return nil, "", err
 }
+
+// Merge is what an Update of cur with o writes, the same in every store:
+// o's labels, annotations, finalizers and owner references, and o's spec
+// when it differs (checked by api.ValidateUpdate; the store counts the
+// generation). changed is false when nothing would change: then nothing
+// is written. A resourceVersion o carries must be cur's (ErrConflict).
+func Merge(cur, o api.Object) (next api.Object, specChanged, changed bool, err error) {
+	m := o.GetMeta()
+	if err := checkPrecondition(cur, m.ResourceVersion); err != nil {
+		return nil, false, false, err
+	}
+	next = api.DeepCopy(cur)
+	nm := next.GetMeta()
+	nm.Labels, nm.Annotations = m.Labels, m.Annotations
+	nm.Finalizers, nm.OwnerReferences = m.Finalizers, m.OwnerReferences
+	specChanged = !jsonEqual(cur.GetSpec(), o.GetSpec())
+	if specChanged {
+		if err := api.ValidateUpdate(cur, o); err != nil {
+			return nil, false, false, err
+		}
+		api.CopySpec(next, o)
+	}
+	return next, specChanged, specChanged || !jsonEqual(cur.GetMeta(), nm), nil
+}

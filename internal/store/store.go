@@ -332,23 +332,16 @@ func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if err := checkPrecondition(cur, m.ResourceVersion); err != nil {
+	next, specChanged, changed, err := Merge(cur, o)
+	if err != nil {
 		return nil, false, err
 	}
-	next := api.DeepCopy(cur)
-	nm := next.GetMeta()
-	nm.Labels, nm.Annotations = m.Labels, m.Annotations
-	nm.Finalizers, nm.OwnerReferences = m.Finalizers, m.OwnerReferences
-	specChanged := !jsonEqual(cur.GetSpec(), o.GetSpec())
-	if specChanged {
-		if err := api.ValidateUpdate(cur, o); err != nil {
-			return nil, false, err
-		}
-		api.CopySpec(next, o)
-		nm.Generation++
-	}
-	if !specChanged && jsonEqual(cur.GetMeta(), nm) {
+	if !changed {
 		return cur, false, nil
+	}
+	nm := next.GetMeta()
+	if specChanged {
+		nm.Generation++
 	}
 	if nm.DeletionTimestamp != nil && len(nm.Finalizers) == 0 {
 		if err := tx.remove(next); err != nil {
