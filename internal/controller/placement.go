@@ -124,7 +124,8 @@ func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 		if po, ok := p.pools.Get(pool); ok {
 			maxPer = po.(*api.SandboxPool).Spec.MaxPerHost
 		}
-		p.sandboxes.Range(func(o api.Object) bool {
+		// Its own placements count before the watch brings them.
+		p.sandboxes.RangeLatest(func(o api.Object) bool {
 			m := o.(*api.Sandbox)
 			if c := byName[m.Status.Node]; c != nil && m.Metadata.DeletionTimestamp == nil && api.OwnerOf(m, api.KindSandboxPool) == pool {
 				c.ofPool++

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/agentstate"
@@ -32,6 +33,9 @@ type Pools struct {
 	agents    *reconcile.Cache
 	pools     *reconcile.Cache
 	nodes     *reconcile.Cache
+
+	nodesMu  sync.Mutex
+	liveSeen map[string]bool // by node: live when last seen
 }
 
 // NewPools registers the pool controller with m.
@@ -39,7 +43,7 @@ func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now fu
 	if now == nil {
 		now = time.Now
 	}
-	p := &Pools{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool), nodes: m.Cache(api.KindNode)}
+	p := &Pools{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool), nodes: m.Cache(api.KindNode), liveSeen: map[string]bool{}}
 	m.Register(reconcile.Controller{Name: "pool", For: api.KindSandboxPool, Reconciler: p, Workers: 2,
 		Watches: []reconcile.Watch{
 			{Kind: api.KindSandbox, Map: func(o api.Object) []string {
@@ -49,8 +53,29 @@ func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now fu
 				return nil
 			}},
 			{Kind: api.KindAgent, Map: p.poolsFor},
+			{Kind: api.KindNode, Map: p.nodeChanged},
 		}})
 	return p
+}
+
+// nodeChanged maps a node that came or went (for placement) to every
+// pool: maxPerHost caps a pool by the number of nodes. A node's periodic
+// status writes map to nothing.
+func (p *Pools) nodeChanged(o api.Object) []string {
+	n := o.(*api.Node)
+	live := n.Metadata.DeletionTimestamp == nil && !nodeLost(n)
+	p.nodesMu.Lock()
+	was, known := p.liveSeen[n.Metadata.Name]
+	p.liveSeen[n.Metadata.Name] = live
+	p.nodesMu.Unlock()
+	if known && was == live {
+		return nil
+	}
+	var keys []string
+	for _, po := range p.pools.List(api.Selector{}) {
+		keys = append(keys, po.GetMeta().Name)
+	}
+	return keys
 }
 
 // liveNodes counts the nodes placement may use.

@@ -114,6 +114,37 @@ func (c *Cache) RangeSettled(fn func(api.Object) bool) {
 	}
 }
 
+// RangeLatest is Range with the caller's own writes the watch has not
+// brought yet in place of the cached versions (and its creations among
+// them, its deletions left out): for a controller that counts what it has
+// already decided, as placement counts the sandboxes it put on a node.
+// fn must not call the cache.
+func (c *Cache) RangeLatest(fn func(api.Object) bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	now := c.now()
+	live := func(e expectation) bool { return now.Sub(e.at) < ExpectationTTL }
+	for name, o := range c.objects {
+		if e, ok := c.expect[name]; ok && live(e) {
+			if e.gone {
+				continue
+			}
+			o = e.obj
+		}
+		if !fn(o) {
+			return
+		}
+	}
+	for name, e := range c.expect {
+		if _, cached := c.objects[name]; cached || e.gone || !live(e) {
+			continue
+		}
+		if !fn(e.obj) {
+			return
+		}
+	}
+}
+
 // Len is the number of cached objects.
 func (c *Cache) Len() int {
 	c.mu.RLock()

@@ -171,3 +171,22 @@ func TestCacheRelist(t *testing.T) {
 		t.Errorf("cache holds %v, want %v", got, want)
 	}
 }
+
+// TestCacheRangeLatest: the caller's own writes stand in for the cached
+// versions, its creations are there and its deletions are not.
+func TestCacheRangeLatest(t *testing.T) {
+	c := newCache(api.KindSandbox)
+	c.reset([]api.Object{sandboxAt("x", 5), sandboxAt("y", 3), sandboxAt("gone", 2)})
+	c.Expect(sandboxAt("x", 9))
+	c.Expect(sandboxAt("new", 10))
+	c.ExpectDeleted(sandboxAt("gone", 2))
+	var got []string
+	c.RangeLatest(func(o api.Object) bool {
+		got = append(got, o.GetMeta().Name+"@"+o.GetMeta().ResourceVersion)
+		return true
+	})
+	slices.Sort(got)
+	if want := []string{"new@10", "x@9", "y@3"}; !slices.Equal(got, want) {
+		t.Errorf("RangeLatest saw %v, want %v", got, want)
+	}
+}
