@@ -140,6 +140,7 @@ func (e *Server) run(bin, logName string, args ...string) error {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + e.Dir}
 	cmd.Stdout, cmd.Stderr = f, f
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", filepath.Base(bin), err)
