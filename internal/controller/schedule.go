@@ -52,7 +52,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 	byName := map[string]*api.Agent{}
 	// What this scheduler wrote and its watch has not brought yet is left
 	// for a later round: its view here is older than the write.
-	s.agents.RangeSettled(func(o api.Object) bool {
+	inFlight := s.agents.RangeSettled(func(o api.Object) bool {
 		a := o.(*api.Agent)
 		if agentstate.Pending(a) {
 			byName[a.Metadata.Name] = a
@@ -62,11 +62,16 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 		return true
 	})
 	if len(agents) == 0 {
+		if inFlight > 0 {
+			// An agent of its own writes is in flight: its watch event
+			// asks for a round; look again in any case.
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
 		return reconcile.Result{}, nil
 	}
 	var sandboxes []scheduler.Sandbox
 	seen := map[string]*api.Sandbox{}
-	s.sandboxes.RangeSettled(func(o api.Object) bool {
+	inFlight += s.sandboxes.RangeSettled(func(o api.Object) bool {
 		sb := o.(*api.Sandbox)
 		seen[sb.Metadata.Name] = sb
 		sandboxes = append(sandboxes, ViewOf(sb))
@@ -97,7 +102,11 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 	}
 	if len(plan) < len(agents) {
 		// Agents left waiting: a freed or new sandbox asks for a round;
-		// look again now and then in any case.
+		// look again now and then in any case, soon when some were left
+		// out as in flight.
+		if inFlight > 0 {
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	return reconcile.Result{}, nil

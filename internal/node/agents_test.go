@@ -246,7 +246,9 @@ spec:
 			if got := c.waitEvents(t, api.KindAgent, "job", "Failed", 2); got != 2 {
 				t.Errorf("%d Failed events, want 2", got)
 			}
-			if got := count(c.events(t, api.KindAgent, "job"), "Scheduled"); got != 2 {
+			// The scheduler records Scheduled after its binding lands, so a
+			// fast try can fail before the event is written: wait for it.
+			if got := c.waitEvents(t, api.KindAgent, "job", "Scheduled", 2); got != 2 {
 				t.Errorf("%d Scheduled events, want 2: each try is placed again", got)
 			}
 			// Each try ran on a clean sandbox: both releases reset theirs.

@@ -11,8 +11,11 @@ import (
 
 // ExpectationTTL bounds how long a write the watch has not brought keeps
 // its object in flight (Pending). The watch brings every write in order, so
-// it is a guard against a lost watch, not a delay anyone waits out.
-const ExpectationTTL = time.Minute
+// it is a guard (against a lost watch, a write that changed nothing) that
+// bounds how long a controller can wait, not a delay anyone waits out;
+// past it the controller acts on what it has, and the resourceVersion its
+// write is conditioned on keeps that safe.
+const ExpectationTTL = 5 * time.Second
 
 // seenRing is how many recent (name, resourceVersion) pairs a cache
 // remembers, so that an expectation recorded after the watch already
@@ -99,19 +102,23 @@ func (c *Cache) Range(fn func(api.Object) bool) {
 }
 
 // RangeSettled is Range over the objects that are not Pending: those the
-// caller has no write of in flight.
-func (c *Cache) RangeSettled(fn func(api.Object) bool) {
+// caller has no write of in flight. It returns how many it left out, so
+// that a caller that found nothing to do among the rest can look again
+// soon (the watch event that settles one asks for it too).
+func (c *Cache) RangeSettled(fn func(api.Object) bool) (pending int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	now := c.now()
 	for name, o := range c.objects {
 		if e, ok := c.expect[name]; ok && now.Sub(e.at) < ExpectationTTL {
+			pending++
 			continue
 		}
 		if !fn(o) {
-			return
+			return pending
 		}
 	}
+	return pending
 }
 
 // RangeLatest is Range with the caller's own writes the watch has not
