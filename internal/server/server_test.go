@@ -228,6 +228,8 @@ func TestBadInput(t *testing.T) {
 		{"list bad continue", "GET", "/api/v1/sandboxes?continue=xyz", "", "", 400, "continue"},
 		{"list bad resourceVersion", "GET", "/api/v1/sandboxes?resourceVersion=abc", "", "", 400, "resourceVersion"},
 		{"list future resourceVersion", "GET", "/api/v1/sandboxes?resourceVersion=99999", "", "", 410, ""},
+		{"list resourceVersion past its bound", "GET", "/api/v1/sandboxes?resourceVersion=" + strings.Repeat("9", 65), "", "", 400, "resourceVersion"},
+		{"watch resourceVersion not a store's", "GET", "/api/v1/sandboxes?watch=true&resourceVersion=x%01y", "", "", 400, "resourceVersion"},
 		{"watch future resourceVersion", "GET", "/api/v1/sandboxes?watch=true&resourceVersion=99999", "", "", 410, ""},
 		{"events future resourceVersion", "GET", "/api/v1/events?resourceVersion=99999", "", "", 410, ""},
 		{"agent type too long", "POST", "/api/v1/agents", "application/yaml", ag + "spec:\n  sandboxName: d\n  task:\n    steps:\n    - {action: type, text: " + strings.Repeat("x", 5000) + "}\n", 400, "spec.task.steps[0].text"},
