@@ -710,6 +710,9 @@ type NodeStatus struct {
 	Conditions []Condition  `json:"conditions,omitempty"`
 	// LastHeartbeat is when the node last wrote its status.
 	LastHeartbeat *time.Time `json:"lastHeartbeat,omitempty"`
+	// Address is where the node's agent (hvkube node) answers the API
+	// servers, host:port; empty for the node inside hvkube serve.
+	Address string `json:"address,omitempty"`
 }
 
 // NodeMemory is the host's memory in MiB: what the desktops use (measured

@@ -26,6 +26,10 @@ const (
 	// DefaultStatusInterval is how often the node writes its status and
 	// looks at memory pressure.
 	DefaultStatusInterval = 5 * time.Second
+	// DefaultFenceAfter is how long a node goes without writing its Node
+	// object before it fences itself (Options.FenceAfter); the cluster
+	// marks a node lost only after a longer silence.
+	DefaultFenceAfter = 20 * time.Second
 	// DefaultPressurePercent: the host is under pressure when less than
 	// this share of its memory is available.
 	DefaultPressurePercent = 10
@@ -253,6 +257,7 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 			UsedMB: c.UsedMemoryMB, ReservedMB: c.ReservedMemoryMB, FreeMB: c.FreeMemoryMB},
 		Sandboxes:     map[string]int{},
 		LastHeartbeat: &now,
+		Address:       n.opt.Address,
 	}
 	for _, sb := range sbs {
 		st.Sandboxes[orDefault(sb.Status.Phase, api.SandboxPending)]++

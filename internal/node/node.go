@@ -67,6 +67,15 @@ type Options struct {
 	StatusInterval time.Duration
 	// Pressure is the memory pressure policy (memory.go).
 	Pressure Pressure
+	// Address is where this node's agent answers the API servers
+	// (host:port), written in its Node object so that they can reach it;
+	// empty for the node inside hvkube serve.
+	Address string
+	// FenceAfter is how long the node goes on without a successful write
+	// of its Node object before it fences itself: it ends the attempts it
+	// runs and starts none until a write succeeds, so that no agent runs
+	// on two nodes once the cluster has marked it lost (0: DefaultFenceAfter).
+	FenceAfter time.Duration
 }
 
 // Node reconciles this host's templates and sandboxes and serves their
