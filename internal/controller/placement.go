@@ -162,5 +162,5 @@ func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 // says NodeLost).
 func nodeLost(n *api.Node) bool {
 	c := api.FindCondition(n.Status.Conditions, "Ready")
-	return c != nil && c.Status == api.ConditionFalse && c.Reason == "NodeLost"
+	return c != nil && c.Status == api.ConditionFalse && c.Reason == ReasonNodeLost
 }

@@ -27,6 +27,7 @@ type Scheduler struct {
 	now       func() time.Time
 	agents    *reconcile.Cache
 	sandboxes *reconcile.Cache
+	nodes     *reconcile.Cache
 	q         *reconcile.Queue
 }
 
@@ -38,7 +39,7 @@ func NewScheduler(m *reconcile.Manager, st store.Interface, log *slog.Logger, no
 	if now == nil {
 		now = time.Now
 	}
-	s := &Scheduler{st: st, log: log, now: now, agents: m.Cache(api.KindAgent), sandboxes: m.Cache(api.KindSandbox)}
+	s := &Scheduler{st: st, log: log, now: now, agents: m.Cache(api.KindAgent), sandboxes: m.Cache(api.KindSandbox), nodes: m.Cache(api.KindNode)}
 	round := func(api.Object) []string { return []string{schedulerKey} }
 	s.q = m.Register(reconcile.Controller{Name: "scheduler", Reconciler: s, Workers: 1, ResyncKey: schedulerKey,
 		Watches: []reconcile.Watch{{Kind: api.KindAgent, Map: round}, {Kind: api.KindSandbox, Map: round}}})
@@ -73,6 +74,9 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 	seen := map[string]*api.Sandbox{}
 	inFlight += s.sandboxes.RangeSettled(func(o api.Object) bool {
 		sb := o.(*api.Sandbox)
+		if s.onLostNode(sb) {
+			return true // being taken back: an agent bound to it would not run
+		}
 		seen[sb.Metadata.Name] = sb
 		sandboxes = append(sandboxes, ViewOf(sb))
 		return true
@@ -110,6 +114,15 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// onLostNode reports whether sb's node is marked lost.
+func (s *Scheduler) onLostNode(sb *api.Sandbox) bool {
+	if sb.Status.Node == "" {
+		return false
+	}
+	n, ok := s.nodes.Get(sb.Status.Node)
+	return ok && nodeLost(n.(*api.Node))
 }
 
 // ViewOf is a sandbox as the scheduler sees it.
