@@ -221,7 +221,9 @@ func TestSchedulerSkipsLostNode(t *testing.T) {
 	ready := t0
 	sb.Status.ReadyAt = &ready
 	e.create(sb)
-	e.create(newAgent(t, "job", func(a *api.Agent) { a.Spec.SandboxSelector = &api.SandboxSelector{MatchLabels: map[string]string{"pool": "web"}} }))
+	e.create(newAgent(t, "job", func(a *api.Agent) {
+		a.Spec.SandboxSelector = &api.SandboxSelector{MatchLabels: map[string]string{"pool": "web"}}
+	}))
 	e.sync()
 	if _, err := s.Reconcile(e.ctx, schedulerKey); err != nil {
 		t.Fatal(err)
