@@ -111,6 +111,9 @@ func Launch(assets string) (_ *Server, err error) {
 		"--cert-dir", certs,
 		"--token-auth-file", filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode", "RBAC",
+		// As clusters that run privileged pods do (kubeadm's default):
+		// the node DaemonSet of deploy/ is one.
+		"--allow-privileged",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
 		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),

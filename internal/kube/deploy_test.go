@@ -1,0 +1,545 @@
+package kube_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/kube"
+	"github.com/hvkube/hvkube/internal/kube/kubetest"
+	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// deployDir holds the manifests, deployNS the namespace they install into.
+const (
+	deployDir = "../../deploy"
+	deployNS  = "hvkube-system"
+)
+
+// manifest is one document of deploy/.
+type manifest struct {
+	file string
+	obj  *unstructured.Unstructured
+}
+
+func (m manifest) String() string {
+	return m.file + ": " + m.obj.GetKind() + " " + m.obj.GetName()
+}
+
+// readDeploy returns the documents of the files deploy/kustomization.yaml
+// lists, in its order, after checking that it lists every manifest in
+// deploy/ (what kubectl apply -k installs is what is there).
+func readDeploy(t *testing.T) []manifest {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	var files []string
+	err = filepath.WalkDir(deployDir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(p) != ".yaml" || d.Name() == "kustomization.yaml" {
+			return err
+		}
+		rel, err := filepath.Rel(deployDir, p)
+		files = append(files, filepath.ToSlash(rel))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := slices.Clone(k.Resources)
+	sort.Strings(listed)
+	sort.Strings(files)
+	if !slices.Equal(listed, files) {
+		t.Fatalf("kustomization.yaml lists %v; deploy/ holds %v", listed, files)
+	}
+	var out []manifest
+	for _, f := range k.Resources {
+		b, err := os.ReadFile(filepath.Join(deployDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range strings.Split(string(b), "\n---") {
+			var m map[string]any
+			if err := yaml.UnmarshalStrict([]byte(doc), &m); err != nil {
+				t.Fatalf("%s #%d: %v", f, i, err)
+			}
+			if m == nil {
+				continue
+			}
+			u := &unstructured.Unstructured{Object: m}
+			if u.GetAPIVersion() == "" || u.GetKind() == "" || u.GetName() == "" {
+				t.Fatalf("%s #%d: no apiVersion, kind or name", f, i)
+			}
+			out = append(out, manifest{file: f, obj: u})
+		}
+	}
+	return out
+}
+
+// deployClients reaches the test's API server as its administrator.
+type deployClients struct {
+	cfg    *rest.Config
+	core   kubernetes.Interface
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+func newDeployClients(t *testing.T) deployClients {
+	t.Helper()
+	env := kubetest.Start(t)
+	c := deployClients{cfg: env.Config}
+	var err error
+	if c.core, err = kubernetes.NewForConfig(env.Config); err != nil {
+		t.Fatal(err)
+	}
+	if c.dyn, err = dynamic.NewForConfig(env.Config); err != nil {
+		t.Fatal(err)
+	}
+	groups, err := restmapper.GetAPIGroupResources(c.core.Discovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mapper = restmapper.NewDiscoveryRESTMapper(groups)
+	return c
+}
+
+// apply applies m server-side, as kubectl apply --server-side does, with
+// strict field validation (a field the schema does not have is an error),
+// only as a dry run when dryRun is set.
+func (c deployClients) apply(ctx context.Context, m manifest, dryRun bool) error {
+	gvk := m.obj.GroupVersionKind()
+	mp, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return err
+	}
+	var r dynamic.ResourceInterface = c.dyn.Resource(mp.Resource)
+	if mp.Scope.Name() == meta.RESTScopeNameNamespace {
+		if m.obj.GetNamespace() == "" {
+			return errors.New("namespaced, but names no namespace")
+		}
+		r = c.dyn.Resource(mp.Resource).Namespace(m.obj.GetNamespace())
+	}
+	b, err := json.Marshal(m.obj.Object)
+	if err != nil {
+		return err
+	}
+	opts := metav1.PatchOptions{FieldManager: "hvkube-deploy-test", Force: new(true), FieldValidation: "Strict"}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err = r.Patch(ctx, m.obj.GetName(), types.ApplyPatchType, b, opts)
+	return err
+}
+
+// applyFor applies the manifests of kinds for real: the namespace first.
+func (c deployClients) applyFor(t *testing.T, ms []manifest, kinds ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, k := range kinds {
+		for _, m := range ms {
+			if m.obj.GetKind() == k {
+				if err := c.apply(ctx, m, false); err != nil {
+					t.Fatalf("%s: %v", m, err)
+				}
+			}
+		}
+	}
+}
+
+// TestDeployManifestsOnKubernetes: every manifest of deploy/ is one
+// kubectl apply -k deploy/ sends, and the API server accepts each as it
+// is (server-side apply, dry run, strict field validation); the pods'
+// service accounts, Secrets and namespace are the ones the manifests and
+// the docs name.
+func TestDeployManifestsOnKubernetes(t *testing.T) {
+	ms := readDeploy(t)
+	c := newDeployClients(t)
+	ctx := context.Background()
+	// Dry runs of namespaced objects need their namespace to exist.
+	c.applyFor(t, ms, "Namespace")
+	kinds := map[string]int{}
+	accounts := map[string]bool{}
+	for _, m := range ms {
+		kinds[m.obj.GetKind()]++
+		if ns := m.obj.GetNamespace(); ns != "" && ns != deployNS {
+			t.Errorf("%s: namespace %s, want %s", m, ns, deployNS)
+		}
+		if m.obj.GetKind() == "ServiceAccount" {
+			accounts[m.obj.GetName()] = true
+		}
+		if err := c.apply(ctx, m, true); err != nil {
+			t.Errorf("%s: the API server refused it: %v", m, err)
+		}
+	}
+	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
+		"Role": 2, "RoleBinding": 2, "Deployment": 1, "DaemonSet": 1, "Service": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1} {
+		if kinds[kind] != n {
+			t.Errorf("%d %s, want %d", kinds[kind], kind, n)
+		}
+	}
+	// The pods run as the accounts the Roles are bound to, and mount the
+	// Secrets docs/kubernetes.md says to create.
+	secrets := map[string]bool{}
+	for _, m := range ms {
+		if k := m.obj.GetKind(); k != "Deployment" && k != "DaemonSet" {
+			continue
+		}
+		sa, _, _ := unstructured.NestedString(m.obj.Object, "spec", "template", "spec", "serviceAccountName")
+		if !accounts[sa] {
+			t.Errorf("%s: serviceAccountName %q is none of the manifests' accounts", m, sa)
+		}
+		vols, _, _ := unstructured.NestedSlice(m.obj.Object, "spec", "template", "spec", "volumes")
+		for _, v := range vols {
+			if name, ok, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); ok {
+				secrets[name] = true
+			}
+		}
+	}
+	if !secrets["hvkube-key"] || !secrets["hvkube-token"] || len(secrets) != 2 {
+		t.Errorf("the pods mount the Secrets %v, want hvkube-key and hvkube-token", secrets)
+	}
+}
+
+// identity is one of the manifests' service accounts, as the API server
+// sees a pod that runs as it.
+func identity(cfg *rest.Config, account string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + deployNS + ":" + account,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNS, "system:authenticated"}}
+	return c
+}
+
+// can asks the API server whether account may do verb on resource (in
+// group, named name when not empty) in namespace ns.
+func (c deployClients) can(t *testing.T, account, ns, verb, group, resource, name string) bool {
+	t.Helper()
+	sub := ""
+	if i := strings.IndexByte(resource, '/'); i >= 0 {
+		resource, sub = resource[:i], resource[i+1:]
+	}
+	r, err := c.core.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + deployNS + ":" + account,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNS, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: resource, Subresource: sub, Name: name},
+		}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Status.Allowed
+}
+
+// example reads an object of examples/, renamed with suffix.
+func example(t *testing.T, file, suffix string) api.Object {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../../examples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := api.DecodeOne(b, api.DecodeOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	o.GetMeta().Name += "-" + suffix
+	return o
+}
+
+// listAndWatch lists and starts a watch of kind, as a controller's
+// informer does, and ends the watch; it returns how many objects it listed.
+func listAndWatch(ctx context.Context, st *kube.Store, kind string) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items, _, err := st.ListAndWatch(ctx, kind, api.Selector{})
+	return len(items), err
+}
+
+// TestDeployRBACOnKubernetes applies deploy/'s identities, Roles and
+// admission policy, then works as each account does, through the store
+// with the account's identity: what the code calls is allowed, and what
+// the account must not do is refused.
+func TestDeployRBACOnKubernetes(t *testing.T) {
+	ms := readDeploy(t)
+	c := newDeployClients(t)
+	c.applyFor(t, ms, "Namespace", "ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sfx := make([]byte, 3)
+	rand.Read(sfx)
+	suffix := hex.EncodeToString(sfx)
+
+	ctl, err := kube.Open(ctx, kube.Options{Config: identity(c.cfg, "hvkube-controller"), Namespace: deployNS, Component: "hvkube-server"})
+	if err != nil {
+		t.Fatalf("open the store as the controller: %v", err)
+	}
+	defer ctl.Close()
+
+	// The controller: everything the API and the controllers do to
+	// every kind.
+	objs := map[string]api.Object{}
+	for _, f := range []string{"template.yaml", "sandboxpool.yaml", "sandbox.yaml", "agent.yaml", "displayservice.yaml"} {
+		o := example(t, f, suffix)
+		out, err := ctl.Create(ctx, o)
+		if err != nil {
+			t.Fatalf("controller: create %s: %v", f, err)
+		}
+		objs[o.GetTypeMeta().Kind] = out
+	}
+	nodeObj := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "lost-" + suffix}}
+	if _, err := ctl.Create(ctx, nodeObj); err != nil {
+		t.Fatalf("controller: create a node: %v", err)
+	}
+	for kind, o := range objs {
+		if _, err := ctl.Get(ctx, kind, o.GetMeta().Name); err != nil {
+			t.Errorf("controller: get %s: %v", kind, err)
+		}
+		if n, err := listAndWatch(ctx, ctl, kind); err != nil || n == 0 {
+			t.Errorf("controller: list and watch %s: %d items, %v", kind, n, err)
+		}
+		edited := api.DeepCopy(o)
+		edited.GetMeta().Labels = map[string]string{"edited": "yes"}
+		if _, _, err := ctl.Update(ctx, edited); err != nil {
+			t.Errorf("controller: update %s: %v", kind, err)
+		}
+		if _, err := reconcile.UpdateStatus(ctx, ctl, kind, o.GetMeta().Name, func(api.Object) bool { return true }); err != nil {
+			t.Errorf("controller: update the status of %s: %v", kind, err)
+		}
+	}
+	if _, _, err := ctl.Delete(ctx, api.KindNode, nodeObj.Metadata.Name, store.DeleteOptions{}); err != nil {
+		t.Errorf("controller: delete a lost node: %v", err)
+	}
+	ctl.RecordEvent(ctx, objs[api.KindAgent], api.EventNormal, "Checked", "by the RBAC test")
+	ctl.RecordEvent(ctx, objs[api.KindAgent], api.EventNormal, "Checked", "by the RBAC test")
+	evs, err := ctl.ListEvents(ctx, store.EventFilter{Kind: api.KindAgent, Name: objs[api.KindAgent].GetMeta().Name})
+	if err != nil {
+		t.Errorf("controller: list events: %v", err)
+	} else if i := slices.IndexFunc(evs, func(e *api.Event) bool { return e.Reason == "Checked" }); i < 0 || evs[i].Count != 2 {
+		t.Errorf("controller: the event Checked, recorded twice, is not there once with count 2: %+v", evs)
+	}
+	if _, err := listAndWatch(ctx, ctl, api.KindEvent); err != nil {
+		t.Errorf("controller: watch events: %v", err)
+	}
+	// Leader election: the one Lease.
+	ctlCore, err := kubernetes.NewForConfig(identity(c.cfg, "hvkube-controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := ctlCore.CoordinationV1().Leases(deployNS)
+	lease, err := leases.Get(ctx, "hvkube-controllers", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		holder := "replica-" + suffix
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "hvkube-controllers"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		t.Fatalf("controller: get or create the Lease: %v", err)
+	}
+	now := metav1.NewMicroTime(time.Now())
+	lease.Spec.RenewTime = &now
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("controller: renew the Lease: %v", err)
+	}
+
+	// The node: what internal/node calls, through the store.
+	nd, err := kube.Open(ctx, kube.Options{Config: identity(c.cfg, "hvkube-node"), Namespace: deployNS, Component: "hvkube-node"})
+	if err != nil {
+		t.Fatalf("open the store as the node: %v", err)
+	}
+	defer nd.Close()
+	for _, kind := range []string{api.KindTemplate, api.KindSandbox, api.KindAgent} {
+		if n, err := listAndWatch(ctx, nd, kind); err != nil || n == 0 {
+			t.Errorf("node: list and watch %s: %d items, %v", kind, n, err)
+		}
+	}
+	if _, _, err := nd.List(ctx, api.KindSandboxPool, api.Selector{}); err != nil {
+		t.Errorf("node: list pools: %v", err)
+	}
+	finalizers := map[string]string{api.KindTemplate: api.FinalizerSnapshot, api.KindSandbox: api.FinalizerVM, api.KindAgent: api.FinalizerRun}
+	for kind, f := range finalizers {
+		o, err := nd.Get(ctx, kind, objs[kind].GetMeta().Name)
+		if err != nil {
+			t.Fatalf("node: get %s: %v", kind, err)
+		}
+		if o, err = reconcile.EnsureFinalizer(ctx, nd, o, f); err != nil {
+			t.Errorf("node: add its finalizer to %s: %v", kind, err)
+			continue
+		}
+		if err := reconcile.RemoveFinalizer(ctx, nd, o, f); err != nil {
+			t.Errorf("node: remove its finalizer from %s: %v", kind, err)
+		}
+	}
+	for _, kind := range []string{api.KindTemplate, api.KindSandbox, api.KindAgent, api.KindSandboxPool} {
+		if _, err := reconcile.UpdateStatus(ctx, nd, kind, objs[kind].GetMeta().Name, func(api.Object) bool { return true }); err != nil {
+			t.Errorf("node: update the status of %s: %v", kind, err)
+		}
+	}
+	self := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "host-" + suffix}}
+	if _, err := nd.Create(ctx, self); err != nil {
+		t.Fatalf("node: create its Node: %v", err)
+	}
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindNode, self.Metadata.Name, func(o *api.Node) bool {
+		hb := time.Now().UTC()
+		o.Status.LastHeartbeat, o.Status.Address = &hb, "10.1.2.3:8090"
+		return true
+	}); err != nil {
+		t.Errorf("node: heartbeat: %v", err)
+	}
+	nd.RecordEvent(ctx, objs[api.KindSandbox], api.EventNormal, "Checked", "by the RBAC test")
+	nd.RecordEvent(ctx, objs[api.KindSandbox], api.EventNormal, "Checked", "by the RBAC test")
+	nd.Close() // writes the events queued
+	nd, err = kube.Open(ctx, kube.Options{Config: identity(c.cfg, "hvkube-node"), Namespace: deployNS, Component: "hvkube-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	if evs, err := ctl.ListEvents(ctx, store.EventFilter{Kind: api.KindSandbox, Name: objs[api.KindSandbox].GetMeta().Name}); err != nil {
+		t.Errorf("list events: %v", err)
+	} else if i := slices.IndexFunc(evs, func(e *api.Event) bool { return e.Reason == "Checked" }); i < 0 || evs[i].Count != 2 {
+		t.Errorf("node: the event Checked, recorded twice, is not there once with count 2: %+v", evs)
+	}
+
+	// What the node must not do, for real.
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("node: %s: %v, want Forbidden", what, err)
+		}
+	}
+	for _, kind := range []string{api.KindTemplate, api.KindSandboxPool, api.KindAgent, api.KindDisplayService} {
+		_, _, err := nd.Delete(ctx, kind, objs[kind].GetMeta().Name, store.DeleteOptions{})
+		forbidden("delete "+kind, err)
+	}
+	_, _, err = nd.Delete(ctx, api.KindNode, self.Metadata.Name, store.DeleteOptions{})
+	forbidden("delete its Node", err)
+	for _, f := range []string{"template.yaml", "sandboxpool.yaml", "agent.yaml"} {
+		_, err := nd.Create(ctx, example(t, f, suffix+"-by-node"))
+		forbidden("create from "+f, err)
+	}
+	pool := api.DeepCopy(objs[api.KindSandboxPool]).(*api.SandboxPool)
+	pool.Metadata.ResourceVersion = ""
+	pool.Spec.Replicas++
+	_, _, err = nd.Update(ctx, pool)
+	forbidden("scale a pool", err)
+	// The admission policy: an update by the node that changes more than
+	// finalizers. It takes effect a moment after it is applied.
+	for kind := range finalizers {
+		deadline := time.Now().Add(30 * time.Second)
+		for try := 0; ; try++ {
+			o, err := nd.Get(ctx, kind, objs[kind].GetMeta().Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.GetMeta().Labels = map[string]string{"by-node": strconv.Itoa(try)}
+			_, _, err = nd.Update(ctx, o)
+			if apierrors.IsForbidden(err) {
+				break
+			}
+			if err != nil || time.Now().After(deadline) {
+				t.Errorf("node: change the labels of %s: %v, want Forbidden by the admission policy", kind, err)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	tpl, err := nd.Get(ctx, api.KindTemplate, objs[api.KindTemplate].GetMeta().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl.(*api.Template).Spec.InstalledSoftware = append(tpl.(*api.Template).Spec.InstalledSoftware, "something-else")
+	_, _, err = nd.Update(ctx, tpl)
+	forbidden("change a template's spec", err)
+	ndCore, err := kubernetes.NewForConfig(identity(c.cfg, "hvkube-node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ndCore.CoreV1().Secrets(deployNS).Get(ctx, "hvkube-key", metav1.GetOptions{})
+	forbidden("read the key Secret", err)
+	_, err = ndCore.CoordinationV1().Leases(deployNS).Get(ctx, "hvkube-controllers", metav1.GetOptions{})
+	forbidden("read the controllers' Lease", err)
+	// The node deletes sandboxes (released under the destroy policy, past
+	// their lifetime).
+	if _, _, err := nd.Delete(ctx, api.KindSandbox, objs[api.KindSandbox].GetMeta().Name, store.DeleteOptions{}); err != nil {
+		t.Errorf("node: delete a sandbox: %v", err)
+	}
+
+	// The rest by access review: neither account reads Secrets or runs
+	// pods, nor acts outside its namespace; the node cannot take the
+	// controllers' Lease.
+	type check struct {
+		account, ns, verb, group, resource, name string
+		want                                     bool
+	}
+	var checks []check
+	for _, acct := range []string{"hvkube-controller", "hvkube-node"} {
+		for _, verb := range []string{"get", "list", "watch"} {
+			checks = append(checks, check{acct, deployNS, verb, "", "secrets", "", false}, check{acct, "", verb, "", "secrets", "", false})
+		}
+		checks = append(checks,
+			check{acct, deployNS, "create", "", "pods", "", false},
+			check{acct, deployNS, "create", "", "pods/exec", "", false},
+			check{acct, deployNS, "create", "", "serviceaccounts/token", "", false},
+			check{acct, "default", "get", "hvkube.io", "sandboxes", "", false},
+			check{acct, deployNS, "patch", "hvkube.io", "sandboxes", "", false},
+			check{acct, deployNS, "deletecollection", "hvkube.io", "sandboxes", "", false},
+			check{acct, deployNS, "update", "rbac.authorization.k8s.io", "roles", "hvkube-node", false},
+			check{acct, deployNS, "delete", "", "events", "", false},
+		)
+	}
+	checks = append(checks,
+		check{"hvkube-controller", deployNS, "update", "coordination.k8s.io", "leases", "hvkube-controllers", true},
+		check{"hvkube-controller", deployNS, "update", "coordination.k8s.io", "leases", "someone-else", false},
+		check{"hvkube-controller", deployNS, "update", "hvkube.io", "sandboxpools/scale", "", false},
+		check{"hvkube-node", deployNS, "create", "coordination.k8s.io", "leases", "", false},
+		check{"hvkube-node", deployNS, "update", "coordination.k8s.io", "leases", "hvkube-controllers", false},
+		check{"hvkube-node", deployNS, "update", "hvkube.io", "sandboxpools", "", false},
+		check{"hvkube-node", deployNS, "update", "hvkube.io", "sandboxpools/scale", "", false},
+		check{"hvkube-node", deployNS, "update", "hvkube.io", "nodes", "", false},
+		check{"hvkube-node", deployNS, "update", "hvkube.io", "displayservices/status", "", false},
+		check{"hvkube-node", deployNS, "get", "hvkube.io", "displayservices", "", false},
+		check{"hvkube-node", deployNS, "list", "", "events", "", false},
+		check{"hvkube-node", deployNS, "create", "hvkube.io", "sandboxes", "", false},
+	)
+	for _, ck := range checks {
+		if got := c.can(t, ck.account, ck.ns, ck.verb, ck.group, ck.resource, ck.name); got != ck.want {
+			t.Errorf("%s may %s %s.%s %q in namespace %q: %v, want %v", ck.account, ck.verb, ck.resource, ck.group, ck.name, ck.ns, got, ck.want)
+		}
+	}
+
+	// Clean up: the namespace is the manifests', not the test's own.
+	for kind, o := range objs {
+		ctl.Delete(ctx, kind, o.GetMeta().Name, store.DeleteOptions{})
+	}
+	ctl.Delete(ctx, api.KindNode, self.Metadata.Name, store.DeleteOptions{})
+	c.core.CoreV1().Events(deployNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+}
