@@ -81,7 +81,14 @@ func envValue(env []string, name string) string {
 // loopback address and the data directory) and waits until it listens.
 func startServeAs(t *testing.T, dataDir string, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, args...)...)
+	return startProc(t, dataDir, env, listenRE, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, args...)...)
+}
+
+// startProc runs the hvkube binary with env and args and waits until its
+// log says it listens (listen's first group is the address).
+func startProc(t *testing.T, dataDir string, env []string, listen *regexp.Regexp, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
 	cmd.Env = env
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
@@ -95,7 +102,7 @@ func startServeAs(t *testing.T, dataDir string, env []string, args ...string) *p
 			p.mu.Lock()
 			p.logs.WriteString(sc.Text() + "\n")
 			p.mu.Unlock()
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+			if m := listen.FindStringSubmatch(sc.Text()); m != nil {
 				addrc <- m[1]
 			}
 		}
@@ -117,9 +124,9 @@ func startServeAs(t *testing.T, dataDir string, env []string, args ...string) *p
 	select {
 	case p.addr = <-addrc:
 	case <-p.done:
-		t.Fatalf("serve exited: %v\n%s", p.err, p.logs)
+		t.Fatalf("%s exited: %v\n%s", args[0], p.err, p.logs)
 	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not start:\n%s", p.logs)
+		t.Fatalf("%s did not start:\n%s", args[0], p.logs)
 	}
 	return p
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,15 +21,19 @@ import (
 	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/datadir"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/drivers/hyperv"
 	"github.com/hvkube/hvkube/internal/drivers/qemu"
 	"github.com/hvkube/hvkube/internal/gateway"
 	"github.com/hvkube/hvkube/internal/hostpath"
+	"github.com/hvkube/hvkube/internal/kube"
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/nodeapi"
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/secretenv"
 	"github.com/hvkube/hvkube/internal/server"
+	"github.com/hvkube/hvkube/internal/store"
 )
 
 type serveConfig struct {
@@ -57,6 +62,15 @@ type serveConfig struct {
 	// hostCommandUser ("" is nobody).
 	allowHostCommands bool
 	hostCommandUser   string
+	// keyFile holds the key that signs agents' and nodes' tokens; the
+	// API servers and the nodes of a cluster share it.
+	keyFile string
+	// Leader election of the cluster controllers (Kubernetes store).
+	leaderElect   bool
+	leaderLease   time.Duration
+	leaderElectID string
+	// nodeGrace: a node silent this long is lost (controller.Options).
+	nodeGrace time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -120,19 +134,32 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	f.StringVar(&cfg.tokenFile, "token-file", "", "file holding the API bearer token (or set HVKUBE_TOKEN; default: DATA-DIR/token, created when missing)")
+	f.BoolVar(&cfg.insecureNoToken, "insecure-no-token", false, "run without a token: any program or page that reaches the address controls the server (loopback addresses only)")
+	f.StringSliceVar(&cfg.allowedHosts, "allowed-hosts", nil, "more names clients may reach the server by (Host header), comma-separated or repeated")
+	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
+	f.StringVar(&cfg.keyFile, "key-file", "", "the key that signs agents' tokens and reaches nodes (default DATA-DIR/token.key, created when missing); on Kubernetes, the same Secret as the nodes'")
+	f.BoolVar(&cfg.leaderElect, "leader-elect", true, "with --store kubernetes: run the cluster controllers only while this replica holds the Lease hvkube-controllers")
+	f.DurationVar(&cfg.leaderLease, "leader-lease-duration", 15*time.Second, "with --leader-elect: how long the other replicas wait after the leader's last renewal before one takes over")
+	f.DurationVar(&cfg.nodeGrace, "node-grace", controller.DefaultNodeGrace, "how long a node may go without writing its Node object before the cluster marks it lost, fails its agents' attempts and refills its pools elsewhere; more than the nodes' fence time plus their status interval")
+	hostFlags(cmd, &cfg)
+	cmd.Flags().StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, hyperv, none, or auto (hyperv on Windows, qemu elsewhere, when installed)")
+	return cmd
+}
+
+// hostFlags adds the flags hvkube serve and hvkube node share: the
+// store, the data directory, and how this host runs desktops.
+func hostFlags(cmd *cobra.Command, cfg *serveConfig) {
+	f := cmd.Flags()
 	f.StringVar(&cfg.store.kind, "store", storeSQLite, "where objects live: sqlite (in --data-dir) or kubernetes (custom resources; install them with hvkube crds | kubectl apply -f -)")
 	f.StringVar(&cfg.store.kubeconfig, "kubeconfig", "", "with --store kubernetes: the kubeconfig file (default KUBECONFIG, ~/.kube/config, or the pod's service account)")
 	f.StringVar(&cfg.store.namespace, "namespace", "", "with --store kubernetes: the namespace of this install's objects (default the kubeconfig context's, else default)")
 	f.StringVar(&cfg.dataDir, "data-dir", datadir.Default(), "directory for the database, the token and sandbox files; kept at mode 0700 (env HVKUBE_DATA_DIR)")
-	f.StringVar(&cfg.tokenFile, "token-file", "", "file holding the API bearer token (or set HVKUBE_TOKEN; default: DATA-DIR/token, created when missing)")
-	f.BoolVar(&cfg.insecureNoToken, "insecure-no-token", false, "run without a token: any program or page that reaches the address controls the server (loopback addresses only)")
-	f.BoolVar(&cfg.allowHostCommands, "allow-host-commands", false, "let custom agents run commands on this host (spec.task.in: host); Linux, server as root")
+	f.BoolVar(&cfg.allowHostCommands, "allow-host-commands", false, "let custom agents run commands on this host (spec.task.in: host); Linux, run as root")
 	f.StringVar(&cfg.hostCommandUser, "host-command-user", "", "the unprivileged account host commands run as (default nobody)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, hyperv, none, or auto (hyperv on Windows, qemu elsewhere, when installed)")
 	f.StringVar(&cfg.imageDir, "image-dir", qemu.DefaultImageDir(), "where `make image` leaves guest images (templates name them in spec.qemu.image)")
 	f.StringVar(&cfg.defaultTemplate, "default-template", "linux-desktop", "template for sandboxes that name no templateRef")
-	f.StringSliceVar(&cfg.allowedHosts, "allowed-hosts", nil, "more names clients may reach the server by (Host header), comma-separated or repeated")
 	f.StringArrayVar(&cfg.allowHostPaths, "allow-host-path", nil, "a host directory objects may name files under, besides --image-dir (repeatable)")
 	f.StringVar(&cfg.nodeName, "node-name", node.DefaultName(), "this host's name in the status of the sandboxes and agents it runs")
 	f.StringVar(&cfg.hypervDir, "hyperv-dir", "", "hyperv: where templates and sandbox VMs live (default DATA-DIR\\hyperv; a fast local disk)")
@@ -142,8 +169,80 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.BoolVar(&cfg.noWarmClones, "no-warm-clones", false, "qemu: leave clones started on demand as cloned instead of readying them in the background: about half the memory each under TCG, but their first resume is slow there (docs/capacity.md)")
 	f.IntVar(&cfg.pressurePercent, "memory-pressure-percent", node.DefaultPressurePercent, "when less than this share of host memory is available, idle paused desktops of pools move to disk, least recently used first; -1 turns it off")
 	f.StringVar(&cfg.credentialFile, "guest-credential-file", "", "hyperv: JSON file {\"user\", \"password\"} of the guest account PowerShell Direct logs on with (readable only by the server's account)")
-	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
-	return cmd
+}
+
+// hostSetup checks the flags hostFlags added and returns the log, the
+// policy of host commands and the roots host paths must lie under.
+func hostSetup(cfg serveConfig) (*slog.Logger, *node.HostCommands, hostpath.Roots, error) {
+	if cfg.pressurePercent < -1 || cfg.pressurePercent > 100 {
+		return nil, nil, hostpath.Roots{}, fmt.Errorf("--memory-pressure-percent: %d is not between 0 and 100 (or -1, off)", cfg.pressurePercent)
+	}
+	if cfg.memoryLimitPercent < 1 || cfg.memoryLimitPercent > 100 {
+		return nil, nil, hostpath.Roots{}, fmt.Errorf("--memory-limit-percent: %d is not between 1 and 100", cfg.memoryLimitPercent)
+	}
+	if cfg.runningReserveMB < 0 {
+		return nil, nil, hostpath.Roots{}, fmt.Errorf("--memory-running-reserve-mb: %d is negative", cfg.runningReserveMB)
+	}
+	level, err := parseLevel(cfg.logLevel)
+	if err != nil {
+		return nil, nil, hostpath.Roots{}, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	hostCommands, err := hostCommandPolicy(cfg.allowHostCommands, cfg.hostCommandUser, os.Geteuid(), cfg.dataDir)
+	if err != nil {
+		return nil, nil, hostpath.Roots{}, err
+	}
+	for _, p := range cfg.allowHostPaths {
+		if !filepath.IsAbs(p) {
+			return nil, nil, hostpath.Roots{}, fmt.Errorf("--allow-host-path %q: not an absolute path", p)
+		}
+	}
+	roots, err := hostpath.NewRoots(append([]string{cfg.imageDir}, cfg.allowHostPaths...)...)
+	if err != nil {
+		return nil, nil, hostpath.Roots{}, err
+	}
+	return log, hostCommands, roots, nil
+}
+
+// newNode makes this host's node over be: agents' tokens are minted with
+// key and name serverURL as the API's address.
+func newNode(cfg serveConfig, st store.Interface, be backend.Backend, key authtoken.Key, serverURL string, hostCommands *node.HostCommands, roots hostpath.Roots, mx *metrics.Metrics, log *slog.Logger, more ...func(*node.Options)) *node.Node {
+	opts := node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log,
+		DataDir: cfg.dataDir, ServerURL: serverURL,
+		Tokens: func(a *api.Agent, ttl time.Duration) string {
+			return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
+		}, HostCommands: hostCommands, AllowedRoots: roots,
+		Pressure: node.Pressure{Percent: cfg.pressurePercent}}
+	if mx != nil {
+		opts.ObserveAcquire = mx.ObserveAcquire
+	}
+	for _, f := range more {
+		f(&opts)
+	}
+	return node.New(opts)
+}
+
+// loadKey reads the signing key: --key-file when given (it must exist and
+// be private), else DATA-DIR/token.key, made on the first start.
+func loadKey(cfg serveConfig) (authtoken.Key, error) {
+	if cfg.keyFile == "" {
+		return authtoken.LoadOrCreate(filepath.Join(cfg.dataDir, "token.key"))
+	}
+	fi, err := os.Stat(cfg.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--key-file: %w", err)
+	}
+	if err := checkSecretMode("--key-file", cfg.keyFile, fi); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(cfg.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--key-file: %w", err)
+	}
+	if len(b) < 32 {
+		return nil, fmt.Errorf("--key-file %s: %d bytes; a key has at least 32 (head -c 32 /dev/urandom > FILE)", cfg.keyFile, len(b))
+	}
+	return authtoken.Key(b), nil
 }
 
 // isLoopback reports whether addr only listens on the loopback interface.
@@ -217,20 +316,10 @@ func openHyperV(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log 
 }
 
 func serve(ctx context.Context, cfg serveConfig) error {
-	if cfg.pressurePercent < -1 || cfg.pressurePercent > 100 {
-		return fmt.Errorf("--memory-pressure-percent: %d is not between 0 and 100 (or -1, off)", cfg.pressurePercent)
-	}
-	if cfg.memoryLimitPercent < 1 || cfg.memoryLimitPercent > 100 {
-		return fmt.Errorf("--memory-limit-percent: %d is not between 1 and 100", cfg.memoryLimitPercent)
-	}
-	if cfg.runningReserveMB < 0 {
-		return fmt.Errorf("--memory-running-reserve-mb: %d is negative", cfg.runningReserveMB)
-	}
-	level, err := parseLevel(cfg.logLevel)
+	log, hostCommands, roots, err := hostSetup(cfg)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	// Before anything else: no process the server starts may see it.
 	envToken, err := secretenv.Take("HVKUBE_TOKEN")
 	if err != nil {
@@ -246,25 +335,18 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if !loop && cfg.insecureNoToken {
 		return fmt.Errorf("refusing to listen on %s without a token: drop --insecure-no-token, or listen on 127.0.0.1", cfg.addr)
 	}
-	hostCommands, err := hostCommandPolicy(cfg.allowHostCommands, cfg.hostCommandUser, os.Geteuid(), cfg.dataDir)
-	if err != nil {
-		return err
-	}
 	hosts, err := server.NewHostPolicy(cfg.addr, cfg.allowedHosts)
-	if err != nil {
-		return err
-	}
-	for _, p := range cfg.allowHostPaths {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("--allow-host-path %q: not an absolute path", p)
-		}
-	}
-	roots, err := hostpath.NewRoots(append([]string{cfg.imageDir}, cfg.allowHostPaths...)...)
 	if err != nil {
 		return err
 	}
 	if cfg.shutdownGrace <= 0 {
 		return fmt.Errorf("--shutdown-grace %s: must be positive", cfg.shutdownGrace)
+	}
+	if cfg.nodeGrace < node.DefaultFenceAfter+node.DefaultStatusInterval {
+		return fmt.Errorf("--node-grace %s: must be more than the nodes' fence time plus their status interval (%s)", cfg.nodeGrace, node.DefaultFenceAfter+node.DefaultStatusInterval)
+	}
+	if cfg.leaderLease < 3*time.Second {
+		return fmt.Errorf("--leader-lease-duration %s: must be at least 3s", cfg.leaderLease)
 	}
 
 	if err := privateDataDir(cfg.dataDir, log); err != nil {
@@ -292,7 +374,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
-	key, err := authtoken.LoadOrCreate(filepath.Join(cfg.dataDir, "token.key"))
+	key, err := loadKey(cfg)
 	if err != nil {
 		return err
 	}
@@ -310,26 +392,36 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// close (deferred calls run in reverse).
 	mgr := reconcile.NewManager(st, log, 0)
 	mgr.Observe(mx.ObserveReconcile)
+	ro := nodeapi.RouterOptions{Store: st, Key: key}
 	if be != nil {
-		nd := node.New(node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log,
-			DataDir: cfg.dataDir, ServerURL: "http://" + ln.Addr().String(),
-			Tokens: func(a *api.Agent, ttl time.Duration) string {
-				return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
-			}, ObserveAcquire: mx.ObserveAcquire, HostCommands: hostCommands, AllowedRoots: roots,
-			Pressure: node.Pressure{Percent: cfg.pressurePercent}})
+		nd := newNode(cfg, st, be, key, "http://"+ln.Addr().String(), hostCommands, roots, mx, log)
 		if err := nd.Start(ctx); err != nil {
 			return err
 		}
 		defer nd.Stop()
 		nd.Register(mgr)
-		opts.Sandboxes, opts.Actions, opts.Agents = nd, nd.Actions(), nd
+		ro.Local, ro.LocalName = nd, nd.Name()
+		opts.Agents = nd
 		opts.Backend = server.BackendInfo{Name: be.Name(), Node: nd.Name()}
 		if q, ok := be.(*qemu.Backend); ok {
 			opts.Backend.Accel, opts.Backend.AccelReason = q.Accel(), q.AccelReason()
 		}
 	}
+	// Sandboxes on nodes of their own (hvkube node) are reached through
+	// their agents; with SQLite there are none, and a server without a
+	// backend has nothing to act on.
+	if be != nil || cfg.store.kind == storeKubernetes {
+		r := nodeapi.NewRouter(ro)
+		opts.Sandboxes, opts.Actions, opts.Agents = r, display.NewActions(r), r
+	}
 	defer mgr.Stop()
-	controller.RegisterAll(mgr, st, log, nil, controller.DisplayConfig{ServerURL: gateway.LoopbackURL(ln.Addr()), HostAddress: gateway.HostAddress(cfg.addr), TokenSet: token != ""})
+	co := controller.Options{NodeGrace: cfg.nodeGrace,
+		Display: controller.DisplayConfig{ServerURL: gateway.LoopbackURL(ln.Addr()), HostAddress: gateway.HostAddress(cfg.addr), TokenSet: token != ""}}
+	ks, elect := st.(*kube.Store)
+	elect = elect && cfg.leaderElect
+	if !elect {
+		controller.Register(mgr, st, log, co)
+	}
 	opts.Ready = mgr.Ready
 	srv := server.New(opts)
 	// DisplayServices with ports get listeners of their own, reached by
@@ -345,13 +437,61 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}
+	serveCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if elect {
+		// The cluster controllers run in the replica that holds the
+		// Lease; the API, the dashboard and MCP in every replica.
+		led := make(chan struct{})
+		go func() {
+			defer close(led)
+			err := ks.Lead(serveCtx, kube.LeaderOptions{Lease: controllersLease, Identity: leaderIdentity(cfg), LeaseDuration: cfg.leaderLease,
+				RenewDeadline: cfg.leaderLease * 2 / 3, RetryPeriod: cfg.leaderLease / 7},
+				func(lctx context.Context) { runControllers(lctx, st, log, mx, co) })
+			if serveCtx.Err() == nil {
+				stop(fmt.Errorf("%w: the cluster controllers stopped; exiting so that a fresh start campaigns again", err))
+			}
+		}()
+		defer func() { stop(nil); <-led }()
+	}
 	if hostCommands != nil {
 		log.Warn("custom agents may run commands on this host (--allow-host-commands)", "user", hostCommands.User.String(), "workRoot", hostCommands.WorkRoot)
 	}
 	log.Info("hvkube server listening", "addr", ln.Addr().String(), "dataDir", cfg.dataDir, "auth", token != "", "hostPaths", roots.String(), "version", version)
-	if err := srv.Serve(ctx, ln); err != nil {
+	if err := srv.Serve(serveCtx, ln); err != nil {
 		return err
+	}
+	if cause := context.Cause(serveCtx); ctx.Err() == nil && cause != nil {
+		return cause
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// controllersLease is the Lease the replicas of hvkube serve campaign for.
+const controllersLease = "hvkube-controllers"
+
+// leaderIdentity names this replica in the Lease: its host (a pod's name)
+// and a random part, so that a restarted replica is a new holder.
+func leaderIdentity(cfg serveConfig) string {
+	if cfg.leaderElectID != "" {
+		return cfg.leaderElectID
+	}
+	h, _ := os.Hostname()
+	b := make([]byte, 4)
+	rand.Read(b)
+	return fmt.Sprintf("%s-%x", h, b)
+}
+
+// runControllers runs the cluster controllers until ctx ends.
+func runControllers(ctx context.Context, st store.API, log *slog.Logger, mx *metrics.Metrics, co controller.Options) {
+	m := reconcile.NewManager(st, log, 0)
+	m.Observe(mx.ObserveReconcile)
+	controller.Register(m, st, log, co)
+	if err := m.Start(ctx); err != nil {
+		log.Error("cluster controllers", "err", err)
+		return
+	}
+	<-ctx.Done()
+	m.Stop()
 }

@@ -1,0 +1,234 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/client"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qemutest"
+	"github.com/hvkube/hvkube/internal/kube/kubetest"
+)
+
+var nodeListenRE = regexp.MustCompile(`hvkube node listening" node=\S+ listen=(\S+)`)
+
+// cluster is hvkube on a real kube-apiserver: one hvkube serve without a
+// backend (the API and the cluster controllers) and hvkube node processes,
+// each with a data directory and a port of its own, sharing one key.
+type cluster struct {
+	t          *testing.T
+	kubeconfig string
+	key        string
+	api        *proc
+	c          *client.Client
+	nodes      map[string]*proc
+	dirs       map[string]string
+}
+
+func newCluster(t *testing.T, serveArgs ...string) *cluster {
+	t.Helper()
+	env := kubetest.Start(t)
+	ns := env.Namespace(t)
+	cl := &cluster{t: t, kubeconfig: env.Kubeconfig(t, ns), key: filepath.Join(t.TempDir(), "key"), nodes: map[string]*proc{}, dirs: map[string]string{}}
+	if err := os.WriteFile(cl.key, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl.api = startServe(t, t.TempDir(), nil, append([]string{"--backend", "none", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig, "--key-file", cl.key}, serveArgs...)...)
+	c, err := client.New(cl.api.url(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.c = c
+	return cl
+}
+
+// startNode runs hvkube node NAME on the QEMU backend.
+func (cl *cluster) startNode(name string) *proc {
+	cl.t.Helper()
+	dir := cl.t.TempDir()
+	p := startProc(cl.t, dir, os.Environ(), nodeListenRE, "node", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig,
+		"--node-name", name, "--listen", "127.0.0.1:0", "--key-file", cl.key, "--data-dir", dir, "--server-url", cl.api.url(),
+		"--image-dir", qemu.DefaultImageDir())
+	cl.nodes[name], cl.dirs[name] = p, dir
+	return p
+}
+
+// sandboxes returns the pool's sandboxes by node.
+func (cl *cluster) sandboxes(pool string) map[string][]*api.Sandbox {
+	cl.t.Helper()
+	items, err := cl.c.List(context.Background(), api.KindSandbox, "")
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	m := map[string][]*api.Sandbox{}
+	for _, it := range items {
+		sb := it.(*api.Sandbox)
+		if api.OwnerOf(sb, api.KindSandboxPool) == pool && sb.Metadata.DeletionTimestamp == nil {
+			m[sb.Status.Node] = append(m[sb.Status.Node], sb)
+		}
+	}
+	return m
+}
+
+func (cl *cluster) waitFor(what string, timeout time.Duration, cond func() (bool, string)) {
+	cl.t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, s := cond()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(250 * time.Millisecond)
+	}
+	var logs strings.Builder
+	for name, p := range cl.nodes {
+		fmt.Fprintf(&logs, "--- node %s:\n%s", name, tail(p.log(), 40))
+	}
+	cl.t.Fatalf("%s: after %s still %s\n--- serve:\n%s%s", what, timeout, last, tail(cl.api.log(), 40), logs.String())
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ready reports the pool's Running or Paused sandboxes per node.
+func ready(byNode map[string][]*api.Sandbox) (map[string]int, string) {
+	counts := map[string]int{}
+	var desc []string
+	for node, sbs := range byNode {
+		for _, sb := range sbs {
+			desc = append(desc, fmt.Sprintf("%s@%s:%s", sb.Metadata.Name, node, sb.Status.Phase))
+			if sb.Status.Phase == api.SandboxRunning || sb.Status.Phase == api.SandboxPaused {
+				counts[node]++
+			}
+		}
+	}
+	sort.Strings(desc)
+	return counts, strings.Join(desc, " ")
+}
+
+// TestNodesShareAPoolOnKubernetes runs two hvkube node processes on real
+// QEMU beside one hvkube serve without a backend, all on a real
+// kube-apiserver: a pool of two spreads over both nodes; the screen and
+// exec of each sandbox reach it through the API server, which proxies to
+// the node that owns it; when one node is killed, the cluster marks it
+// lost and the pool refills on the other; an agent then runs once.
+func TestNodesShareAPoolOnKubernetes(t *testing.T) {
+	qemutest.RequireImage(t, "linux-desktop")
+	cl := newCluster(t, "--node-grace", "30s")
+	cl.startNode("node-a")
+	cl.startNode("node-b")
+	pool := `apiVersion: hvkube.io/v1
+kind: SandboxPool
+metadata: {name: spread}
+spec:
+  replicas: 2
+  maxPerHost: 2
+  warmTier: paused
+  releasePolicy: reset
+  template:
+    metadata:
+      labels: {pool: spread}
+    spec:
+      templateRef: linux-desktop
+      resources: {cpu: 1, memoryMB: 512}
+`
+	f := filepath.Join(t.TempDir(), "pool.yaml")
+	os.WriteFile(f, []byte(pool), 0o600)
+	mustHV(t, cl.api, "apply", "-f", "../../examples/template.yaml", "-f", f)
+
+	cl.waitFor("the pool spread over both nodes", 15*time.Minute, func() (bool, string) {
+		counts, desc := ready(cl.sandboxes("spread"))
+		return counts["node-a"] == 1 && counts["node-b"] == 1, desc
+	})
+	// Every operation goes through the API server, which has no backend:
+	// it can only have reached the owners.
+	for node, sbs := range cl.sandboxes("spread") {
+		name := sbs[0].Metadata.Name
+		shot := filepath.Join(t.TempDir(), "s.png")
+		mustHV(t, cl.api, "screen", name, "--save", shot)
+		b, err := os.ReadFile(shot)
+		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Errorf("screen of %s on %s: %v (%d bytes)", name, node, err, len(b))
+		}
+		res, err := cl.c.Exec(context.Background(), name, "/bin/sh", []string{"-c", "echo from $(hostname)"}, "")
+		if err != nil || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "from ") {
+			t.Errorf("exec in %s on %s: %+v %v", name, node, res, err)
+		}
+	}
+
+	// Kill node-b: no goodbye, its QEMU processes go with it.
+	victim := cl.nodes["node-b"]
+	lost := cl.sandboxes("spread")["node-b"][0].Metadata.Name
+	victim.cmd.Process.Kill()
+	<-victim.done
+	for _, pid := range qemusOf(cl.dirs["node-b"]) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	cl.waitFor("node-b marked lost", 2*time.Minute, func() (bool, string) {
+		o, err := cl.c.Get(context.Background(), api.KindNode, "node-b")
+		if err != nil {
+			return false, err.Error()
+		}
+		c := api.FindCondition(o.(*api.Node).Status.Conditions, "Ready")
+		if c == nil {
+			return false, "no Ready condition"
+		}
+		return c.Status == api.ConditionFalse && c.Reason == "NodeLost", c.Status + " " + c.Reason
+	})
+	cl.waitFor("the pool refilled on node-a", 10*time.Minute, func() (bool, string) {
+		byNode := cl.sandboxes("spread")
+		counts, desc := ready(byNode)
+		for _, sb := range byNode["node-b"] {
+			if sb.Metadata.Name == lost {
+				return false, "the lost sandbox is still a member: " + desc
+			}
+		}
+		return counts["node-a"] == 2, desc
+	})
+	if _, err := cl.c.Exec(context.Background(), lost, "/bin/true", nil, ""); err == nil {
+		t.Errorf("the lost node's sandbox %s still answers", lost)
+	}
+
+	agent := `apiVersion: hvkube.io/v1
+kind: Agent
+metadata: {name: once}
+spec:
+  sandboxSelector:
+    matchLabels: {pool: spread}
+  type: workflow
+  task:
+    steps:
+    - {action: exec, command: [/bin/sh, -c, "echo ran >> /tmp/runs"]}
+`
+	af := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(af, []byte(agent), 0o600)
+	mustHV(t, cl.api, "apply", "-f", af)
+	mustHV(t, cl.api, "wait", "agent", "once", "--for", "phase=Completed", "--timeout", "5m")
+	o, err := cl.c.Get(context.Background(), api.KindAgent, "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := o.(*api.Agent); a.Status.Attempts != 1 || a.Status.Node != "node-a" {
+		t.Errorf("agent: %d attempts on %q, want 1 on node-a", a.Status.Attempts, a.Status.Node)
+	}
+}

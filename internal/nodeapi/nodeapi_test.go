@@ -1,0 +1,372 @@
+package nodeapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// recorder is a Target that records its calls and answers canned values:
+// the wire is under test here, not a node (the node's side runs for real
+// in the multi-node tests of cmd/hvkube).
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+	err   error
+}
+
+func (r *recorder) rec(format string, args ...any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf(format, args...))
+	return r.err
+}
+
+func (r *recorder) Calls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.calls...)
+}
+
+func (r *recorder) Pause(_ context.Context, n string) error  { return r.rec("pause %s", n) }
+func (r *recorder) Resume(_ context.Context, n string) error { return r.rec("resume %s", n) }
+func (r *recorder) Save(_ context.Context, n string) error   { return r.rec("save %s", n) }
+func (r *recorder) Reset(_ context.Context, n string) error  { return r.rec("reset %s", n) }
+func (r *recorder) Screenshot(_ context.Context, n string, o backend.ScreenshotOptions) ([]byte, string, error) {
+	return []byte("PNG" + n), "image/png", r.rec("screenshot %s %s %d", n, o.Format, o.Width)
+}
+func (r *recorder) ScreenSize(_ context.Context, n string) (int, int, error) {
+	return 1024, 768, r.rec("size %s", n)
+}
+func (r *recorder) SendInput(ctx context.Context, n string, evs []backend.InputEvent) error {
+	return r.rec("input %s %v control=%s", n, evs, display.ControlFrom(ctx))
+}
+func (r *recorder) TypeText(_ context.Context, n, text string) error {
+	return r.rec("text %s %s", n, text)
+}
+func (r *recorder) CursorPosition(_ context.Context, n string) (int, int, error) {
+	return 3, 4, r.rec("cursor %s", n)
+}
+func (r *recorder) Exec(_ context.Context, n string, req backend.ExecRequest) (backend.ExecResult, error) {
+	return backend.ExecResult{ExitCode: 7, Stdout: append([]byte("out:"), req.Stdin...)}, r.rec("exec %s %s %v", n, req.Path, req.Args)
+}
+func (r *recorder) ClipboardGet(_ context.Context, n string) (string, error) {
+	return "clip", r.rec("clipget %s", n)
+}
+func (r *recorder) ClipboardSet(_ context.Context, n, text string) error {
+	return r.rec("clipset %s %s", n, text)
+}
+func (r *recorder) Logs(_ context.Context, n string) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader("log of " + n)), r.rec("logs %s", n)
+}
+func (r *recorder) DialDisplay(_ context.Context, n string) (io.ReadWriteCloser, error) {
+	if err := r.rec("display %s", n); err != nil {
+		return nil, err
+	}
+	return echo(), nil
+}
+func (r *recorder) DialPort(_ context.Context, n string, port int) (net.Conn, error) {
+	if err := r.rec("port %s %d", n, port); err != nil {
+		return nil, err
+	}
+	return echo(), nil
+}
+func (r *recorder) AgentFile(_ context.Context, a, rel string) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader("file " + rel)), r.rec("file %s %s", a, rel)
+}
+
+// echo is a connection that sends back what it is sent, upper-cased.
+func echo() net.Conn {
+	a, b := net.Pipe()
+	go func() {
+		defer b.Close()
+		buf := make([]byte, 256)
+		for {
+			n, err := b.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := b.Write(bytes.ToUpper(buf[:n])); err != nil {
+				return
+			}
+		}
+	}()
+	return a
+}
+
+var testKey = authtoken.Key(bytes.Repeat([]byte("k"), 32))
+
+// agent starts a node agent for node over t.
+func agent(t *testing.T, node string, tg Target) string {
+	t.Helper()
+	srv := httptest.NewServer(Handler(HandlerOptions{Node: node, Key: testKey, Target: tg}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// TestRouterReachesNodeAgent: an API server's Router acts on a sandbox
+// placed on another node through that node's agent, on every operation,
+// with the arguments, answers, error categories and streams intact; a
+// sandbox of its own node stays in process.
+func TestRouterReachesNodeAgent(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	remote, local := &recorder{}, &recorder{}
+	addr := agent(t, "node-b", remote)
+	mustCreate(t, st, &api.Node{Metadata: api.ObjectMeta{Name: "node-b"}}, func(o api.Object) { o.(*api.Node).Status.Address = addr })
+	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "far"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-b" })
+	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "near"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-a" })
+	mustCreate(t, st, &api.Agent{Metadata: api.ObjectMeta{Name: "job"}}, func(o api.Object) { o.(*api.Agent).Status.Node = "node-b" })
+	r := NewRouter(RouterOptions{Store: st, Local: local, LocalName: "node-a", Key: testKey})
+
+	for _, step := range []func() error{
+		func() error { return r.Pause(ctx, "far") },
+		func() error { return r.Resume(ctx, "far") },
+		func() error { return r.Save(ctx, "far") },
+		func() error { return r.Reset(ctx, "far") },
+		func() error {
+			img, ct, err := r.Screenshot(ctx, "far", backend.ScreenshotOptions{Format: "png", Width: 640})
+			if err == nil && (string(img) != "PNGfar" || ct != "image/png") {
+				err = fmt.Errorf("screenshot %q %q", img, ct)
+			}
+			return err
+		},
+		func() error {
+			w, h, err := r.ScreenSize(ctx, "far")
+			if err == nil && (w != 1024 || h != 768) {
+				err = fmt.Errorf("size %dx%d", w, h)
+			}
+			return err
+		},
+		func() error {
+			return r.SendInput(display.WithControl(ctx, "take-1"), "far", []backend.InputEvent{{Kind: backend.EventMove, X: 5, Y: 6}})
+		},
+		func() error { return r.TypeText(ctx, "far", "héllo") },
+		func() error {
+			x, y, err := r.CursorPosition(ctx, "far")
+			if err == nil && (x != 3 || y != 4) {
+				err = fmt.Errorf("cursor %d,%d", x, y)
+			}
+			return err
+		},
+		func() error {
+			res, err := r.Exec(ctx, "far", backend.ExecRequest{Path: "/bin/echo", Args: []string{"a b", "c"}, Stdin: []byte{0, 1}})
+			if err == nil && (res.ExitCode != 7 || string(res.Stdout) != "out:\x00\x01") {
+				err = fmt.Errorf("exec %+v", res)
+			}
+			return err
+		},
+		func() error {
+			s, err := r.ClipboardGet(ctx, "far")
+			if err == nil && s != "clip" {
+				err = fmt.Errorf("clipboard %q", s)
+			}
+			return err
+		},
+		func() error { return r.ClipboardSet(ctx, "far", "x") },
+		func() error { return expect("log of far")(r.Logs(ctx, "far")) },
+		func() error { return expect("file artifacts/a b.txt")(r.AgentFile(ctx, "job", "artifacts/a b.txt")) },
+		func() error {
+			c, err := r.DialDisplay(ctx, "far")
+			if err != nil {
+				return err
+			}
+			return roundTrip(c)
+		},
+		func() error {
+			c, err := r.DialPort(ctx, "far", 9222)
+			if err != nil {
+				return err
+			}
+			return roundTrip(c)
+		},
+		func() error { return r.Pause(ctx, "near") },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"pause far", "resume far", "save far", "reset far", "screenshot far png 640", "size far",
+		"input far [{move 5 6   false}] control=take-1", "text far héllo", "cursor far", "exec far /bin/echo [a b c]",
+		"clipget far", "clipset far x", "logs far", "file job artifacts/a b.txt", "display far", "port far 9222"}
+	if got := remote.Calls(); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("node-b's agent saw\n%q\nwant\n%q", got, want)
+	}
+	if got := local.Calls(); len(got) != 1 || got[0] != "pause near" {
+		t.Errorf("this process's node saw %q, want only the pause of its own sandbox", got)
+	}
+
+	// The node's errors keep their category and field.
+	remote.err = api.Conflict("status.phase", "sandbox %q is busy", "far")
+	err = r.Pause(ctx, "far")
+	if !errors.Is(err, api.ErrConflict) || api.FieldOf(err) != "status.phase" || err.Error() != `status.phase: sandbox "far" is busy` {
+		t.Errorf("conflict came back as %v (field %q)", err, api.FieldOf(err))
+	}
+	remote.err = fmt.Errorf("%w: no such VM", api.ErrNotFound)
+	if _, err := r.DialDisplay(ctx, "far"); !errors.Is(err, api.ErrNotFound) || err.Error() != "not found: no such VM" {
+		t.Errorf("display of a missing VM: %v", err)
+	}
+
+	// A sandbox on a node that gave no address, or on none when this
+	// process has no node, is unavailable, not a 500.
+	mustCreate(t, st, &api.Node{Metadata: api.ObjectMeta{Name: "node-c"}}, nil)
+	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "lost"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-c" })
+	if err := r.Pause(ctx, "lost"); !errors.Is(err, api.ErrUnavailable) {
+		t.Errorf("node without an address: %v", err)
+	}
+	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "unplaced"}}, nil)
+	cp := NewRouter(RouterOptions{Store: st, Key: testKey})
+	if err := cp.Pause(ctx, "unplaced"); !errors.Is(err, api.ErrUnavailable) {
+		t.Errorf("unplaced sandbox on a server without a node: %v", err)
+	}
+	if err := cp.Pause(ctx, "nosuch"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("missing sandbox: %v", err)
+	}
+	// A node agent under another key refuses: the server says which
+	// setting to look at.
+	bad := NewRouter(RouterOptions{Store: st, Key: authtoken.Key(bytes.Repeat([]byte("x"), 32))})
+	if err := bad.Pause(ctx, "far"); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "--key-file") {
+		t.Errorf("other key: %v", err)
+	}
+}
+
+// TestNodeAgentRefuses is what an attacker on the cluster network, or a
+// web page in the browser of someone on the node, tries first: requests
+// without a node token, with another node's, an expired one, one under
+// another key, an agent's scoped token, or from a browser (Origin), and
+// bodies too large. None reaches the node.
+func TestNodeAgentRefuses(t *testing.T) {
+	rec := &recorder{}
+	addr := agent(t, "node-b", rec)
+	now := time.Now()
+	other := authtoken.Key(bytes.Repeat([]byte("o"), 32))
+	scoped := testKey.Mint(authtoken.Scope{Sandbox: "sb", Agent: "a", UID: "u", Attempt: 1}, now, time.Minute)
+	good := testKey.MintNode("node-b", now, time.Minute)
+	for _, tc := range []struct {
+		name   string
+		auth   string
+		header map[string]string
+		body   io.Reader
+		want   int
+	}{
+		{"no token", "", nil, nil, http.StatusUnauthorized},
+		{"another node's token", "Bearer " + testKey.MintNode("node-c", now, time.Minute), nil, nil, http.StatusUnauthorized},
+		{"expired", "Bearer " + testKey.MintNode("node-b", now.Add(-time.Hour), time.Minute), nil, nil, http.StatusUnauthorized},
+		{"another key", "Bearer " + other.MintNode("node-b", now, time.Minute), nil, nil, http.StatusUnauthorized},
+		{"an agent's scoped token", "Bearer " + scoped, nil, nil, http.StatusUnauthorized},
+		{"not bearer", good, nil, nil, http.StatusUnauthorized},
+		{"from a page", "Bearer " + good, map[string]string{"Origin": "https://evil.example"}, nil, http.StatusForbidden},
+		{"from a page, no origin", "Bearer " + good, map[string]string{"Sec-Fetch-Site": "cross-site"}, nil, http.StatusForbidden},
+		{"body too large", "Bearer " + good, nil, io.MultiReader(strings.NewReader(`{"Path":"`), bytes.NewReader(bytes.Repeat([]byte("a"), maxBody+1)), strings.NewReader(`"}`)), http.StatusBadRequest},
+		{"unknown field", "Bearer " + good, nil, strings.NewReader(`{"Path":"/bin/true","Shell":"rm -rf /"}`), http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := tc.body
+			if body == nil {
+				body = strings.NewReader(`{"Path":"/bin/true"}`)
+			}
+			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/node/v1/sandboxes/sb/exec", body)
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+		})
+	}
+	if c := rec.Calls(); len(c) != 0 {
+		t.Errorf("the node was reached: %q", c)
+	}
+	// The upgraded paths check the same token before they dial.
+	cl := &Client{Node: "node-b", Addr: addr, Token: func() string { return other.MintNode("node-b", now, time.Minute) }, HTTP: http.DefaultClient}
+	if _, err := cl.DialDisplay(context.Background(), "sb"); !errors.Is(err, api.ErrUnavailable) {
+		t.Errorf("display under another key: %v", err)
+	}
+	if c := rec.Calls(); len(c) != 0 {
+		t.Errorf("the node was reached: %q", c)
+	}
+	// /healthz answers anyone, and says nothing more.
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "ok\n" {
+		t.Errorf("healthz: %d %q", resp.StatusCode, b)
+	}
+}
+
+func mustCreate(t *testing.T, st store.Interface, o api.Object, status func(api.Object)) {
+	t.Helper()
+	ctx := context.Background()
+	k := map[string]string{"*api.Node": api.KindNode, "*api.Sandbox": api.KindSandbox, "*api.Agent": api.KindAgent}[fmt.Sprintf("%T", o)]
+	*o.GetTypeMeta() = api.TypeMeta{APIVersion: api.Version, Kind: k}
+	got, err := st.Create(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != nil {
+		status(got)
+		if _, err := st.UpdateStatus(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// expect checks that a stream holds want.
+func expect(want string) func(io.ReadCloser, error) error {
+	return func(rc io.ReadCloser, err error) error {
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err == nil && string(b) != want {
+			err = fmt.Errorf("stream %q, want %q", b, want)
+		}
+		return err
+	}
+}
+
+func roundTrip(c io.ReadWriteCloser) error {
+	defer c.Close()
+	if _, err := c.Write([]byte("rfb 003.008")); err != nil {
+		return err
+	}
+	buf := make([]byte, 11)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	if string(buf) != "RFB 003.008" {
+		return fmt.Errorf("stream echoed %q", buf)
+	}
+	return nil
+}

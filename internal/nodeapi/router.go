@@ -1,0 +1,246 @@
+package nodeapi
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// tokenTTL is how long a node token minted by a Router lives; it is
+// minted again at half its life.
+const tokenTTL = 2 * time.Minute
+
+// RouterOptions configure a Router.
+type RouterOptions struct {
+	Store store.Interface
+	// Local is the node inside this process, if any, and LocalName its
+	// name: its sandboxes, and sandboxes no one placed yet, are acted on
+	// here.
+	Local     Target
+	LocalName string
+	// Key mints node tokens; the node agents hold the same key.
+	Key authtoken.Key
+	// HTTP sends requests to node agents (a client with a dial timeout
+	// when nil).
+	HTTP *http.Client
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Router acts on each sandbox where it lives: in this process or through
+// the agent of the node it is placed on. It is a Target.
+type Router struct {
+	o RouterOptions
+
+	mu     sync.Mutex
+	tokens map[string]minted
+}
+
+type minted struct {
+	tok string
+	at  time.Time
+}
+
+var _ Target = (*Router)(nil)
+
+// NewRouter returns a Router.
+func NewRouter(o RouterOptions) *Router {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{Transport: &http.Transport{
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+			ResponseHeaderTimeout: 0, // exec and reset take as long as they take; ctx bounds them
+			MaxIdleConnsPerHost:   32,
+			IdleConnTimeout:       90 * time.Second,
+		}}
+	}
+	return &Router{o: o, tokens: map[string]minted{}}
+}
+
+// token returns a node token for node, minting one when the last is past
+// half its life.
+func (r *Router) token(node string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.o.Now()
+	if m, ok := r.tokens[node]; ok && now.Sub(m.at) < tokenTTL/2 {
+		return m.tok
+	}
+	tok := r.o.Key.MintNode(node, now, tokenTTL)
+	r.tokens[node] = minted{tok, now}
+	return tok
+}
+
+// onNode returns the Target of node: this process's node, or a Client of
+// the node's agent.
+func (r *Router) onNode(ctx context.Context, node, what string) (Target, error) {
+	if node == "" || node == r.o.LocalName {
+		if r.o.Local == nil {
+			return nil, fmt.Errorf("%w: %s is not placed on a node yet", api.ErrUnavailable, what)
+		}
+		return r.o.Local, nil
+	}
+	o, err := r.o.Store.Get(ctx, api.KindNode, node)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is on node %s, which this server cannot find: %v", api.ErrUnavailable, what, node, err)
+	}
+	nd := o.(*api.Node)
+	if nd.Status.Address == "" {
+		return nil, fmt.Errorf("%w: %s is on node %s, which gives no address to reach it by (is it a node inside another hvkube serve?)", api.ErrUnavailable, what, node)
+	}
+	return &Client{Node: node, Addr: nd.Status.Address, Token: func() string { return r.token(node) }, HTTP: r.o.HTTP}, nil
+}
+
+// sandbox returns the Target of sandbox name.
+func (r *Router) sandbox(ctx context.Context, name string) (Target, error) {
+	o, err := r.o.Store.Get(ctx, api.KindSandbox, name)
+	if err != nil {
+		return nil, err
+	}
+	return r.onNode(ctx, o.(*api.Sandbox).Status.Node, fmt.Sprintf("sandbox %q", name))
+}
+
+func (r *Router) Pause(ctx context.Context, name string) error {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	return t.Pause(ctx, name)
+}
+
+func (r *Router) Resume(ctx context.Context, name string) error {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	return t.Resume(ctx, name)
+}
+
+func (r *Router) Save(ctx context.Context, name string) error {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	return t.Save(ctx, name)
+}
+
+func (r *Router) Reset(ctx context.Context, name string) error {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	return t.Reset(ctx, name)
+}
+
+func (r *Router) Screenshot(ctx context.Context, name string, opts backend.ScreenshotOptions) ([]byte, string, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	return t.Screenshot(ctx, name, opts)
+}
+
+func (r *Router) ScreenSize(ctx context.Context, name string) (int, int, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	return t.ScreenSize(ctx, name)
+}
+
+func (r *Router) SendInput(ctx context.Context, name string, evs []backend.InputEvent) error {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	return t.SendInput(ctx, name, evs)
+}
+
+func (r *Router) TypeText(ctx context.Context, name, text string) error {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	return t.TypeText(ctx, name, text)
+}
+
+func (r *Router) CursorPosition(ctx context.Context, name string) (int, int, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	return t.CursorPosition(ctx, name)
+}
+
+func (r *Router) Exec(ctx context.Context, name string, req backend.ExecRequest) (backend.ExecResult, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return backend.ExecResult{}, err
+	}
+	return t.Exec(ctx, name, req)
+}
+
+func (r *Router) ClipboardGet(ctx context.Context, name string) (string, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return t.ClipboardGet(ctx, name)
+}
+
+func (r *Router) ClipboardSet(ctx context.Context, name, text string) error {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	return t.ClipboardSet(ctx, name, text)
+}
+
+func (r *Router) Logs(ctx context.Context, name string) (io.ReadCloser, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return t.Logs(ctx, name)
+}
+
+func (r *Router) DialDisplay(ctx context.Context, name string) (io.ReadWriteCloser, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return t.DialDisplay(ctx, name)
+}
+
+func (r *Router) DialPort(ctx context.Context, name string, port int) (net.Conn, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return t.DialPort(ctx, name, port)
+}
+
+// AgentFile reads the file of an agent's latest attempt on the node that
+// ran it.
+func (r *Router) AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser, error) {
+	o, err := r.o.Store.Get(ctx, api.KindAgent, agent)
+	if err != nil {
+		return nil, err
+	}
+	t, err := r.onNode(ctx, o.(*api.Agent).Status.Node, fmt.Sprintf("agent %q", agent))
+	if err != nil {
+		return nil, err
+	}
+	return t.AgentFile(ctx, agent, rel)
+}
