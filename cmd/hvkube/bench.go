@@ -4,16 +4,26 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hvkube/hvkube/internal/bench"
 	"github.com/hvkube/hvkube/internal/capacity"
 	"github.com/hvkube/hvkube/internal/cli"
 	"github.com/hvkube/hvkube/internal/drivers/qemu"
+	"github.com/hvkube/hvkube/internal/kube"
+	"github.com/hvkube/hvkube/internal/kube/local"
+	"github.com/hvkube/hvkube/internal/store"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -23,7 +33,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Measure hvkube end to end and print p50/p95 latencies. With --write FILE the
 results replace their section of FILE (docs/benchmarks.md in the repository).`,
 	}
-	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd(), newBenchBrowserCmd(), newBenchDensityCmd())
+	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchClaimsCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd(), newBenchBrowserCmd(), newBenchDensityCmd())
 	return cmd
 }
 
@@ -199,6 +209,129 @@ agent completes twice, and time GET and LIST requests made meanwhile.`,
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	return cmd
+}
+
+// runClaimsBench runs bench claims; tests replace it to check what the
+// flags ask for.
+var runClaimsBench = bench.Claims
+
+func newBenchClaimsCmd() *cobra.Command {
+	var o bench.ClaimsOptions
+	var write, kubeAssets string
+	var sc storeConfig
+	cmd := &cobra.Command{
+		Use:   "claims",
+		Short: "Claims per second on a simulated cluster: many nodes over the FAKE backend, each holding warm sandboxes, on one store",
+		Long: `Measure how many agents per second the cluster binds to warm sandboxes and
+starts. The store (a Kubernetes API server by default), the cluster's
+controllers once, and --nodes nodes run here, each node over a FAKE backend
+(in-memory sandboxes that run nothing) with --per-node warm sandboxes of one
+pool (maxPerHost --per-node). The nodes share one watch per kind, each seeing
+only its own sandboxes and agents (as a field selector on status.node
+would); reads of one object and all writes go to the store. Once the pool is
+warm, --claims one-step workflow agents are created in the store by
+--parallel submitters, each waiting for its agent to run before the next.
+Prints claims per second, agent created → Running p50/p95/p99, how long the
+fill took, and whether any sandbox was bound to two agents at once.
+
+With --store kubernetes (the default) the store is the API server
+--kubeconfig reaches (the objects are deleted at the end), or one started
+here on loopback from --kube-assets (env HVKUBE_KUBE_ASSETS), sharing this
+machine's cores. The benchmark's client is not rate limited.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.Nodes < 1 || o.PerNode < 1 || o.Claims < 1 || o.Parallel < 1 {
+				return fmt.Errorf("--nodes, --per-node, --claims and --parallel must be at least 1")
+			}
+			o.Log = cmd.ErrOrStderr()
+			section := "claims"
+			switch sc.kind {
+			case storeKubernetes:
+				o.Store, o.StoreName = benchUnlimitedKubeStore(sc, kubeAssets), storeKubernetes
+				o.Cleanup = sc.kubeconfig != ""
+				section = "claims-kubernetes"
+			case storeSQLite:
+				o.StoreName = storeSQLite
+			default:
+				return fmt.Errorf("--store %q: want %s or %s", sc.kind, storeSQLite, storeKubernetes)
+			}
+			o.Command = fmt.Sprintf("hvkube bench claims --store %s --nodes %d --per-node %d --claims %d --parallel %d", sc.kind, o.Nodes, o.PerNode, o.Claims, o.Parallel)
+			if o.HealthInterval != time.Hour {
+				o.Command += fmt.Sprintf(" --health-interval %s", o.HealthInterval)
+			}
+			if o.NodeResync != 10*time.Minute {
+				o.Command += fmt.Sprintf(" --node-resync %s", o.NodeResync)
+			}
+			rep, err := runClaimsBench(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return report(cmd, rep, section, write)
+		},
+	}
+	cmd.Flags().IntVar(&o.Nodes, "nodes", 100, "simulated nodes, each with a fake backend")
+	cmd.Flags().IntVar(&o.PerNode, "per-node", 100, "warm sandboxes per node")
+	cmd.Flags().IntVar(&o.Claims, "claims", 1000, "agents to submit")
+	cmd.Flags().IntVar(&o.Parallel, "parallel", 50, "claims in flight at once")
+	cmd.Flags().DurationVar(&o.HealthInterval, "health-interval", time.Hour, "the sandboxes' health check interval (each check of a warm sandbox reads it from the store twice; the API's default is 10s)")
+	cmd.Flags().DurationVar(&o.NodeResync, "node-resync", 10*time.Minute, "how often each node reconciles all its objects again (hvkube's default is 1m)")
+	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
+	cmd.Flags().StringVar(&sc.kind, "store", storeKubernetes, "the store: kubernetes or sqlite")
+	cmd.Flags().StringVar(&sc.kubeconfig, "kubeconfig", "", "with --store kubernetes: an API server to use (default: start one here)")
+	cmd.Flags().StringVar(&sc.namespace, "namespace", "", "with --store kubernetes: the namespace (default: a new one)")
+	cmd.Flags().StringVar(&kubeAssets, "kube-assets", os.Getenv("HVKUBE_KUBE_ASSETS"), "with --store kubernetes and no --kubeconfig: the directory of kube-apiserver and etcd (hack/kube/build.sh prints it)")
+	return cmd
+}
+
+// benchUnlimitedKubeStore is benchKubeStore with no client-side rate
+// limit: one client stands in for the controllers and every node, which
+// would each have a limit of their own.
+func benchUnlimitedKubeStore(sc storeConfig, assets string) bench.StoreFunc {
+	return func(ctx context.Context, dataDir string, log *slog.Logger) (store.API, func() error, error) {
+		ns := sc.namespace
+		if ns == "" {
+			ns = fmt.Sprintf("hvkube-bench-%d", time.Now().Unix())
+		}
+		var cfg *rest.Config
+		stop := func() {}
+		if sc.kubeconfig != "" {
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = sc.kubeconfig
+			c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+			if err != nil {
+				return nil, nil, fmt.Errorf("--kubeconfig: %w", err)
+			}
+			cfg = c
+		} else {
+			if assets == "" {
+				return nil, nil, fmt.Errorf("--store kubernetes: give --kubeconfig, or --kube-assets (the directory hack/kube/build.sh prints) to start an API server here")
+			}
+			srv, err := local.Launch(assets)
+			if err != nil {
+				return nil, nil, err
+			}
+			log.Warn("started a kube-apiserver for the benchmark", "server", srv.Config.Host, "namespace", ns)
+			cfg, stop = srv.Config, srv.Stop
+		}
+		if sc.namespace == "" {
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err == nil {
+				_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+			}
+			if err != nil {
+				stop()
+				return nil, nil, fmt.Errorf("create namespace %s: %w", ns, err)
+			}
+		}
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = -1, 0 // client-go: no rate limiter
+		st, err := kube.Open(ctx, kube.Options{Config: cfg, Namespace: ns, Component: "hvkube-bench", Logger: log})
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		return st, func() error { st.Close(); stop(); return nil }, nil
+	}
 }
 
 func newBenchAgentsCmd() *cobra.Command {

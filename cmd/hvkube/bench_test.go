@@ -44,3 +44,39 @@ func TestBenchQEMUCompareLoadvm(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchClaimsFlags: bench claims passes its sizes on, defaults to the
+// Kubernetes store (with the section of its own), and refuses sizes
+// below one.
+func TestBenchClaimsFlags(t *testing.T) {
+	var got []bench.ClaimsOptions
+	saved := runClaimsBench
+	runClaimsBench = func(ctx context.Context, o bench.ClaimsOptions) (*bench.Report, error) {
+		got = append(got, o)
+		return &bench.Report{Title: "stub"}, nil
+	}
+	defer func() { runClaimsBench = saved }()
+	run := func(args ...string) error {
+		cmd := newBenchClaimsCmd()
+		cmd.SetArgs(args)
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		return cmd.ExecuteContext(context.Background())
+	}
+	if err := run("--nodes", "3", "--per-node", "7", "--claims", "40", "--parallel", "5", "--kube-assets", "/nonexistent"); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("ran %d times, want 1", len(got))
+	}
+	o := got[0]
+	if o.Nodes != 3 || o.PerNode != 7 || o.Claims != 40 || o.Parallel != 5 || o.StoreName != "kubernetes" || o.Store == nil || o.Cleanup {
+		t.Errorf("options %+v", o)
+	}
+	if want := "hvkube bench claims --store kubernetes --nodes 3 --per-node 7 --claims 40 --parallel 5"; o.Command != want {
+		t.Errorf("command %q, want %q", o.Command, want)
+	}
+	if err := run("--nodes", "0"); err == nil {
+		t.Error("--nodes 0 accepted")
+	}
+}
