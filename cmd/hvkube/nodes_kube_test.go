@@ -170,6 +170,7 @@ spec:
 		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
 			t.Errorf("screen of %s on %s: %v (%d bytes)", name, node, err, len(b))
 		}
+		mustHV(t, cl.api, "resume", name)
 		res, err := cl.c.Exec(context.Background(), name, "/bin/sh", []string{"-c", "echo from $(hostname)"}, "")
 		if err != nil || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "from ") {
 			t.Errorf("exec in %s on %s: %+v %v", name, node, res, err)
