@@ -91,7 +91,7 @@ RACE_SKIP := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQE
 # desktops of the QEMU tests, their CPU made timing-sensitive guests late).
 # A test that needs a kube-apiserver is named …OnKubernetes, or listed here.
 KUBE_TESTS := ^(TestConformance|TestCRDsValidateSeedYAML|TestWatchFromTooOld)$$|OnKubernetes
-KUBE_PKGS  := ./internal/kube/... ./internal/node/ ./internal/controller/ ./internal/bench/ ./internal/nodeapi/ ./cmd/hvkube/
+KUBE_PKGS  := ./internal/kube/... ./internal/node/ ./internal/controller/ ./internal/bench/ ./cmd/hvkube/
 
 # The QEMU tests need the images, the browser tests Chromium and the
 # Kubernetes tests a kube-apiserver; HVKUBE_REQUIRE_QEMU,
