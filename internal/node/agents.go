@@ -21,7 +21,10 @@ import (
 type run struct {
 	attempt int
 	cancel  context.CancelFunc
-	done    chan struct{}
+	// fence ends the attempt with errFenced as its cause: it writes
+	// nothing.
+	fence func()
+	done  chan struct{}
 }
 
 // runs tracks the attempts this node runs, so that none runs twice at once
@@ -53,6 +56,17 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (reconcile.Resul
 		return reconcile.Result{}, err
 	}
 	a := o.(*api.Agent)
+	if r := n.runs.get(name); r != nil && takenAway(a, r.attempt) {
+		// The cluster ended this attempt (its node was lost) or runs a
+		// newer one elsewhere: it stops here too.
+		n.log.Warn("ending an attempt the cluster took away from this node", "agent", name, "attempt", r.attempt, "reason", a.Status.Reason)
+		r.cancel()
+	}
+	if n.fenced() {
+		// Nothing starts, and nothing is put back, until the node writes
+		// its Node object again (rejoin looks at every agent then).
+		return reconcile.Result{RequeueAfter: n.statusEvery()}, nil
+	}
 	if a.Status.Node != "" && a.Status.Node != n.name {
 		return reconcile.Result{}, nil // another node's
 	}
@@ -95,6 +109,17 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (reconcile.Resul
 	return reconcile.Result{}, nil
 }
 
+// takenAway reports whether the stored agent says the attempt this node
+// runs is no longer its to run: failed as NodeLost, or followed by a newer
+// attempt (which another node started: this one starts none while a run
+// of the agent lasts).
+func takenAway(a *api.Agent, attempt int) bool {
+	if a.Status.Attempts > attempt {
+		return true
+	}
+	return a.Status.Attempts == attempt && a.Status.Phase != api.AgentRunning && a.Status.Reason == reasonNodeLost
+}
+
 // interrupt puts back an agent whose attempt a restart of this node cut
 // short, then releases its sandbox. The order matters: while the claim
 // stands, the pool keeps the sandbox (even one whose VM did not survive
@@ -109,7 +134,11 @@ func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (reco
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt || cur.Status.Sandbox != sandbox {
 			return false // ended meanwhile: its claim goes as any ended attempt's does
 		}
-		agentstate.Interrupt(cur, fmt.Sprintf("attempt %d was cut short when node %s restarted; it runs again on a clean sandbox", attempt, n.name), now)
+		msg := fmt.Sprintf("attempt %d was cut short when node %s restarted; it runs again on a clean sandbox", attempt, n.name)
+		if n.endedByFence(name, attempt) {
+			msg = fmt.Sprintf("attempt %d was ended when node %s fenced itself (it could not write its Node object for %s); it runs again on a clean sandbox", attempt, n.name, n.fenceAfter())
+		}
+		agentstate.Interrupt(cur, msg, now)
 		interrupted = true
 		return true
 	})
@@ -132,6 +161,9 @@ func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (reco
 func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (reconcile.Result, error) {
 	if n.runs.get(a.Metadata.Name) != nil {
 		return reconcile.Result{}, nil // the last attempt is still ending
+	}
+	if n.fenced() {
+		return reconcile.Result{RequeueAfter: n.statusEvery()}, nil
 	}
 	so, err := n.st.Get(ctx, api.KindSandbox, a.Status.Sandbox)
 	if err != nil {
@@ -166,8 +198,10 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 	n.event(ctx, started, api.EventNormal, "Started", started.Status.Message)
 	r := &run{attempt: started.Status.Attempts, done: make(chan struct{})}
 	// Context deadlines run on the wall clock, whatever the node's clock.
-	rctx, cancel := context.WithTimeout(n.runCtx, agentstate.Timeout(started))
+	fctx, fence := context.WithCancelCause(n.runCtx)
+	rctx, cancel := context.WithTimeout(fctx, agentstate.Timeout(started))
 	r.cancel = cancel
+	r.fence = func() { fence(errFenced) }
 	n.runs.mu.Lock()
 	n.runs.m[started.Metadata.Name] = r
 	n.runs.mu.Unlock()
@@ -175,6 +209,7 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 	go func() {
 		defer n.runs.wg.Done()
 		defer close(r.done)
+		defer fence(nil)
 		defer cancel()
 		n.attempt(rctx, started)
 		n.runs.mu.Lock()
@@ -220,6 +255,13 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 	}
 	if n.runCtx.Err() != nil {
 		lg.printf("the node is stopping: the attempt will run again when it starts")
+		return
+	}
+	if errors.Is(context.Cause(ctx), errFenced) {
+		// Neither the outcome nor the release: the cluster fails the
+		// attempt as NodeLost, or this node puts it back when it writes
+		// again.
+		lg.printf("the node fenced itself (it could not write its Node object for %s): the attempt ends here, unrecorded", n.fenceAfter())
 		return
 	}
 	if errors.Is(ctx.Err(), context.Canceled) || errors.Is(err, errEndedElsewhere) {

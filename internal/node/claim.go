@@ -16,6 +16,9 @@ import (
 // clone a new one. Each step's failure is an event. The guest clock is set
 // by the backend's Resume.
 func (n *Node) acquire(ctx context.Context, name, agent string) error {
+	if n.fenced() {
+		return fmt.Errorf("node %s is fenced (it cannot write its Node object): %w", n.name, api.ErrUnavailable)
+	}
 	unlock := n.locks.lock(name)
 	defer unlock()
 	o, err := n.st.Get(ctx, api.KindSandbox, name)

@@ -71,11 +71,7 @@ func (p Pressure) withDefaults() Pressure {
 // statusLoop writes the node's status and applies the pressure policy
 // until ctx ends.
 func (n *Node) statusLoop(ctx context.Context) {
-	every := n.opt.StatusInterval
-	if every <= 0 {
-		every = DefaultStatusInterval
-	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(n.statusEvery())
 	defer t.Stop()
 	for {
 		if err := n.statusRound(ctx); err != nil && ctx.Err() == nil {
@@ -87,6 +83,14 @@ func (n *Node) statusLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// statusEvery is Options.StatusInterval or its default.
+func (n *Node) statusEvery() time.Duration {
+	if n.opt.StatusInterval > 0 {
+		return n.opt.StatusInterval
+	}
+	return DefaultStatusInterval
 }
 
 // statusRound is one beat: measure, move desktops to disk if the host is
@@ -101,6 +105,11 @@ func (n *Node) statusRound(ctx context.Context) error {
 		return err
 	}
 	if why := n.pressureReason(c); why != "" {
+		// Moving desktops to disk takes a while: the heartbeat goes
+		// first, so that a slow round does not fence the node.
+		if err := n.heartbeat(ctx, c, sbs); err != nil {
+			return err
+		}
 		moved := n.relieve(ctx, sbs, why)
 		if moved > 0 {
 			if c, err = n.be.Capacity(ctx); err != nil {
@@ -114,7 +123,17 @@ func (n *Node) statusRound(ctx context.Context) error {
 	} else if n.pressure.set("") {
 		n.clearPools(ctx)
 	}
-	return n.writeNode(ctx, c, sbs)
+	return n.heartbeat(ctx, c, sbs)
+}
+
+// heartbeat writes the Node object and tells the fence it did.
+func (n *Node) heartbeat(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox) error {
+	wasLost, err := n.writeNode(ctx, c, sbs)
+	if err != nil {
+		return err
+	}
+	n.wrote(ctx, wasLost)
+	return nil
 }
 
 // ownSandboxes lists the sandboxes placed on this node.
@@ -244,11 +263,18 @@ func (n *Node) markPool(ctx context.Context, pool, msg string) {
 	}
 }
 
-// writeNode writes the Node object's status.
-func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox) error {
+// Condition and reason of a node that writes its status.
+const (
+	ConditionReady  = "Ready"
+	ReasonHeartbeat = "Heartbeat"
+)
+
+// writeNode writes the Node object's status, with its Ready condition
+// True, and reports whether the cluster had marked the node lost.
+func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox) (wasLost bool, err error) {
 	names, err := n.templateNames(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	now := n.now().UTC()
 	st := api.NodeStatus{
@@ -270,14 +296,25 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 	if _, err := n.st.Get(ctx, api.KindNode, n.name); errors.Is(err, api.ErrNotFound) {
 		o := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: n.name}}
 		if _, err := n.st.Create(ctx, o); err != nil && !errors.Is(err, api.ErrAlreadyExists) {
-			return err
+			return false, err
 		}
 	}
+	ready := api.Condition{Type: ConditionReady, Status: api.ConditionTrue, Reason: ReasonHeartbeat,
+		Message: fmt.Sprintf("the node writes its status every %s", n.statusEvery())}
 	_, err = reconcile.UpdateStatus(ctx, n.st, api.KindNode, n.name, func(o *api.Node) bool {
+		old := api.FindCondition(o.Status.Conditions, ConditionReady)
+		wasLost = old != nil && old.Status == api.ConditionFalse && old.Reason == reasonNodeLost
+		conds := st.Conditions
+		if old != nil {
+			// Kept for its lastTransitionTime.
+			conds = append(append([]api.Condition(nil), conds...), *old)
+		}
+		api.SetCondition(&conds, ready, now)
 		o.Status = st
+		o.Status.Conditions = conds
 		return true
 	})
-	return err
+	return wasLost, err
 }
 
 // templateNames maps snapshot IDs to their Template objects' names.

@@ -10,7 +10,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
@@ -74,7 +73,9 @@ type Options struct {
 	// FenceAfter is how long the node goes on without a successful write
 	// of its Node object before it fences itself: it ends the attempts it
 	// runs and starts none until a write succeeds, so that no agent runs
-	// on two nodes once the cluster has marked it lost (0: DefaultFenceAfter).
+	// on two nodes once the cluster has marked it lost (0:
+	// DefaultFenceAfter). FenceAfter plus StatusInterval must stay under
+	// the cluster's grace (controller.Options.NodeGrace).
 	FenceAfter time.Duration
 }
 
@@ -100,6 +101,9 @@ type Node struct {
 	// status is the status loop (memory.go), started by Start.
 	status   sync.WaitGroup
 	pressure pressureBook
+	// fence ends this node's attempts when it cannot write its Node
+	// object (fence.go).
+	fence fenceState
 
 	// actions is the action layer over this node's sandboxes: the API, MCP
 	// and workflow steps act through it.
@@ -128,6 +132,7 @@ func New(opts Options) *Node {
 // nothing, and run again when a node starts. Call it after the Manager's
 // Stop and before the backend closes.
 func (n *Node) Stop() {
+	n.disarmFence()
 	n.runCancel()
 	n.runs.wg.Wait()
 	n.status.Wait()
@@ -187,34 +192,13 @@ func (n *Node) sandboxesWaitingFor(o api.Object) []string {
 // Start reconciles the backend with the store before the controllers run:
 // VMs that no Sandbox object owns are deleted (a sandbox deleted while the
 // server was down, an interrupted create), and so are VMs whose sandbox
-// the store says another node owns. It touches only this node's backend.
+// the store says another node owns (sweep). It touches only this node's
+// backend. Then it starts the status loop and the fence (fence.go).
 func (n *Node) Start(ctx context.Context) error {
-	vms, err := n.be.List(ctx)
-	if err != nil {
-		return fmt.Errorf("list VMs: %w", err)
+	if err := n.sweep(ctx); err != nil {
+		return err
 	}
-	for _, vm := range vms {
-		o, err := n.st.Get(ctx, api.KindSandbox, vm.ID)
-		if err == nil && (vm.UID == "" || o.GetMeta().UID == vm.UID) {
-			if owner := o.(*api.Sandbox).Status.Node; owner == "" || owner == n.name {
-				continue // this node's: adopted as it runs
-			}
-			// The store gave the sandbox to another node while this one
-			// was away: the VM here is a stale copy.
-			n.log.Warn("deleting a VM whose sandbox another node owns", "sandbox", vm.ID, "owner", o.(*api.Sandbox).Status.Node)
-			if err := n.be.Delete(ctx, vm.ID); err != nil {
-				n.log.Error("delete a VM of another node's sandbox", "sandbox", vm.ID, "err", err)
-			}
-			continue
-		}
-		if err != nil && !errors.Is(err, api.ErrNotFound) {
-			return err
-		}
-		n.log.Warn("deleting an orphaned VM", "sandbox", vm.ID, "state", vm.State)
-		if err := n.be.Delete(ctx, vm.ID); err != nil {
-			n.log.Error("delete orphaned VM", "sandbox", vm.ID, "err", err)
-		}
-	}
+	n.armFence()
 	n.status.Add(1)
 	go func() {
 		defer n.status.Done()

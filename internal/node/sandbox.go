@@ -50,6 +50,10 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 				res.RequeueAfter = d
 			}
 			return res, err
+		case api.SandboxError:
+			if sb.Status.Reason == reasonNodeLost && !n.fenced() {
+				return reconcile.Result{}, n.adopt(ctx, name)
+			}
 		}
 	}
 	unlock := n.locks.lock(name)
@@ -87,6 +91,45 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 	default: // its phase changed since the first look
 		return reconcile.Result{RequeueAfter: time.Millisecond}, nil
 	}
+}
+
+// adopt takes back a sandbox of this node that the cluster marked Error
+// (NodeLost) while the node was cut off: if its VM is still here, the
+// sandbox continues in the VM's phase.
+func (n *Node) adopt(ctx context.Context, name string) error {
+	unlock := n.locks.lock(name)
+	defer unlock()
+	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	if errors.Is(err, api.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Status.Node != n.name || sb.Metadata.DeletionTimestamp != nil || sb.Status.Phase != api.SandboxError || sb.Status.Reason != reasonNodeLost {
+		return nil // changed meanwhile
+	}
+	info, err := n.be.Inspect(ctx, name)
+	if errors.Is(err, api.ErrNotFound) {
+		msg := fmt.Sprintf("node %s came back, but the sandbox's VM is gone", n.name)
+		n.event(ctx, sb, api.EventWarning, "VMNotFound", msg)
+		return n.setPhase(ctx, sb, api.SandboxError, "VMNotFound", msg)
+	}
+	if err != nil {
+		return err
+	}
+	phase, known := phaseOf(info.State)
+	if !known {
+		msg := fmt.Sprintf("node %s came back, but the VM's process is gone", n.name)
+		n.event(ctx, sb, api.EventWarning, "VMGone", msg)
+		return n.setPhase(ctx, sb, api.SandboxError, "VMGone", msg)
+	}
+	msg := fmt.Sprintf("node %s came back and still has the VM (%s): adopted", n.name, info.State)
+	n.event(ctx, sb, api.EventNormal, "Adopted", msg)
+	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+		s.Phase, s.Reason, s.Message, s.PID = phase, "Adopted", msg, info.PID
+	})
 }
 
 // takeUnplaced places sb on this node, conditioned on the version read:
