@@ -112,12 +112,14 @@ func tableFor(kind string) table {
 	case api.KindNode:
 		return table{
 			headers: []string{"NAME", "STATUS", "MEMORY USED", "RESERVED", "FREE", "RUNNING", "PAUSED", "SAVED", "FITS", "HEARTBEAT"},
-			wide:    []string{"BACKEND", "TOTAL", "AVAILABLE", "LIMIT", "MOVED TO DISK", "PENDING"},
+			wide:    []string{"BACKEND", "TOTAL", "AVAILABLE", "LIMIT", "MOVED TO DISK", "PENDING", "ADDRESS"},
 			row: func(o api.Object, now time.Time) ([]string, []string) {
 				n := o.(*api.Node)
 				m, sb := n.Status.Memory, n.Status.Sandboxes
 				status := "Ready"
-				if c := api.FindCondition(n.Status.Conditions, "MemoryPressure"); c != nil && c.Status == api.ConditionTrue {
+				if c := api.FindCondition(n.Status.Conditions, "Ready"); c != nil && c.Status == api.ConditionFalse {
+					status = orDash(c.Reason) // NodeLost
+				} else if c := api.FindCondition(n.Status.Conditions, "MemoryPressure"); c != nil && c.Status == api.ConditionTrue {
 					status = "MemoryPressure"
 				}
 				var fits []string
@@ -132,7 +134,7 @@ func tableFor(kind string) table {
 						strconv.Itoa(sb[api.SandboxRunning]), strconv.Itoa(sb[api.SandboxPaused]), strconv.Itoa(sb[api.SandboxSaved]),
 						orDash(strings.Join(fits, ",")), beat},
 					[]string{orDash(n.Status.Backend), mib(m.TotalMB), mib(m.AvailableMB), mib(m.LimitMB),
-						strconv.Itoa(n.Status.Pressure.Moved), strconv.Itoa(sb[api.SandboxPending] + sb[api.SandboxCreating])}
+						strconv.Itoa(n.Status.Pressure.Moved), strconv.Itoa(sb[api.SandboxPending] + sb[api.SandboxCreating]), orDash(n.Status.Address)}
 			},
 		}
 	case api.KindEvent:

@@ -28,8 +28,21 @@ func TestNodeTable(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("table:\n%s", b.String())
 	}
-	want := []string{"host-1", "MemoryPressure", "18390Mi", "120Mi", "40Mi", "2", "300", "5", "linux-desktop=0,browser-desktop=1", "3s", "qemu", "24105Mi", "4800Mi", "19284Mi", "5", "3"}
+	want := []string{"host-1", "MemoryPressure", "18390Mi", "120Mi", "40Mi", "2", "300", "5", "linux-desktop=0,browser-desktop=1", "3s", "qemu", "24105Mi", "4800Mi", "19284Mi", "5", "3", "-"}
 	if got := strings.Fields(lines[1]); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("row\n got %v\nwant %v", got, want)
+	}
+
+	// A node the cluster marked lost says so, whatever its memory; the
+	// address is where the API servers reach its agent.
+	n.Status.Conditions = append(n.Status.Conditions, api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: "NodeLost"})
+	n.Status.Address = "10.0.0.7:8090"
+	b.Reset()
+	p = newTablePrinter(&b, api.KindNode, true, false, func() time.Time { return now })
+	p.print(n)
+	p.tw.Flush()
+	got := strings.Fields(strings.Split(strings.TrimSpace(b.String()), "\n")[1])
+	if got[1] != "NodeLost" || got[len(got)-1] != "10.0.0.7:8090" {
+		t.Errorf("lost node's row: %v", got)
 	}
 }
