@@ -141,7 +141,7 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.keyFile, "key-file", "", "the key that signs agents' tokens and reaches nodes (default DATA-DIR/token.key, created when missing); on Kubernetes, the same Secret as the nodes'")
 	f.BoolVar(&cfg.leaderElect, "leader-elect", true, "with --store kubernetes: run the cluster controllers only while this replica holds the Lease hvkube-controllers")
 	f.DurationVar(&cfg.leaderLease, "leader-lease-duration", 15*time.Second, "with --leader-elect: how long the other replicas wait after the leader's last renewal before one takes over")
-	f.DurationVar(&cfg.nodeGrace, "node-grace", controller.DefaultNodeGrace, "how long a node may go without writing its Node object before the cluster marks it lost, fails its agents' attempts and refills its pools elsewhere; more than the nodes' fence time plus their status interval")
+	f.DurationVar(&cfg.nodeGrace, "node-grace", controller.DefaultNodeGrace, "with --store kubernetes: how long a node may go without writing its Node object before the cluster marks it lost, fails its agents' attempts and refills its pools elsewhere; more than the nodes' fence time plus their status interval")
 	hostFlags(cmd, &cfg)
 	cmd.Flags().StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, hyperv, none, or auto (hyperv on Windows, qemu elsewhere, when installed)")
 	return cmd
@@ -342,7 +342,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if cfg.shutdownGrace <= 0 {
 		return fmt.Errorf("--shutdown-grace %s: must be positive", cfg.shutdownGrace)
 	}
-	if cfg.nodeGrace < node.DefaultFenceAfter+node.DefaultStatusInterval {
+	if cfg.store.kind == storeKubernetes && cfg.nodeGrace < node.DefaultFenceAfter+node.DefaultStatusInterval {
 		return fmt.Errorf("--node-grace %s: must be more than the nodes' fence time plus their status interval (%s)", cfg.nodeGrace, node.DefaultFenceAfter+node.DefaultStatusInterval)
 	}
 	if cfg.leaderLease < 3*time.Second {
@@ -393,8 +393,16 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	mgr := reconcile.NewManager(st, log, 0)
 	mgr.Observe(mx.ObserveReconcile)
 	ro := nodeapi.RouterOptions{Store: st, Key: key}
+	// With SQLite this process holds the one node and the controllers: the
+	// node lives and dies with them, so it never fences itself and no
+	// controller marks it lost.
+	lone := cfg.store.kind != storeKubernetes
 	if be != nil {
-		nd := newNode(cfg, st, be, key, "http://"+ln.Addr().String(), hostCommands, roots, mx, log)
+		nd := newNode(cfg, st, be, key, "http://"+ln.Addr().String(), hostCommands, roots, mx, log, func(o *node.Options) {
+			if lone {
+				o.FenceAfter = -1
+			}
+		})
 		if err := nd.Start(ctx); err != nil {
 			return err
 		}
@@ -417,6 +425,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	defer mgr.Stop()
 	co := controller.Options{NodeGrace: cfg.nodeGrace,
 		Display: controller.DisplayConfig{ServerURL: gateway.LoopbackURL(ln.Addr()), HostAddress: gateway.HostAddress(cfg.addr), TokenSet: token != ""}}
+	if lone {
+		co.NodeGrace = -1
+	}
 	ks, elect := st.(*kube.Store)
 	elect = elect && cfg.leaderElect
 	if !elect {

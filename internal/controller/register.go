@@ -22,7 +22,9 @@ type Options struct {
 	// NodeGrace is how long a node may go without a new heartbeat before
 	// it is marked lost (DefaultNodeGrace when 0). It must exceed the
 	// nodes' fence (node Options.FenceAfter) plus their status interval;
-	// it is measured on this process's own clock, not on Now.
+	// it is measured on this process's own clock, not on Now. Negative
+	// runs no lost-node controller (one host, whose node is in this
+	// process).
 	NodeGrace time.Duration
 }
 
@@ -39,7 +41,9 @@ func Register(m *reconcile.Manager, st store.Interface, log *slog.Logger, opts O
 	NewPools(m, st, log, now)
 	NewPlacement(m, st, log, now)
 	NewDisplayServices(m, st, log, now, opts.Display)
-	NewLostNodes(m, st, log, now, opts.NodeGrace)
+	if opts.NodeGrace >= 0 {
+		NewLostNodes(m, st, log, now, opts.NodeGrace)
+	}
 }
 
 // RegisterAll is Register with the default options but now (time.Now when

@@ -57,8 +57,12 @@ func (n *Node) fenceAfter() time.Duration {
 	return DefaultFenceAfter
 }
 
-// armFence starts the fence's timer; Start calls it.
+// armFence starts the fence's timer; Start calls it. A negative
+// FenceAfter turns the fence off.
 func (n *Node) armFence() {
+	if n.opt.FenceAfter < 0 {
+		return
+	}
 	n.fence.mu.Lock()
 	defer n.fence.mu.Unlock()
 	n.fence.lastOK = time.Now()
