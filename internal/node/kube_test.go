@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/hvkube/hvkube/internal/kube"
@@ -17,6 +19,21 @@ func TestMain(m *testing.M) { os.Exit(kubetest.Main(m)) }
 // per test): pools fill, agents complete, releases reset, sandboxes are
 // replaced, a node restarts mid-run.
 func TestControlLoopOnKubernetes(t *testing.T) {
+	onKubernetes(t, map[string]func(*testing.T){
+		"SandboxLifecycle":                 TestSandboxLifecycle,
+		"WorkflowAgentRunsToCompletion":    TestWorkflowAgentRunsToCompletion,
+		"WorkflowAgentFailsAndRetries":     TestWorkflowAgentFailsAndRetries,
+		"ReleasePolicies":                  TestReleasePolicies,
+		"ReleasePolicyDestroy":             TestReleasePolicyDestroy,
+		"PoolReplacesUnhealthyIdleSandbox": TestPoolReplacesUnhealthyIdleSandbox,
+		"DeleteRunningAgent":               TestDeleteRunningAgent,
+		"NodeRestartMidRun":                TestNodeRestartMidRun,
+	})
+}
+
+// onKubernetes runs tests of this package unchanged on the Kubernetes
+// store, each in a namespace of its own, in the order of their names.
+func onKubernetes(t *testing.T, tests map[string]func(*testing.T)) {
 	env := kubetest.Start(t)
 	testStore = func(t *testing.T) store.API {
 		s, err := kube.Open(context.Background(), kube.Options{Config: env.Config, Namespace: env.Namespace(t), Component: "hvkube-test"})
@@ -27,19 +44,7 @@ func TestControlLoopOnKubernetes(t *testing.T) {
 		return s
 	}
 	defer func() { testStore = nil }()
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"SandboxLifecycle", TestSandboxLifecycle},
-		{"WorkflowAgentRunsToCompletion", TestWorkflowAgentRunsToCompletion},
-		{"WorkflowAgentFailsAndRetries", TestWorkflowAgentFailsAndRetries},
-		{"ReleasePolicies", TestReleasePolicies},
-		{"ReleasePolicyDestroy", TestReleasePolicyDestroy},
-		{"PoolReplacesUnhealthyIdleSandbox", TestPoolReplacesUnhealthyIdleSandbox},
-		{"DeleteRunningAgent", TestDeleteRunningAgent},
-		{"NodeRestartMidRun", TestNodeRestartMidRun},
-	} {
-		t.Run(tc.name, tc.fn)
+	for _, name := range slices.Sorted(maps.Keys(tests)) {
+		t.Run(name, tests[name])
 	}
 }
