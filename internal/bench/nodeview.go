@@ -130,8 +130,8 @@ func (v *nodeViews) apply(kind string, ev store.WatchEvent) {
 	}
 	k.rv = ev.Object.GetMeta().ResourceVersion
 	for sub := range k.subs {
-		was := prev != nil && sub.shows(prev)
-		now := sub.shows(ev.Object)
+		was := prev != nil && v.showsLocked(sub.node, prev) && sub.sel.Matches(prev.GetMeta().Labels)
+		now := v.showsLocked(sub.node, ev.Object) && sub.sel.Matches(ev.Object.GetMeta().Labels)
 		typ := ""
 		switch {
 		case ev.Type == store.Deleted && (was || now):
@@ -169,13 +169,23 @@ type nodeView struct {
 
 var _ store.Interface = (*nodeView)(nil)
 
-// shows reports whether o is in the node's view.
-func shows(node string, o api.Object) bool {
+// showsLocked reports whether o is in node's view: a sandbox placed on
+// it, an agent bound to it, or bound to one of its sandboxes without
+// naming the node; anything else of the shared kinds.
+func (v *nodeViews) showsLocked(node string, o api.Object) bool {
 	switch x := o.(type) {
 	case *api.Sandbox:
 		return x.Status.Node == node
 	case *api.Agent:
-		return x.Status.Node == node
+		if x.Status.Node != "" || x.Status.Sandbox == "" {
+			return x.Status.Node == node
+		}
+		sandboxes := v.kinds[api.KindSandbox]
+		if sandboxes == nil {
+			return true // no way to tell: every node looks
+		}
+		sb, ok := sandboxes.objs[x.Status.Sandbox]
+		return ok && sb.(*api.Sandbox).Status.Node == node
 	}
 	return true
 }
@@ -197,7 +207,7 @@ func (n *nodeView) List(ctx context.Context, kind string, sel api.Selector) ([]a
 func (n *nodeView) listLocked(k *sharedKind, sel api.Selector) []api.Object {
 	var out []api.Object
 	for _, o := range k.objs {
-		if shows(n.node, o) && sel.Matches(o.GetMeta().Labels) {
+		if n.showsLocked(n.node, o) && sel.Matches(o.GetMeta().Labels) {
 			out = append(out, api.DeepCopy(o))
 		}
 	}
@@ -279,10 +289,6 @@ type viewWatcher struct {
 	once sync.Once
 	err  error
 	done chan struct{}
-}
-
-func (w *viewWatcher) shows(o api.Object) bool {
-	return shows(w.node, o) && w.sel.Matches(o.GetMeta().Labels)
 }
 
 func (w *viewWatcher) Events() <-chan store.WatchEvent { return w.ch }
