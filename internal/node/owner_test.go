@@ -137,3 +137,83 @@ spec:
 		}
 	}
 }
+
+// TestLateNodeBuildsItsOwnCopy: a node that joins after a template is
+// Ready builds its own copy of the snapshot while the template stays
+// Ready for the node that has it; its sandboxes wait for the copy
+// (TemplateNotOnNode), then run.
+func TestLateNodeBuildsItsOwnCopy(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	start := func(name string, be *fake.Backend, controllers bool) {
+		mgr := reconcile.NewManager(st, log, time.Second)
+		nd := New(Options{Store: st, Backend: be, Name: name, DataDir: t.TempDir(), Logger: log, DefaultTemplate: "desk", WaitForPlacement: true})
+		if err := nd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		nd.Register(mgr)
+		if controllers {
+			controller.RegisterAll(mgr, st, log, nil)
+		}
+		if err := mgr.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mgr.Stop(); nd.Stop() })
+	}
+	start("n1", fake.New(fake.Options{}), true)
+	if _, err := st.Create(ctx, yamlObj(t, "apiVersion: hvkube/v1\nkind: Template\nmetadata: {name: desk}\nspec:\n  qemu: {image: linux-desktop}\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "the template is Ready on n1", func() (bool, string) {
+		tpl := getTemplate(t, st, "desk")
+		return tpl.Status.Phase == api.TemplateReady, tpl.Status.Phase
+	})
+	rv := getTemplate(t, st, "desk").Metadata.ResourceVersion
+
+	// n2's build takes a while, and n2 has the most free memory, so the
+	// next sandbox goes there.
+	slow := fake.New(fake.Options{MemoryMB: 8 * fake.DefaultMemoryMB, Delay: func(op string) time.Duration {
+		if op == fake.OpBuildTemplate {
+			return 2 * time.Second
+		}
+		return 0
+	}})
+	start("n2", slow, false)
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "n2 reports its memory", func() (bool, string) {
+		o, err := st.Get(ctx, api.KindNode, "n2")
+		if err != nil {
+			return false, err.Error()
+		}
+		return o.(*api.Node).Status.Memory.FreeMB > 0, "no free memory yet"
+	})
+	if _, err := st.Create(ctx, yamlObj(t, "apiVersion: hvkube/v1\nkind: Sandbox\nmetadata: {name: late}\nspec: {templateRef: desk}\n")); err != nil {
+		t.Fatal(err)
+	}
+	var waited bool
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "a sandbox on n2 runs", func() (bool, string) {
+		o, err := st.Get(ctx, api.KindSandbox, "late")
+		if err != nil {
+			return false, err.Error()
+		}
+		sb := o.(*api.Sandbox)
+		if sb.Status.Node != "" && sb.Status.Node != "n2" {
+			t.Fatalf("placement put the sandbox on %s, not on n2, which has the most free memory", sb.Status.Node)
+		}
+		waited = waited || sb.Status.Reason == "TemplateNotOnNode"
+		return sb.Status.Phase == api.SandboxRunning, sb.Status.Phase + " " + sb.Status.Reason
+	})
+	if !waited {
+		t.Error("the sandbox never waited for n2's copy (TemplateNotOnNode)")
+	}
+	if _, err := slow.InspectTemplate(ctx, getTemplate(t, st, "desk").Status.Snapshot.ID); err != nil {
+		t.Errorf("n2 has no copy of the snapshot: %v", err)
+	}
+	if tpl := getTemplate(t, st, "desk"); tpl.Status.Phase != api.TemplateReady || tpl.Metadata.ResourceVersion != rv {
+		t.Errorf("the template changed while n2 built its copy: %s, rv %s -> %s", tpl.Status.Phase, rv, tpl.Metadata.ResourceVersion)
+	}
+}

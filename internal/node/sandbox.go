@@ -194,6 +194,16 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (reconcile.Re
 	if !ok {
 		return reconcile.Result{RequeueAfter: time.Minute}, n.pending(ctx, sb, "BuildingShape", msg)
 	}
+	if snapID == tpl.Status.Snapshot.ID {
+		// The template is Ready where it was built; this node may still
+		// be building its own copy.
+		if _, err := n.be.InspectTemplate(ctx, snapID); errors.Is(err, api.ErrNotFound) {
+			return reconcile.Result{RequeueAfter: 5 * time.Second}, n.pending(ctx, sb, "TemplateNotOnNode",
+				fmt.Sprintf("waiting for node %s to build its copy of template %s's snapshot", n.name, tpl.Metadata.Name))
+		} else if err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	// Creating is shown for a first try; a retry of a sandbox that waits
 	// for memory stays Pending until the clone succeeds (flipping phases on
 	// every retry would be two writes for nothing).

@@ -52,11 +52,11 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (reconcile.Re
 	t = o.(*api.Template)
 
 	id := snapshotID(t)
-	if t.Status.Phase == api.TemplateReady && t.Status.Snapshot != nil && t.Status.Snapshot.ID == id {
+	ready := t.Status.Phase == api.TemplateReady && t.Status.Snapshot != nil && t.Status.Snapshot.ID == id
+	if ready {
 		if _, err := n.be.InspectTemplate(ctx, id); err == nil {
 			return n.buildShapes(ctx, t)
 		}
-		n.event(ctx, t, api.EventWarning, "SnapshotMissing", fmt.Sprintf("snapshot %s is gone; building it again", id))
 	}
 	if t.Spec.QEMU == nil && n.be.Name() == "qemu" {
 		return reconcile.Result{}, n.templateStatus(ctx, t, api.TemplateFailed, "NoImage", "this host runs the qemu backend and the template has no spec.qemu image", nil)
@@ -65,6 +65,12 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (reconcile.Re
 		NetworkMode: t.Spec.Network.Mode}
 	if t.Spec.QEMU != nil {
 		spec.Image = *t.Spec.QEMU
+	}
+	if ready {
+		// Ready, but not here: another node built it, or this node's copy
+		// is gone. The template stays Ready for the nodes that have it;
+		// this node builds its own, and its sandboxes wait for it.
+		return n.buildHere(ctx, t, spec)
 	}
 	if err := n.templateStatus(ctx, t, api.TemplateBuilding, "Building", "cold-booting the image to take its snapshot", nil); err != nil {
 		return reconcile.Result{}, err
@@ -99,6 +105,26 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (reconcile.Re
 		n.event(ctx, t, api.EventWarning, "NoNetwork", fmt.Sprintf("snapshot %s has no network device: the image declares no network", id))
 	}
 	return reconcile.Result{}, n.templateStatus(ctx, t, api.TemplateReady, "SnapshotReady", msg, snap)
+}
+
+// buildHere builds this node's copy of a template's snapshot that is
+// Ready on the cluster, without changing its status: events say how it
+// goes, and a failure is this node's alone.
+func (n *Node) buildHere(ctx context.Context, t *api.Template, spec backend.TemplateSpec) (reconcile.Result, error) {
+	n.event(ctx, t, api.EventNormal, "Building", fmt.Sprintf("building snapshot %s on node %s (the template is ready; its sandboxes here wait for this copy)", spec.ID, n.name))
+	start := n.now()
+	info, err := n.be.BuildTemplate(ctx, spec, func(step string) {
+		n.event(ctx, t, api.EventNormal, "Building", "node "+n.name+": "+step)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return reconcile.Result{}, ctx.Err()
+		}
+		n.event(ctx, t, api.EventWarning, "BuildFailed", fmt.Sprintf("node %s: %v", n.name, err))
+		return reconcile.Result{RequeueAfter: time.Minute}, nil
+	}
+	n.event(ctx, t, api.EventNormal, "Ready", fmt.Sprintf("snapshot %s ready on node %s in %.1fs (desktop booted in %.1fs)", spec.ID, n.name, n.now().Sub(start).Seconds(), info.BootTime.Seconds()))
+	return n.buildShapes(ctx, t)
 }
 
 // templateStatus sets a template's phase (and snapshot), conditioned on
