@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -237,18 +238,60 @@ func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 		return nil, err
 	}
 	if st := o.GetStatus(); st != nil && !isZero(st) {
-		// Not conditioned on the version just created: a controller that
-		// wrote the new object meanwhile (it had no status yet) does not
-		// make the creator's status wrong.
-		withStatus := api.DeepCopy(out)
-		api.CopyStatus(withStatus, o)
-		withStatus.GetMeta().ResourceVersion = ""
-		if out, err = s.UpdateStatus(ctx, withStatus); err != nil {
+		if out, err = s.initStatus(ctx, out, o); err != nil {
 			return nil, fmt.Errorf("write the status of the created %s %s: %w", o.GetTypeMeta().Kind, o.GetMeta().Name, err)
 		}
 	}
 	s.ev.record(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
 	return out, nil
+}
+
+// initStatus writes the status o was created with onto created, the
+// object the API server made (without it). The creator's status is where
+// the object starts: a controller that wrote the new object meanwhile
+// (placement giving a pool's new sandbox its node) wrote what comes after
+// it, so each write is conditioned on the version read, and after one
+// loses, the creator's fields only fill those the current status leaves
+// out.
+func (s *Store) initStatus(ctx context.Context, created, o api.Object) (api.Object, error) {
+	want, err := statusFields(o)
+	if err != nil {
+		return nil, err
+	}
+	cur := created
+	for try := 0; ; try++ {
+		have, err := statusFields(cur)
+		if err != nil {
+			return nil, err
+		}
+		merged := maps.Clone(want)
+		maps.Copy(merged, have)
+		if try > 0 && len(merged) == len(have) {
+			return cur, nil // the later writes hold every field
+		}
+		next := api.DeepCopy(cur)
+		b, _ := json.Marshal(merged)
+		if err := json.Unmarshal(b, next.GetStatus()); err != nil {
+			return nil, err
+		}
+		out, err := s.UpdateStatus(ctx, next)
+		if err == nil || !errors.Is(err, api.ErrConflict) || try == writeTries {
+			return out, err
+		}
+		if cur, err = s.Get(ctx, o.GetTypeMeta().Kind, o.GetMeta().Name); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// statusFields is o's status as a JSON object: its fields that are set.
+func statusFields(o api.Object) (map[string]json.RawMessage, error) {
+	b, err := json.Marshal(o.GetStatus())
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]json.RawMessage{}
+	return m, json.Unmarshal(b, &m)
 }
 
 // writeTries bounds how often an unconditional write is tried again after
