@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/agentstate"
@@ -89,14 +90,9 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 			return reconcile.Result{}, err
 		}
 	} else {
-		for _, b := range plan {
-			if err := s.bind(ctx, byName[b.Agent], seen[b.Sandbox], s.now()); err != nil {
-				if errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound) {
-					conflicts++
-					continue
-				}
-				return reconcile.Result{}, err
-			}
+		var err error
+		if conflicts, err = s.bindEach(ctx, plan, byName, seen); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
 	if conflicts > 0 {
@@ -188,6 +184,44 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 		reconcile.Event(ctx, s.st, s.log, out[i][1], api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", b.Sandbox, out[i][0].(*api.Sandbox).Status.Node))
 	}
 	return conflicts, nil
+}
+
+// bindParallel bounds the bindings of a round that are written at once on
+// a store without grouped writes: each is a claim then a binding, two
+// round trips, and a round of many agents would otherwise wait for them
+// one after another.
+const bindParallel = 32
+
+// bindEach writes the bindings of plan, bindParallel at a time (each
+// names its own agent and sandbox), and counts those that lost to a write
+// the round did not see.
+func (s *Scheduler) bindEach(ctx context.Context, plan []scheduler.Binding, agents map[string]*api.Agent, sandboxes map[string]*api.Sandbox) (int, error) {
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		conflicts int
+		first     error
+	)
+	sem := make(chan struct{}, bindParallel)
+	for _, b := range plan {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := s.bind(ctx, agents[b.Agent], sandboxes[b.Sandbox], s.now())
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+			case errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound):
+				conflicts++
+			case first == nil:
+				first = err
+			}
+		}()
+	}
+	wg.Wait()
+	return conflicts, first
 }
 
 // bind claims sb, the sandbox as the round saw it, for a, then records the
