@@ -125,7 +125,12 @@ the account in --guest-credential-file. See docs/windows.md.
 
 State lives in a SQLite database in --data-dir (default: ` + datadir.Default() + `),
 or with --store kubernetes in a Kubernetes API server, as custom resources
-of group hvkube.io in one namespace (docs/kubernetes.md).
+of group hvkube.io in one namespace (docs/kubernetes.md). There, any number
+of replicas may serve the API; the cluster controllers run in the one that
+holds the Lease hvkube-controllers (--leader-elect), and a replica that
+loses it exits. Sandboxes on other hosts run in hvkube node, which the
+replicas reach with tokens signed under --key-file (the nodes hold the same
+key); a node silent for --node-grace is marked lost.
 SIGINT or SIGTERM shuts the server down gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

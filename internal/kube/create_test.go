@@ -10,8 +10,8 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 )
 
-// TestCreateKeepsLaterStatusOnKubernetes: a create with a status is two requests on
-// Kubernetes (the API server drops status on create). A controller that
+// TestCreateKeepsLaterStatusOnKubernetes: a create with a status is two
+// requests on Kubernetes (the API server drops status on create). A controller that
 // writes the new object's status between them (placement giving a pool's
 // new sandbox its node, once) must not be undone by the creator's
 // initial status.
