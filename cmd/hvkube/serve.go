@@ -414,16 +414,16 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		defer nd.Stop()
 		nd.Register(mgr)
 		ro.Local, ro.LocalName = nd, nd.Name()
-		opts.Agents = nd
+		opts.Sandboxes, opts.Actions, opts.Agents = nd, nd.Actions(), nd
 		opts.Backend = server.BackendInfo{Name: be.Name(), Node: nd.Name()}
 		if q, ok := be.(*qemu.Backend); ok {
 			opts.Backend.Accel, opts.Backend.AccelReason = q.Accel(), q.AccelReason()
 		}
 	}
 	// Sandboxes on nodes of their own (hvkube node) are reached through
-	// their agents; with SQLite there are none, and a server without a
-	// backend has nothing to act on.
-	if be != nil || cfg.store.kind == storeKubernetes {
+	// their agents. With SQLite there are none: the server's own node
+	// serves every sandbox, as it always has.
+	if !lone {
 		r := nodeapi.NewRouter(ro)
 		opts.Sandboxes, opts.Actions, opts.Agents = r, display.NewActions(r), r
 	}
