@@ -273,12 +273,15 @@ func testSchedulerTakesBackTheClaim(t *testing.T, path claimPath) {
 }
 
 // hookStore is the real store with hooks that run once, before the next
-// UpdateStatus or Delete: a test uses them to land another writer's
-// change at a precise moment of a reconcile.
+// UpdateStatus (of the object named beforeOn, when set) or Delete: a test
+// uses them to land another writer's change at a precise moment of a
+// reconcile. Naming the object keeps the moment precise when a round
+// writes several bindings at once.
 type hookStore struct {
 	store.Interface
 	mu           sync.Mutex // guards the hooks
 	before       func(o api.Object)
+	beforeOn     string
 	beforeDelete func(kind, name string)
 }
 
@@ -296,7 +299,12 @@ func (h *hookStore) Delete(ctx context.Context, kind, name string, opts store.De
 func (h *hookStore) UpdateStatus(ctx context.Context, o api.Object) (api.Object, error) {
 	h.mu.Lock()
 	f := h.before
-	h.before = nil
+	if h.beforeOn != "" && h.beforeOn != o.GetMeta().Name {
+		f = nil
+	}
+	if f != nil {
+		h.before = nil
+	}
 	h.mu.Unlock()
 	if f != nil {
 		f(o)
@@ -342,7 +350,7 @@ func TestSchedulerDoesNotStealAClaim(t *testing.T) {
 	e.sync()
 	// The other scheduler's agent is not in this round's view.
 	e.create(newAgent(t, "other", func(a *api.Agent) { a.Spec.SandboxName = "sb-2" }))
-	hs.before = func(api.Object) { e.bindElsewhere("other", "sb-2") }
+	hs.before, hs.beforeOn = func(api.Object) { e.bindElsewhere("other", "sb-2") }, "sb-2"
 	if _, err := s.Reconcile(e.ctx, schedulerKey); err != nil {
 		t.Fatal(err)
 	}
@@ -371,9 +379,8 @@ func TestSchedulerTakesBackOnlyItsOwnClaim(t *testing.T) {
 	e.clk.Advance(time.Second)
 	e.create(newAgent(t, "a1", nil))
 	e.sync()
-	// While this round claims sb-0 for a0, another binds a1 to sb-1, as
-	// this round is about to.
-	hs.before = func(api.Object) { e.bindElsewhere("a1", "sb-1") }
+	// Just before this round claims sb-1 for a1, another binds a1 there.
+	hs.before, hs.beforeOn = func(api.Object) { e.bindElsewhere("a1", "sb-1") }, "sb-1"
 	if _, err := s.Reconcile(e.ctx, schedulerKey); err != nil {
 		t.Fatal(err)
 	}
