@@ -513,9 +513,13 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 		}
 		if err == nil && st.Status == qmp.StateIOError {
 			v.ioStopped = true
-			if err := roomToWrite(v.dir); err != nil {
-				return fmt.Errorf("resume %s: the guest stopped on a failed disk write and %w", id, err)
-			}
+		}
+	}
+	// A guest stopped on a failed write, paused on purpose since or not,
+	// retries that write as soon as it runs: look for room first.
+	if v.ioStopped {
+		if err := roomToWrite(v.dir); err != nil {
+			return fmt.Errorf("resume %s: the guest stopped on a failed disk write and %w", id, err)
 		}
 	}
 	// QEMU retries the disk requests that failed as soon as the VM runs:
