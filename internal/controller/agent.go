@@ -22,6 +22,9 @@ type Agents struct {
 	st  store.Interface
 	log *slog.Logger
 	now func() time.Time
+	// agents and sandboxes are the Manager's caches: a reconcile reads
+	// them first, and the store only before it acts.
+	agents, sandboxes *reconcile.Cache
 }
 
 // NewAgents registers the agent controller with m. A sandbox's change wakes
@@ -30,7 +33,7 @@ func NewAgents(m *reconcile.Manager, st store.Interface, log *slog.Logger, now f
 	if now == nil {
 		now = time.Now
 	}
-	a := &Agents{st: st, log: log, now: now}
+	a := &Agents{st: st, log: log, now: now, agents: m.Cache(api.KindAgent), sandboxes: m.Cache(api.KindSandbox)}
 	m.Register(reconcile.Controller{Name: "agent", For: api.KindAgent, Reconciler: a, Workers: 4,
 		Watches: []reconcile.Watch{{Kind: api.KindSandbox, Map: func(o api.Object) []string {
 			if cur := o.(*api.Sandbox).Status.CurrentAgent; cur != "" {
@@ -47,7 +50,29 @@ const nodeGrace = 2 * time.Minute
 
 // Reconcile implements Reconciler.
 func (c *Agents) Reconcile(ctx context.Context, name string) (reconcile.Result, error) {
-	o, err := c.st.Get(ctx, api.KindAgent, name)
+	return c.reconcile(ctx, name, false)
+}
+
+// get reads kind/name from the store if fresh, else from the cache when it
+// holds it.
+func (c *Agents) get(ctx context.Context, kind, name string, fresh bool) (api.Object, error) {
+	cache := c.agents
+	if kind == api.KindSandbox {
+		cache = c.sandboxes
+	}
+	if !fresh {
+		if o, ok := cache.Get(name); ok {
+			return api.DeepCopy(o), nil
+		}
+	}
+	return c.st.Get(ctx, kind, name)
+}
+
+// reconcile looks at agent name as the caches show it (fresh: as the store
+// does); before it acts on what the caches show, it looks again at the
+// store, so that an agent is never failed or let go on a stale view.
+func (c *Agents) reconcile(ctx context.Context, name string, fresh bool) (reconcile.Result, error) {
+	o, err := c.get(ctx, api.KindAgent, name, fresh)
 	if errors.Is(err, api.ErrNotFound) {
 		return reconcile.Result{}, nil
 	}
@@ -57,6 +82,8 @@ func (c *Agents) Reconcile(ctx context.Context, name string) (reconcile.Result, 
 	a := o.(*api.Agent)
 	now := c.now()
 	switch {
+	case a.Metadata.DeletionTimestamp != nil && !fresh:
+		return c.reconcile(ctx, name, true)
 	case a.Metadata.DeletionTimestamp != nil:
 		if agentstate.Bound(a) {
 			// The node stops the run and releases the sandbox, then lets
@@ -72,6 +99,9 @@ func (c *Agents) Reconcile(ctx context.Context, name string) (reconcile.Result, 
 			if now.Before(at) {
 				return reconcile.Result{RequeueAfter: at.Sub(now)}, nil
 			}
+			if !fresh {
+				return c.reconcile(ctx, name, true)
+			}
 			_, _, err := c.st.Delete(ctx, api.KindAgent, name, store.DeleteOptions{ResourceVersion: a.Metadata.ResourceVersion})
 			switch {
 			case errors.Is(err, api.ErrConflict):
@@ -85,7 +115,7 @@ func (c *Agents) Reconcile(ctx context.Context, name string) (reconcile.Result, 
 		}
 		return reconcile.Result{}, nil
 	case agentstate.Bound(a):
-		return c.watchBound(ctx, a, now)
+		return c.watchBound(ctx, a, now, fresh)
 	}
 	return reconcile.Result{}, nil
 }
@@ -93,9 +123,9 @@ func (c *Agents) Reconcile(ctx context.Context, name string) (reconcile.Result, 
 // watchBound fails the attempt of a bound agent whose sandbox is gone or
 // no longer claimed by it, or whose deadline passed with no word from its
 // node.
-func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (reconcile.Result, error) {
+func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time, fresh bool) (reconcile.Result, error) {
 	lost := ""
-	so, err := c.st.Get(ctx, api.KindSandbox, a.Status.Sandbox)
+	so, err := c.get(ctx, api.KindSandbox, a.Status.Sandbox, fresh)
 	switch {
 	case errors.Is(err, api.ErrNotFound):
 		lost = fmt.Sprintf("sandbox %s was deleted", a.Status.Sandbox)
@@ -124,6 +154,9 @@ func (c *Agents) watchBound(ctx context.Context, a *api.Agent, now time.Time) (r
 	reason := "SandboxLost"
 	if lost == "" && !deadline.IsZero() && now.After(deadline) {
 		reason, lost = "DeadlineExceeded", fmt.Sprintf("no result within %s of the attempt's start", agentstate.Timeout(a))
+	}
+	if lost != "" && !fresh {
+		return c.reconcile(ctx, a.Metadata.Name, true)
 	}
 	if lost == "" {
 		next := time.Minute

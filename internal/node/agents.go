@@ -46,7 +46,22 @@ func (r *runs) get(name string) *run {
 // mcp-agent whose deadline passed, and puts back an agent whose attempt a
 // restart of this node cut short.
 func (n *Node) reconcileAgent(ctx context.Context, name string) (reconcile.Result, error) {
-	o, err := n.st.Get(ctx, api.KindAgent, name)
+	return n.reconcileAgentFrom(ctx, name, false)
+}
+
+// reconcileAgentFrom is reconcileAgent on the agent as the node's watch
+// shows it, or (fresh) as the store does: what the watch shows starts a
+// run (a conditioned write), but a run is stopped, put back or released
+// only on a fresh read, as the watch may still show an agent this node
+// has since finished or let go.
+func (n *Node) reconcileAgentFrom(ctx context.Context, name string, fresh bool) (reconcile.Result, error) {
+	var o api.Object
+	var err error
+	if fresh {
+		o, err = n.st.Get(ctx, api.KindAgent, name)
+	} else {
+		o, err = n.read(ctx, api.KindAgent, name)
+	}
 	if errors.Is(err, api.ErrNotFound) {
 		n.stopRun(name)
 		n.removeAgentFiles(name)
@@ -72,6 +87,9 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (reconcile.Resul
 	}
 	now := n.now()
 	switch {
+	case !fresh && (a.Metadata.DeletionTimestamp != nil || agentstate.Finished(a) && a.Status.Sandbox != "" && n.runs.get(name) == nil ||
+		a.Status.Phase == api.AgentRunning && a.Status.Sandbox != "" && n.runs.get(name) == nil):
+		return n.reconcileAgentFrom(ctx, name, true)
 	case a.Metadata.DeletionTimestamp != nil:
 		n.stopRun(name)
 		if agentstate.Bound(a) {
@@ -165,17 +183,17 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 	if n.fenced() {
 		return reconcile.Result{RequeueAfter: n.statusEvery()}, nil
 	}
-	so, err := n.st.Get(ctx, api.KindSandbox, a.Status.Sandbox)
+	sb, err := n.claimed(ctx, a.Status.Sandbox, a.Metadata.Name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if so.(*api.Sandbox).Status.CurrentAgent != a.Metadata.Name {
+	if sb.Status.CurrentAgent != a.Metadata.Name {
 		// The claim is written first and the agent right after: wait for
 		// it, or for the agent controller to give up on it.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	sandbox := a.Status.Sandbox
-	started, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
+	started, err := reconcile.UpdateStatusFrom(ctx, n.st, api.KindAgent, a, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentScheduled || cur.Status.Sandbox != sandbox || cur.Metadata.DeletionTimestamp != nil {
 			return false
 		}

@@ -10,6 +10,20 @@ import (
 	"github.com/hvkube/hvkube/internal/store"
 )
 
+// claimed reads sandbox name, from the node's watch when that shows it
+// claimed by agent, else from the store (the watch may not have brought
+// the claim, or its release, yet).
+func (n *Node) claimed(ctx context.Context, name, agent string) (*api.Sandbox, error) {
+	o, err := n.read(ctx, api.KindSandbox, name)
+	if err == nil && o.(*api.Sandbox).Status.CurrentAgent != agent {
+		o, err = n.st.Get(ctx, api.KindSandbox, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return o.(*api.Sandbox), nil
+}
+
 // acquire makes the sandbox an agent was bound to run, with seed 001's
 // fallback chain: resume it (from RAM or disk); if that fails, return it to
 // its clean snapshot and resume; if that fails too, throw its VM away and
@@ -21,11 +35,10 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 	}
 	unlock := n.locks.lock(name)
 	defer unlock()
-	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	sb, err := n.claimed(ctx, name, agent)
 	if err != nil {
 		return err
 	}
-	sb := o.(*api.Sandbox)
 	if sb.Status.CurrentAgent != agent {
 		return fmt.Errorf("sandbox %s is claimed by %q, not by agent %s: %w", name, sb.Status.CurrentAgent, agent, api.ErrConflict)
 	}
@@ -123,6 +136,10 @@ func (n *Node) releasePolicy(ctx context.Context, sb *api.Sandbox) (policy, warm
 func (n *Node) release(ctx context.Context, name, agent string) error {
 	unlock := n.locks.lock(name)
 	defer unlock()
+	// A fresh read: a claim the watch still shows may be gone already
+	// (released by the attempt, then here again as its agent finished),
+	// and resetting a sandbox another agent claimed since would undo its
+	// run.
 	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
 		return nil

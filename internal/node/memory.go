@@ -293,15 +293,20 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 			GuestMB: t.GuestMB, CloneMB: t.CloneMB, WorkingSetMB: t.WorkingSetMB, Fit: t.Fit})
 	}
 	st.Pressure, st.Conditions = n.pressure.status()
-	if _, err := n.st.Get(ctx, api.KindNode, n.name); errors.Is(err, api.ErrNotFound) {
-		o := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: n.name}}
-		if _, err := n.st.Create(ctx, o); err != nil && !errors.Is(err, api.ErrAlreadyExists) {
-			return false, err
+	n.nodeMu.Lock()
+	last := n.lastNode
+	n.nodeMu.Unlock()
+	if last == nil {
+		if _, err := n.st.Get(ctx, api.KindNode, n.name); errors.Is(err, api.ErrNotFound) {
+			o := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: n.name}}
+			if _, err := n.st.Create(ctx, o); err != nil && !errors.Is(err, api.ErrAlreadyExists) {
+				return false, err
+			}
 		}
 	}
 	ready := api.Condition{Type: ConditionReady, Status: api.ConditionTrue, Reason: ReasonHeartbeat,
 		Message: fmt.Sprintf("the node writes its status every %s", n.statusEvery())}
-	_, err = reconcile.UpdateStatus(ctx, n.st, api.KindNode, n.name, func(o *api.Node) bool {
+	change := func(o *api.Node) bool {
 		old := api.FindCondition(o.Status.Conditions, ConditionReady)
 		wasLost = old != nil && old.Status == api.ConditionFalse && old.Reason == reasonNodeLost
 		conds := st.Conditions
@@ -313,7 +318,22 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 		o.Status = st
 		o.Status.Conditions = conds
 		return true
-	})
+	}
+	// The write starts from the node's own last one, which nobody else
+	// changes unless they mark the node lost (then it loses to theirs
+	// and is made again on a fresh read): one request per heartbeat.
+	var out *api.Node
+	if last != nil {
+		out, err = reconcile.UpdateStatusFrom(ctx, n.st, api.KindNode, last, change)
+	} else {
+		out, err = reconcile.UpdateStatus(ctx, n.st, api.KindNode, n.name, change)
+	}
+	if err != nil {
+		out = nil // deleted, say: the next heartbeat reads it again
+	}
+	n.nodeMu.Lock()
+	n.lastNode = out
+	n.nodeMu.Unlock()
 	return wasLost, err
 }
 

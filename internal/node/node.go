@@ -92,7 +92,13 @@ type Node struct {
 	templates *reconcile.Queue
 	sandboxes *reconcile.Queue
 	agentsQ   *reconcile.Queue
-	locks     keyedMutex
+	// caches are the Manager's views of this node's sandboxes and agents
+	// (see read); set by Register, before Start.
+	caches map[string]*reconcile.Cache
+	locks  keyedMutex
+
+	nodeMu   sync.Mutex // guards lastNode
+	lastNode *api.Node  // the Node object as its last heartbeat wrote it
 
 	// runCtx bounds the agents' attempts; Stop cancels it and waits.
 	runCtx    context.Context
@@ -155,6 +161,7 @@ func (n *Node) Name() string { return n.name }
 // for a while, so they get their own workers) and sandboxes. A template
 // change also looks again at the sandboxes waiting for it.
 func (n *Node) Register(m *reconcile.Manager) {
+	n.caches = map[string]*reconcile.Cache{api.KindSandbox: m.Cache(api.KindSandbox), api.KindAgent: m.Cache(api.KindAgent)}
 	n.templates = m.Register(reconcile.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
 		Reconciler: reconcile.ReconcilerFunc(n.reconcileTemplate)})
 	n.sandboxes = m.Register(reconcile.Controller{Name: "sandbox", For: api.KindSandbox, Workers: SandboxWorkers(runtime.NumCPU()),
@@ -212,12 +219,29 @@ func (n *Node) event(ctx context.Context, o api.Object, typ, reason, msg string)
 	reconcile.Event(ctx, n.st, n.log, o, typ, reason, msg)
 }
 
-// updateStatus applies change to the stored sandbox's status, conditioned
-// on the resourceVersion it read (another writer, such as the scheduler
-// claiming the sandbox, is never overwritten), and records the generation
-// it acted on. It writes nothing when nothing changed.
+// read returns kind/name as this node's watch last brought it, or from the
+// store when the watch has not brought it (or no Manager runs the node's
+// controllers). It may lag the store by the time a change takes to
+// arrive: a decision to act on what it shows is confirmed on a fresh read
+// (n.st.Get), and writes are conditioned on the resourceVersion read, so
+// a stale read costs a conflict and a retry, never a wrong write. It
+// saves the API server a GET in each reconcile of a node's objects.
+func (n *Node) read(ctx context.Context, kind, name string) (api.Object, error) {
+	if c := n.caches[kind]; c != nil {
+		if o, ok := c.Get(name); ok {
+			return api.DeepCopy(o), nil
+		}
+	}
+	return n.st.Get(ctx, kind, name)
+}
+
+// updateStatus applies change to sb's status and writes it, conditioned on
+// sb's resourceVersion (another writer, such as the scheduler claiming the
+// sandbox, is never overwritten): if sb is stale the change is made again
+// on a fresh read. It records the generation it acted on, and writes
+// nothing when nothing changed.
 func (n *Node) updateStatus(ctx context.Context, sb *api.Sandbox, change func(*api.SandboxStatus)) error {
-	_, err := reconcile.UpdateStatus(ctx, n.st, api.KindSandbox, sb.Metadata.Name, func(cur *api.Sandbox) bool {
+	_, err := reconcile.UpdateStatusFrom(ctx, n.st, api.KindSandbox, sb, func(cur *api.Sandbox) bool {
 		before := api.DeepCopy(cur).Status
 		change(&cur.Status)
 		cur.Status.ObservedGeneration = cur.Metadata.Generation

@@ -37,6 +37,8 @@ type cluster struct {
 	// statusInterval and pressure are the node's Options.
 	statusInterval time.Duration
 	pressure       Pressure
+	// nodeStore wraps the store the node is given (clusterOptions).
+	nodeStore func(store.API) store.API
 }
 
 // clusterOptions change what newClusterWith builds.
@@ -51,6 +53,9 @@ type clusterOptions struct {
 	// statusInterval and pressure are the node's (Options).
 	statusInterval time.Duration
 	pressure       Pressure
+	// nodeStore, when set, wraps the store the node is given (the
+	// controllers and the test use the store itself).
+	nodeStore func(store.API) store.API
 }
 
 // testStore, when set, opens the store of each cluster instead of SQLite
@@ -77,7 +82,8 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 		st = s
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands, statusInterval: opts.statusInterval, pressure: opts.pressure}
+	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands, statusInterval: opts.statusInterval, pressure: opts.pressure,
+		nodeStore: opts.nodeStore}
 	c.nd, c.mgr = c.startNode(t)
 	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
 kind: Template
@@ -94,7 +100,11 @@ spec:
 func (c *cluster) startNode(t *testing.T) (*Node, *reconcile.Manager) {
 	t.Helper()
 	mgr := reconcile.NewManager(c.st, c.log, time.Second)
-	nd := New(Options{Store: c.st, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands,
+	nst := c.st
+	if c.nodeStore != nil {
+		nst = c.nodeStore(c.st)
+	}
+	nd := New(Options{Store: nst, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands,
 		StatusInterval: c.statusInterval, Pressure: c.pressure})
 	if err := nd.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -16,16 +16,48 @@ import (
 // sandbox's lock (the controller takes it too) and record the new phase;
 // screen, input and guest calls go straight to the backend.
 
+// sandboxFor reads sandbox name from the store, for an operation that
+// changes its run state; it fails if the sandbox is being deleted.
 func (n *Node) sandboxFor(ctx context.Context, name string) (*api.Sandbox, error) {
 	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if err != nil {
 		return nil, err
 	}
-	sb := o.(*api.Sandbox)
+	return notDeleting(o.(*api.Sandbox))
+}
+
+func notDeleting(sb *api.Sandbox) (*api.Sandbox, error) {
 	if sb.Metadata.DeletionTimestamp != nil {
-		return nil, fmt.Errorf("sandbox %s is being deleted: %w", name, api.ErrConflict)
+		return nil, fmt.Errorf("sandbox %s is being deleted: %w", sb.Metadata.Name, api.ErrConflict)
 	}
 	return sb, nil
+}
+
+// sandboxWhere reads sandbox name for a screen, input or guest call, which
+// check allows (nil: any): as the node's watch shows it, and only if that
+// view does not allow the call, again from the store (the watch may not
+// have brought a resume yet). It saves a screenshot or a click the API
+// server's round trip.
+func (n *Node) sandboxWhere(ctx context.Context, name string, check func(*api.Sandbox) error) (*api.Sandbox, error) {
+	allowed := func(o api.Object, err error) (*api.Sandbox, error) {
+		if err != nil {
+			return nil, err
+		}
+		sb, err := notDeleting(o.(*api.Sandbox))
+		if err == nil && check != nil {
+			err = check(sb)
+		}
+		return sb, err
+	}
+	if sb, err := allowed(n.read(ctx, api.KindSandbox, name)); err == nil {
+		return sb, nil
+	}
+	return allowed(n.st.Get(ctx, api.KindSandbox, name))
+}
+
+// inPhase is a sandboxWhere check: the sandbox is in one of phases.
+func inPhase(verb string, phases ...string) func(*api.Sandbox) error {
+	return func(sb *api.Sandbox) error { return needPhase(sb, verb, phases...) }
 }
 
 // needPhase fails with ErrConflict unless the sandbox is in one of phases.
@@ -170,11 +202,7 @@ func (n *Node) Screenshot(ctx context.Context, name string, opts backend.Screens
 	if !ok {
 		return nil, "", fmt.Errorf("screenshots: %w: %w", errNoAbility, api.ErrUnsupported)
 	}
-	sb, err := n.sandboxFor(ctx, name)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := needPhase(sb, "take a screenshot of", api.SandboxRunning, api.SandboxPaused); err != nil {
+	if _, err := n.sandboxWhere(ctx, name, inPhase("take a screenshot of", api.SandboxRunning, api.SandboxPaused)); err != nil {
 		return nil, "", err
 	}
 	return scr.Screenshot(ctx, name, opts)
@@ -182,7 +210,7 @@ func (n *Node) Screenshot(ctx context.Context, name string, opts backend.Screens
 
 // ScreenSize implements display.Desktop: the sandbox's resolution.
 func (n *Node) ScreenSize(ctx context.Context, name string) (int, int, error) {
-	sb, err := n.sandboxFor(ctx, name)
+	sb, err := n.sandboxWhere(ctx, name, nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -192,15 +220,14 @@ func (n *Node) ScreenSize(ctx context.Context, name string) (int, int, error) {
 // inputTo returns the sandbox if input may be sent to it now: it runs, and
 // no person holds it, or ctx carries the holder's take-over ID.
 func (n *Node) inputTo(ctx context.Context, name string) error {
-	sb, err := n.sandboxFor(ctx, name)
-	if err != nil {
-		return err
-	}
-	if c := sb.Status.Control; c != nil && display.ControlFrom(ctx) != c.ID {
-		return fmt.Errorf("%s holds control of sandbox %s since %s: input is refused until they hand it back: %w",
-			orDefault(c.Holder, "a person"), name, c.Since.UTC().Format(time.RFC3339), api.ErrConflict)
-	}
-	return needPhase(sb, "send input to", api.SandboxRunning)
+	_, err := n.sandboxWhere(ctx, name, func(sb *api.Sandbox) error {
+		if c := sb.Status.Control; c != nil && display.ControlFrom(ctx) != c.ID {
+			return fmt.Errorf("%s holds control of sandbox %s since %s: input is refused until they hand it back: %w",
+				orDefault(c.Holder, "a person"), name, c.Since.UTC().Format(time.RFC3339), api.ErrConflict)
+		}
+		return needPhase(sb, "send input to", api.SandboxRunning)
+	})
+	return err
 }
 
 // SendInput implements display.Desktop.
@@ -233,11 +260,7 @@ func (n *Node) CursorPosition(ctx context.Context, name string) (int, int, error
 	if !ok {
 		return 0, 0, fmt.Errorf("cursor position: %w: %w", errNoAbility, api.ErrUnsupported)
 	}
-	sb, err := n.sandboxFor(ctx, name)
-	if err != nil {
-		return 0, 0, err
-	}
-	if err := needPhase(sb, "read the pointer of", api.SandboxRunning); err != nil {
+	if _, err := n.sandboxWhere(ctx, name, inPhase("read the pointer of", api.SandboxRunning)); err != nil {
 		return 0, 0, err
 	}
 	return c.CursorPosition(ctx, name)
@@ -251,11 +274,10 @@ func (n *Node) guest(ctx context.Context, name, verb string) (backend.Guest, err
 	if !ok {
 		return nil, fmt.Errorf("guest access: %w: %w", errNoAbility, api.ErrUnsupported)
 	}
-	sb, err := n.sandboxFor(ctx, name)
-	if err != nil {
+	if _, err := n.sandboxWhere(ctx, name, inPhase(verb, api.SandboxRunning)); err != nil {
 		return nil, err
 	}
-	return g, needPhase(sb, verb, api.SandboxRunning)
+	return g, nil
 }
 
 // Exec runs a program in a running sandbox.
@@ -304,11 +326,7 @@ func (n *Node) DialDisplay(ctx context.Context, name string) (io.ReadWriteCloser
 	if !ok {
 		return nil, fmt.Errorf("the live display: %w: %w", errNoAbility, api.ErrUnsupported)
 	}
-	sb, err := n.sandboxFor(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if err := needPhase(sb, "show the display of", api.SandboxRunning, api.SandboxPaused); err != nil {
+	if _, err := n.sandboxWhere(ctx, name, inPhase("show the display of", api.SandboxRunning, api.SandboxPaused)); err != nil {
 		return nil, err
 	}
 	return d.DialDisplay(ctx, name)

@@ -23,14 +23,13 @@ func (n *Node) DialPort(ctx context.Context, name string, port int) (net.Conn, e
 	if port < 1 || port > 65535 {
 		return nil, api.Invalid("port", "%d is not a TCP port (1..65535)", port)
 	}
-	sb, err := n.sandboxFor(ctx, name)
+	_, err := n.sandboxWhere(ctx, name, func(sb *api.Sandbox) error {
+		if sb.Status.Node != "" && sb.Status.Node != n.name {
+			return fmt.Errorf("sandbox %s runs on node %s, not on %s: %w", name, sb.Status.Node, n.name, api.ErrConflict)
+		}
+		return needPhase(sb, fmt.Sprintf("reach port %d of", port), api.SandboxRunning)
+	})
 	if err != nil {
-		return nil, err
-	}
-	if sb.Status.Node != "" && sb.Status.Node != n.name {
-		return nil, fmt.Errorf("sandbox %s runs on node %s, not on %s: %w", name, sb.Status.Node, n.name, api.ErrConflict)
-	}
-	if err := needPhase(sb, fmt.Sprintf("reach port %d of", port), api.SandboxRunning); err != nil {
 		return nil, err
 	}
 	return d.DialPort(ctx, name, port)

@@ -20,7 +20,7 @@ import (
 // when the template is ready, follows what the VM really does, and removes
 // the VM when the object is deleted (or never existed).
 func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Result, error) {
-	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	o, err := n.read(ctx, api.KindSandbox, name)
 	if err == nil && o.GetMeta().DeletionTimestamp == nil {
 		sb := o.(*api.Sandbox)
 		if sb.Status.Node == "" && !n.opt.WaitForPlacement {
@@ -287,13 +287,28 @@ func (n *Node) checkClaim(ctx context.Context, sb *api.Sandbox) error {
 	if n.runs.get(agent) != nil {
 		return nil
 	}
-	o, err := n.st.Get(ctx, api.KindAgent, agent)
+	stale, err := n.staleClaim(sb, func() (api.Object, error) { return n.read(ctx, api.KindAgent, agent) })
+	if err == nil && stale != "" {
+		// Confirmed on a fresh read before the claim is let go.
+		stale, err = n.staleClaim(sb, func() (api.Object, error) { return n.st.Get(ctx, api.KindAgent, agent) })
+	}
+	if err != nil || stale == "" {
+		return err
+	}
+	n.log.Info("releasing a stale claim", "sandbox", sb.Metadata.Name, "agent", agent, "why", stale)
+	return n.release(ctx, sb.Metadata.Name, agent)
+}
+
+// staleClaim says why sb's claim by its current agent, as get returns the
+// agent, is stale, or "" if it stands.
+func (n *Node) staleClaim(sb *api.Sandbox, get func() (api.Object, error)) (string, error) {
+	o, err := get()
 	stale := ""
 	switch {
 	case errors.Is(err, api.ErrNotFound):
 		stale = "it no longer exists"
 	case err != nil:
-		return err
+		return "", err
 	default:
 		a := o.(*api.Agent)
 		switch {
@@ -303,11 +318,7 @@ func (n *Node) checkClaim(ctx context.Context, sb *api.Sandbox) error {
 			stale = "it is not bound to this sandbox"
 		}
 	}
-	if stale == "" {
-		return nil
-	}
-	n.log.Info("releasing a stale claim", "sandbox", sb.Metadata.Name, "agent", agent, "why", stale)
-	return n.release(ctx, sb.Metadata.Name, agent)
+	return stale, nil
 }
 
 // checkLifetime enforces spec.lifecycle: a sandbox older than
@@ -432,6 +443,7 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (reconcile.Resul
 	}
 	unlock := n.locks.lock(name)
 	defer unlock()
+	// A fresh read: the events below say what changed since it.
 	o, err := n.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
 		return reconcile.Result{}, nil
@@ -543,7 +555,7 @@ func (n *Node) healthCheck(ctx context.Context, name string) error {
 	if err := n.be.Alive(ctx, name); err != nil {
 		return err
 	}
-	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	o, err := n.read(ctx, api.KindSandbox, name) // its spec: the watch's view will do
 	if err != nil {
 		return nil
 	}

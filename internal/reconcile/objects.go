@@ -72,16 +72,38 @@ func EditMeta(ctx context.Context, st store.Interface, o api.Object, edit func(*
 // written); a missing object is api.ErrNotFound.
 func UpdateStatus[T api.Object](ctx context.Context, st store.Interface, kind, name string, change func(T) bool) (T, error) {
 	var zero T
+	return updateStatus(ctx, st, kind, name, zero, false, change)
+}
+
+// UpdateStatusFrom is UpdateStatus starting from base, an object the
+// caller already read (from a watch cache, say), instead of reading it
+// again: if base is stale its write loses to the newer one and the change
+// is made again on a fresh read. change gets a copy of base; when it
+// returns false, base itself is returned.
+func UpdateStatusFrom[T api.Object](ctx context.Context, st store.Interface, kind string, base T, change func(T) bool) (T, error) {
+	return updateStatus(ctx, st, kind, base.GetMeta().Name, base, true, change)
+}
+
+func updateStatus[T api.Object](ctx context.Context, st store.Interface, kind, name string, base T, haveBase bool, change func(T) bool) (T, error) {
+	var zero T
 	for attempt := 0; ; attempt++ {
-		o, err := st.Get(ctx, kind, name)
-		if err != nil {
-			return zero, err
-		}
-		cur, ok := o.(T)
-		if !ok {
-			return zero, fmt.Errorf("update status of %s %s: stored object is %T", kind, name, o)
+		var cur T
+		if attempt == 0 && haveBase {
+			cur = api.DeepCopy(base)
+		} else {
+			o, err := st.Get(ctx, kind, name)
+			if err != nil {
+				return zero, err
+			}
+			var ok bool
+			if cur, ok = o.(T); !ok {
+				return zero, fmt.Errorf("update status of %s %s: stored object is %T", kind, name, o)
+			}
 		}
 		if !change(cur) {
+			if attempt == 0 && haveBase {
+				return base, nil
+			}
 			return cur, nil
 		}
 		out, err := st.UpdateStatus(ctx, cur)

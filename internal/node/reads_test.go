@@ -1,0 +1,105 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// readCounter is a store that counts the reads of one object, by kind.
+type readCounter struct {
+	store.API
+	mu   sync.Mutex
+	gets map[string]int
+}
+
+func (r *readCounter) Get(ctx context.Context, kind, name string) (api.Object, error) {
+	r.mu.Lock()
+	r.gets[kind]++
+	r.mu.Unlock()
+	return r.API.Get(ctx, kind, name)
+}
+
+func (r *readCounter) count(kind string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gets[kind]
+}
+
+func (r *readCounter) reset() {
+	r.mu.Lock()
+	r.gets = map[string]int{}
+	r.mu.Unlock()
+}
+
+// TestNodeReadsItsWatch checks the reads a node saves the store (on
+// Kubernetes, the API server): screen and input calls on a running
+// sandbox read it from the node's watch, and each heartbeat writes the
+// Node object from its last write without reading it.
+func TestNodeReadsItsWatch(t *testing.T) {
+	rc := &readCounter{gets: map[string]int{}}
+	c := newClusterWith(t, clusterOptions{statusInterval: 20 * time.Millisecond, nodeStore: func(st store.API) store.API {
+		rc.API = st
+		return rc
+	}})
+	c.create(t, yamlObj(t, sandboxYAML("box", "  healthCheck: {intervalSeconds: 3600}\n")))
+	eventually(t, "the node's watch shows the sandbox running", func() (bool, string) {
+		o, ok := c.nd.caches[api.KindSandbox].Get("box")
+		if !ok {
+			return false, "not in the watch"
+		}
+		return o.(*api.Sandbox).Status.Phase == api.SandboxRunning, o.(*api.Sandbox).Status.Phase
+	})
+	ctx := context.Background()
+	rc.reset()
+	for range 10 {
+		if _, _, err := c.nd.Screenshot(ctx, "box", backend.ScreenshotOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.nd.ScreenSize(ctx, "box"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The node's own reconciles (a resync each second here) read it too.
+	if got := rc.count(api.KindSandbox); got > 2 {
+		t.Errorf("20 screen calls and the node's reconciles meanwhile read the sandbox from the store %d times, want at most 2", got)
+	}
+
+	// A call the watch's view refuses is looked at again in the store:
+	// input right after a resume, before the watch brings it, is taken.
+	if err := c.nd.Pause(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the node's watch shows the sandbox paused", func() (bool, string) {
+		o, _ := c.nd.caches[api.KindSandbox].Get("box")
+		return o.(*api.Sandbox).Status.Phase == api.SandboxPaused, o.(*api.Sandbox).Status.Phase
+	})
+	if err := c.nd.SendInput(ctx, "box", []backend.InputEvent{{Kind: backend.EventKey, Key: "a", Down: true}}); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("input to a paused sandbox: %v, want a conflict", err)
+	}
+	if err := c.nd.Resume(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nd.SendInput(ctx, "box", []backend.InputEvent{{Kind: backend.EventKey, Key: "a", Down: true}}); err != nil {
+		t.Errorf("input right after a resume: %v", err)
+	}
+
+	rc.reset()
+	time.Sleep(300 * time.Millisecond) // about 15 heartbeats
+	if got := rc.count(api.KindNode); got > 1 {
+		t.Errorf("heartbeats read the Node object %d times in 300 ms, want at most 1 (each writes from its last write)", got)
+	}
+	o, err := c.st.Get(ctx, api.KindNode, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hb := o.(*api.Node).Status.LastHeartbeat; hb == nil || time.Since(*hb) > time.Second {
+		t.Errorf("the Node's heartbeat is %v, want a recent one", hb)
+	}
+}
