@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,7 +33,34 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure hvkube and print p50/p95 latencies",
 		Long: `Measure hvkube end to end and print p50/p95 latencies. With --write FILE the
-results replace their section of FILE (docs/benchmarks.md in the repository).`,
+results replace their section of FILE (docs/benchmarks.md in the repository).
+With --cpuprofile FILE a CPU profile of the benchmark's own process is
+written there (go tool pprof reads it).`,
+	}
+	var cpuProfile string
+	var profile *os.File
+	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmark's process to this file")
+	cmd.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		profile = f
+		return nil
+	}
+	cmd.PersistentPostRunE = func(cmd *cobra.Command, args []string) error {
+		if profile == nil {
+			return nil
+		}
+		pprof.StopCPUProfile()
+		return profile.Close()
 	}
 	cmd.AddCommand(newBenchAPICmd(), newBenchQEMUCmd(), newBenchControlCmd(), newBenchClaimsCmd(), newBenchAgentsCmd(), newBenchDisplayCmd(), newBenchMCPCmd(), newBenchBrowserCmd(), newBenchDensityCmd())
 	return cmd
@@ -170,7 +199,7 @@ Building the template takes a cold boot first.`,
 
 func newBenchControlCmd() *cobra.Command {
 	var sandboxes, agents, clients int
-	var write, cpuProfile string
+	var write string
 	cmd := &cobra.Command{
 		Use:   "control",
 		Short: "Control plane on the fake backend: agents scheduled and completed per second, double binds, API latency under load",
@@ -185,17 +214,6 @@ agent completes twice, and time GET and LIST requests made meanwhile.`,
 			if sandboxes < 1 || agents < 1 || clients < 1 {
 				return fmt.Errorf("--sandboxes, --agents and --clients must be at least 1")
 			}
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
-			}
 			rep, err := bench.Control(cmd.Context(), bench.ControlOptions{Sandboxes: sandboxes, Agents: agents, Clients: clients, Log: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
@@ -207,7 +225,6 @@ agent completes twice, and time GET and LIST requests made meanwhile.`,
 	cmd.Flags().IntVar(&agents, "agents", 10000, "agents to submit")
 	cmd.Flags().IntVar(&clients, "clients", 4, "clients submitting agents at once")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
-	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	return cmd
 }
 
@@ -247,7 +264,9 @@ machine's cores. The benchmark's client is not rate limited.`,
 			section := "claims"
 			switch sc.kind {
 			case storeKubernetes:
-				o.Store, o.StoreName = benchUnlimitedKubeStore(sc, kubeAssets), storeKubernetes
+				counter := &requestCounter{}
+				o.Store, o.StoreName = benchUnlimitedKubeStore(sc, kubeAssets, counter), storeKubernetes
+				o.Requests = counter.counts
 				o.Cleanup = sc.kubeconfig != ""
 				section = "claims-kubernetes"
 			case storeSQLite:
@@ -285,8 +304,9 @@ machine's cores. The benchmark's client is not rate limited.`,
 
 // benchUnlimitedKubeStore is benchKubeStore with no client-side rate
 // limit: one client stands in for the controllers and every node, which
-// would each have a limit of their own.
-func benchUnlimitedKubeStore(sc storeConfig, assets string) bench.StoreFunc {
+// would each have a limit of their own. counter, if not nil, counts its
+// requests.
+func benchUnlimitedKubeStore(sc storeConfig, assets string, counter *requestCounter) bench.StoreFunc {
 	return func(ctx context.Context, dataDir string, log *slog.Logger) (store.API, func() error, error) {
 		ns := sc.namespace
 		if ns == "" {
@@ -325,6 +345,9 @@ func benchUnlimitedKubeStore(sc storeConfig, assets string) bench.StoreFunc {
 		}
 		cfg = rest.CopyConfig(cfg)
 		cfg.QPS, cfg.Burst = -1, 0 // client-go: no rate limiter
+		if counter != nil {
+			cfg.WrapTransport = counter.wrap
+		}
 		st, err := kube.Open(ctx, kube.Options{Config: cfg, Namespace: ns, Component: "hvkube-bench", Logger: log})
 		if err != nil {
 			stop()
@@ -516,3 +539,58 @@ than linux-desktop writes its own section (density-IMAGE), and a run with
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
 	return cmd
 }
+
+// requestCounter counts the requests of a Kubernetes client by kind:
+// GET, LIST and WATCH (reads of one object, of many, and watches), PUT,
+// POST, PATCH and DELETE.
+type requestCounter struct {
+	mu sync.Mutex
+	n  bench.RequestCounts
+}
+
+func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		kind := r.Method
+		if kind == http.MethodGet {
+			switch q := r.URL.Query(); {
+			case q.Get("watch") == "true" || q.Get("watch") == "1":
+				kind = "WATCH"
+			case isCollection(r.URL.Path):
+				kind = "LIST"
+			}
+		}
+		c.mu.Lock()
+		if c.n == nil {
+			c.n = bench.RequestCounts{}
+		}
+		c.n[kind]++
+		c.mu.Unlock()
+		return rt.RoundTrip(r)
+	})
+}
+
+// isCollection reports whether an API path names a collection (…/sandboxes)
+// rather than one object (…/sandboxes/name, …/name/status).
+func isCollection(path string) bool {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range parts {
+		if p == "namespaces" && i+2 < len(parts) {
+			return len(parts) == i+3
+		}
+	}
+	return false
+}
+
+func (c *requestCounter) counts() bench.RequestCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := bench.RequestCounts{}
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -78,5 +80,27 @@ func TestBenchClaimsFlags(t *testing.T) {
 	}
 	if err := run("--nodes", "0"); err == nil {
 		t.Error("--nodes 0 accepted")
+	}
+}
+
+func TestRequestCounterKinds(t *testing.T) {
+	tests := []struct{ method, url, want string }{
+		{"GET", "/apis/hvkube.io/v1/namespaces/ns/sandboxes/sb-1", "GET"},
+		{"GET", "/apis/hvkube.io/v1/namespaces/ns/sandboxes", "LIST"},
+		{"GET", "/apis/hvkube.io/v1/namespaces/ns/sandboxes?watch=true&resourceVersion=5", "WATCH"},
+		{"PUT", "/apis/hvkube.io/v1/namespaces/ns/sandboxes/sb-1/status", "PUT"},
+		{"POST", "/api/v1/namespaces/ns/events", "POST"},
+	}
+	c := &requestCounter{}
+	rt := c.wrap(roundTripperFunc(func(*http.Request) (*http.Response, error) { return &http.Response{StatusCode: 200}, nil }))
+	for _, tt := range tests {
+		req := httptest.NewRequest(tt.method, "http://api"+tt.url, nil)
+		before := c.counts()[tt.want]
+		if _, err := rt.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.counts()[tt.want]; got != before+1 {
+			t.Errorf("%s %s: %s counted %d times, want %d", tt.method, tt.url, tt.want, got, before+1)
+		}
 	}
 }

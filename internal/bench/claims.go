@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,9 @@ type ClaimsOptions struct {
 	Log     io.Writer
 	// Command is the command line the report names.
 	Command string
+	// Requests, when set, returns the API requests the benchmark's
+	// client has made so far: the report says how many each claim cost.
+	Requests func() RequestCounts
 }
 
 // claimsTimeout bounds each wait of the benchmark.
@@ -219,6 +223,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 		agents[i] = claimAgent(agentName(i))
 	}
 	logf("claiming: %d agents, %d at once…", o.Claims, o.Parallel)
+	reqsBefore := o.requests()
 	var next atomic.Int64
 	var lastRunning atomic.Int64 // since start, in ns
 	errc := make(chan error, o.Parallel)
@@ -274,6 +279,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 		return nil, nil, claimErr
 	}
 	claimedIn := time.Duration(lastRunning.Load())
+	reqs := o.requests().since(reqsBefore)
 	logf("%d agents running after %s (%.0f/s); waiting for them to complete…", o.Claims, claimedIn.Round(time.Millisecond), float64(o.Claims)/claimedIn.Seconds())
 	if err := chk.waitFinished(ctx, claimsTimeout, func(done, failed, sched int) {
 		logf("  %d scheduled, %d completed, %d failed", sched, done, failed)
@@ -321,6 +327,9 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 		fmt.Sprintf("fill: a pool of %d (maxPerHost %d on %d nodes) warm %s after it was created (first warm after %s): %.0f sandboxes/s", size, o.PerNode, o.Nodes, fmtDur(fill), fmtDur(firstWarm), float64(size)/fill.Seconds()),
 		fmt.Sprintf("agents completed: %d of %d (%d failed); double binds: %d (a sandbox bound to a second agent while the first held it, or its claim overwritten; target 0); agents claimed on two sandboxes at once: %d", res.completed, o.Claims, res.failed, res.doubleBinds, res.twoClaims),
 	)
+	if len(reqs) > 0 {
+		rep.Facts = append(rep.Facts, fmt.Sprintf("API requests of all clients (controllers, nodes, submitters, checker) from the first claim until the last agent ran: %s", reqs.perClaim(o.Claims)))
+	}
 	for _, f := range res.failures {
 		rep.Facts = append(rep.Facts, "failed: "+f)
 	}
@@ -380,4 +389,43 @@ func cleanupClaims(ctx context.Context, st store.Interface, agents int) error {
 		return err
 	}
 	return nil
+}
+
+// requests is what o.Requests counts so far (nothing without it).
+func (o ClaimsOptions) requests() RequestCounts {
+	if o.Requests == nil {
+		return nil
+	}
+	return o.Requests()
+}
+
+// RequestCounts are API requests by kind of request ("GET", "PUT",
+// "POST", "DELETE", "LIST", "WATCH").
+type RequestCounts map[string]int64
+
+// since is c less before.
+func (c RequestCounts) since(before RequestCounts) RequestCounts {
+	out := RequestCounts{}
+	for k, v := range c {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// perClaim says how many requests of each kind c holds per claim.
+func (c RequestCounts) perClaim(claims int) string {
+	var total int64
+	keys := make([]string, 0, len(c))
+	for k, v := range c {
+		total += v
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return int(c[b] - c[a]) })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, float64(c[k])/float64(claims)))
+	}
+	return fmt.Sprintf("%.1f per claim (%s)", float64(total)/float64(claims), strings.Join(parts, ", "))
 }
