@@ -219,15 +219,19 @@ func (n *Node) ScreenSize(ctx context.Context, name string) (int, int, error) {
 
 // inputTo returns the sandbox if input may be sent to it now: it runs, and
 // no person holds it, or ctx carries the holder's take-over ID.
+//
+// It reads the store, not the node's watch: a person's take-over must stop
+// the agent's input at once, not once the watch brings it.
 func (n *Node) inputTo(ctx context.Context, name string) error {
-	_, err := n.sandboxWhere(ctx, name, func(sb *api.Sandbox) error {
-		if c := sb.Status.Control; c != nil && display.ControlFrom(ctx) != c.ID {
-			return fmt.Errorf("%s holds control of sandbox %s since %s: input is refused until they hand it back: %w",
-				orDefault(c.Holder, "a person"), name, c.Since.UTC().Format(time.RFC3339), api.ErrConflict)
-		}
-		return needPhase(sb, "send input to", api.SandboxRunning)
-	})
-	return err
+	sb, err := n.sandboxFor(ctx, name)
+	if err != nil {
+		return err
+	}
+	if c := sb.Status.Control; c != nil && display.ControlFrom(ctx) != c.ID {
+		return fmt.Errorf("%s holds control of sandbox %s since %s: input is refused until they hand it back: %w",
+			orDefault(c.Holder, "a person"), name, c.Since.UTC().Format(time.RFC3339), api.ErrConflict)
+	}
+	return needPhase(sb, "send input to", api.SandboxRunning)
 }
 
 // SendInput implements display.Desktop.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -93,6 +94,18 @@ func TestNodeReadsItsWatch(t *testing.T) {
 	}
 	if err := c.nd.SendInput(ctx, "box", []backend.InputEvent{{Kind: backend.EventKey, Key: "a", Down: true}}); err != nil {
 		t.Errorf("input right after a resume: %v", err)
+	}
+
+	// A person's take-over stops the agent's input at once, not once the
+	// node's watch brings it.
+	if _, err := reconcile.UpdateStatus(ctx, c.st, api.KindSandbox, "box", func(sb *api.Sandbox) bool {
+		sb.Status.Control = &api.SandboxControl{ID: "person-1", Holder: "ana", Since: time.Now()}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nd.SendInput(ctx, "box", []backend.InputEvent{{Kind: backend.EventKey, Key: "a", Down: true}}); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("input right after a person took control: %v, want a conflict", err)
 	}
 
 	rc.reset()
