@@ -104,10 +104,15 @@ func (n *Node) statusRound(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tpls, err := n.listTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	n.sweepSnapshots(ctx, c, sbs, tpls)
 	if why := n.pressureReason(c); why != "" {
 		// Moving desktops to disk takes a while: the heartbeat goes
 		// first, so that a slow round does not fence the node.
-		if err := n.heartbeat(ctx, c, sbs); err != nil {
+		if err := n.heartbeat(ctx, c, sbs, tpls); err != nil {
 			return err
 		}
 		moved := n.relieve(ctx, sbs, why)
@@ -123,12 +128,12 @@ func (n *Node) statusRound(ctx context.Context) error {
 	} else if n.pressure.set("") {
 		n.clearPools(ctx)
 	}
-	return n.heartbeat(ctx, c, sbs)
+	return n.heartbeat(ctx, c, sbs, tpls)
 }
 
 // heartbeat writes the Node object and tells the fence it did.
-func (n *Node) heartbeat(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox) error {
-	wasLost, err := n.writeNode(ctx, c, sbs)
+func (n *Node) heartbeat(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox, tpls []*api.Template) error {
+	wasLost, err := n.writeNode(ctx, c, sbs, tpls)
 	if err != nil {
 		return err
 	}
@@ -271,11 +276,8 @@ const (
 
 // writeNode writes the Node object's status, with its Ready condition
 // True, and reports whether the cluster had marked the node lost.
-func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox) (wasLost bool, err error) {
-	names, err := n.templateNames(ctx)
-	if err != nil {
-		return false, err
-	}
+func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox, tpls []*api.Template) (wasLost bool, err error) {
+	names := templateNames(tpls)
 	now := n.now().UTC()
 	st := api.NodeStatus{
 		Backend: n.be.Name(),
@@ -337,15 +339,23 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 	return wasLost, err
 }
 
-// templateNames maps snapshot IDs to their Template objects' names.
-func (n *Node) templateNames(ctx context.Context) (map[string]string, error) {
+// listTemplates lists the Template objects.
+func (n *Node) listTemplates(ctx context.Context) ([]*api.Template, error) {
 	items, _, err := n.st.List(ctx, api.KindTemplate, api.Selector{})
 	if err != nil {
 		return nil, err
 	}
+	out := make([]*api.Template, len(items))
+	for i, it := range items {
+		out[i] = it.(*api.Template)
+	}
+	return out, nil
+}
+
+// templateNames maps snapshot IDs to their Template objects' names.
+func templateNames(tpls []*api.Template) map[string]string {
 	m := map[string]string{}
-	for _, it := range items {
-		t := it.(*api.Template)
+	for _, t := range tpls {
 		if t.Status.Snapshot != nil {
 			m[t.Status.Snapshot.ID] = t.Metadata.Name
 		}
@@ -353,7 +363,7 @@ func (n *Node) templateNames(ctx context.Context) (map[string]string, error) {
 			m[s.ID] = t.Metadata.Name
 		}
 	}
-	return m, nil
+	return m
 }
 
 // pressureBook is the policy's record, kept across rounds.

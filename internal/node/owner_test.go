@@ -149,22 +149,7 @@ func TestLateNodeBuildsItsOwnCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	start := func(name string, be *fake.Backend, controllers bool) {
-		mgr := reconcile.NewManager(st, log, time.Second)
-		nd := New(Options{Store: st, Backend: be, Name: name, DataDir: t.TempDir(), Logger: log, DefaultTemplate: "desk", WaitForPlacement: true})
-		if err := nd.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		nd.Register(mgr)
-		if controllers {
-			controller.RegisterAll(mgr, st, log, nil)
-		}
-		if err := mgr.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { mgr.Stop(); nd.Stop() })
-	}
+	start := func(name string, be *fake.Backend, controllers bool) { startNodeOn(t, st, name, be, controllers) }
 	start("n1", fake.New(fake.Options{}), true)
 	if _, err := st.Create(ctx, yamlObj(t, "apiVersion: hvkube/v1\nkind: Template\nmetadata: {name: desk}\nspec:\n  qemu: {image: linux-desktop}\n")); err != nil {
 		t.Fatal(err)
@@ -215,5 +200,79 @@ func TestLateNodeBuildsItsOwnCopy(t *testing.T) {
 	}
 	if tpl := getTemplate(t, st, "desk"); tpl.Status.Phase != api.TemplateReady || tpl.Metadata.ResourceVersion != rv {
 		t.Errorf("the template changed while n2 built its copy: %s, rv %s -> %s", tpl.Status.Phase, rv, tpl.Metadata.ResourceVersion)
+	}
+}
+
+// startNodeOn starts a node named name on st and be (waiting for
+// placement, as on a cluster), with the cluster controllers beside it if
+// controllers is set; both stop when the test ends.
+func startNodeOn(t *testing.T, st store.API, name string, be *fake.Backend, controllers bool) {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	mgr := reconcile.NewManager(st, log, time.Second)
+	nd := New(Options{Store: st, Backend: be, Name: name, DataDir: t.TempDir(), Logger: log, DefaultTemplate: "desk", WaitForPlacement: true})
+	if err := nd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nd.Register(mgr)
+	if controllers {
+		controller.RegisterAll(mgr, st, log, nil)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mgr.Stop(); nd.Stop() })
+}
+
+// TestDeletedTemplateLeavesNoNode: when a template is deleted, every node
+// removes its copy of the snapshot, not only the one whose finalizer let
+// it go; a node that was down then removes its copy when it starts. A
+// template that stays keeps its snapshot everywhere.
+func TestDeletedTemplateLeavesNoNode(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	bes := []*fake.Backend{fake.New(fake.Options{}), fake.New(fake.Options{}), fake.New(fake.Options{})}
+	startNodeOn(t, st, "n1", bes[0], true)
+	startNodeOn(t, st, "n2", bes[1], false)
+	for _, name := range []string{"desk", "keep"} {
+		if _, err := st.Create(ctx, yamlObj(t, "apiVersion: hvkube/v1\nkind: Template\nmetadata: {name: "+name+"}\nspec:\n  qemu: {image: linux-desktop}\n")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, 20*time.Millisecond, "template "+name+" is Ready", func() (bool, string) {
+			tpl := getTemplate(t, st, name)
+			return tpl.Status.Phase == api.TemplateReady, tpl.Status.Phase
+		})
+	}
+	// Each node holds a copy of both, as if it had built them (n3 is down).
+	for _, be := range bes {
+		for _, id := range []string{"desk-g1", "keep-g1"} {
+			if _, err := be.BuildTemplate(ctx, backend.TemplateSpec{ID: id}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, _, err := st.Delete(ctx, api.KindTemplate, "desk", store.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	has := func(be *fake.Backend, id string) bool {
+		_, err := be.InspectTemplate(ctx, id)
+		return err == nil
+	}
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "n1 and n2 remove their copies of desk", func() (bool, string) {
+		return !has(bes[0], "desk-g1") && !has(bes[1], "desk-g1"), fmt.Sprintf("n1 %v, n2 %v", has(bes[0], "desk-g1"), has(bes[1], "desk-g1"))
+	})
+	startNodeOn(t, st, "n3", bes[2], false)
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "n3 removes its copy of desk when it starts", func() (bool, string) {
+		return !has(bes[2], "desk-g1"), "still there"
+	})
+	for i, be := range bes {
+		if !has(be, "keep-g1") {
+			t.Errorf("n%d lost the snapshot of template keep, which is not deleted", i+1)
+		}
 	}
 }

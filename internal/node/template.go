@@ -20,7 +20,9 @@ import (
 func (n *Node) reconcileTemplate(ctx context.Context, name string) (reconcile.Result, error) {
 	o, err := n.st.Get(ctx, api.KindTemplate, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return reconcile.Result{}, nil
+		// Gone: the node that saw the deletion first removed its copy
+		// and the finalizer; this node removes its own.
+		return reconcile.Result{}, n.sweepNow(ctx)
 	}
 	if err != nil {
 		return reconcile.Result{}, err
@@ -163,6 +165,84 @@ func (n *Node) templateStatus(ctx context.Context, t *api.Template, phase, reaso
 		return nil
 	}
 	return err
+}
+
+// sweepNow reads what sweepSnapshots needs and runs it.
+func (n *Node) sweepNow(ctx context.Context) error {
+	c, err := n.be.Capacity(ctx)
+	if err != nil {
+		return fmt.Errorf("capacity: %w", err)
+	}
+	sbs, err := n.ownSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	tpls, err := n.listTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	n.sweepSnapshots(ctx, c, sbs, tpls)
+	return nil
+}
+
+// sweepSnapshots removes this host's snapshots of templates that no longer
+// exist. A template's finalizer holds it until one node has removed its
+// own copies; the other nodes, and a node that was down when the template
+// went, remove theirs here. c must be read before tpls: a snapshot in c
+// was built for a template that tpls then still lists, unless it is gone.
+// A snapshot is kept while a Template names it (current, shape or
+// retired) or is of its generation, and while a sandbox of this node
+// still names a template of its name.
+func (n *Node) sweepSnapshots(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox, tpls []*api.Template) {
+	keep := map[string]bool{}
+	var bases []string
+	for _, t := range tpls {
+		bases = append(bases, snapshotID(t))
+		if t.Status.Snapshot != nil {
+			keep[t.Status.Snapshot.ID] = true
+		}
+		for _, sh := range t.Status.Shapes {
+			keep[sh.ID] = true
+		}
+		for _, id := range t.Status.Retired {
+			keep[id] = true
+		}
+	}
+	var used []string
+	for _, sb := range sbs {
+		used = append(used, sb.Spec.TemplateRef, sb.Status.Template)
+	}
+	for _, tc := range c.Templates {
+		id := tc.ID
+		if keep[id] || slices.ContainsFunc(bases, func(b string) bool { return id == b || strings.HasPrefix(id, b+"-m") }) ||
+			slices.ContainsFunc(used, func(name string) bool { return ofTemplate(id, name) }) {
+			continue
+		}
+		if err := n.be.DeleteTemplate(ctx, id); err != nil {
+			n.log.Warn("remove the snapshot of a deleted template", "snapshot", id, "err", err)
+			continue
+		}
+		n.log.Info("removed the snapshot of a deleted template", "snapshot", id)
+	}
+}
+
+// ofTemplate reports whether snapshot id may be of a template named name
+// (any generation or shape; a long name is cut, as snapshotID does).
+func ofTemplate(id, name string) bool {
+	if name == "" {
+		return false
+	}
+	if strings.HasPrefix(id, name+"-g") {
+		return true
+	}
+	// snapshotID cuts a long name to make room for the generation (at
+	// most "-g" and 19 digits): compare what is left of it.
+	for i := 0; i+2 <= len(id); i++ {
+		if id[i:i+2] == "-g" && i >= api.MaxNameLength-21 && strings.HasPrefix(name, id[:i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Shape phases.

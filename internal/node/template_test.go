@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/drivers/fake"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -246,5 +247,69 @@ spec:
 	})
 	if got, want := c.sandbox(t, "box").Status.Template, "later"; got != want {
 		t.Errorf("status.template %q, want %q", got, want)
+	}
+}
+
+// TestSweepSnapshots: a node removes its snapshots of templates that are
+// gone, and keeps every snapshot a template still names or may be
+// building, and those of a template its sandboxes still name.
+func TestSweepSnapshots(t *testing.T) {
+	ctx := context.Background()
+	long := strings.Repeat("a", api.MaxNameLength)
+	cut := snapshotID(&api.Template{Metadata: api.ObjectMeta{Name: long, Generation: 12}})
+	tpl := func(name string, gen int64, status api.TemplateStatus) *api.Template {
+		return &api.Template{Metadata: api.ObjectMeta{Name: name, Generation: gen}, Status: status}
+	}
+	tests := []struct {
+		name  string
+		have  []string
+		tpls  []*api.Template
+		uses  []string // the templates this node's sandboxes name
+		after []string
+	}{
+		{name: "a deleted template's snapshots and shapes go",
+			have: []string{"gone-g1", "gone-g2-m1024-1280x800", "desk-g1"},
+			tpls: []*api.Template{tpl("desk", 1, api.TemplateStatus{Snapshot: &api.TemplateSnapshot{ID: "desk-g1"}})}, after: []string{"desk-g1"}},
+		{name: "retired and shape snapshots stay",
+			have:  []string{"desk-g1", "desk-g1-m1024-1280x800", "desk-g2"},
+			tpls:  []*api.Template{tpl("desk", 2, api.TemplateStatus{Snapshot: &api.TemplateSnapshot{ID: "desk-g2"}, Retired: []string{"desk-g1", "desk-g1-m1024-1280x800"}})},
+			after: []string{"desk-g1", "desk-g1-m1024-1280x800", "desk-g2"}},
+		{name: "a build of the current generation not yet in status stays",
+			have: []string{"desk-g3", "desk-g3-m2048-1920x1080"}, tpls: []*api.Template{tpl("desk", 3, api.TemplateStatus{})},
+			after: []string{"desk-g3", "desk-g3-m2048-1920x1080"}},
+		{name: "a template of a similar name keeps nothing of another",
+			have: []string{"desk-g1", "desk-g1-g1"}, tpls: []*api.Template{tpl("desk-g1", 1, api.TemplateStatus{})}, after: []string{"desk-g1-g1"}},
+		{name: "a sandbox here still names the deleted template",
+			have: []string{"gone-g1", "other-g1"}, uses: []string{"gone"}, after: []string{"gone-g1"}},
+		{name: "a long name cut to fit", have: []string{cut, "b-g1"}, uses: []string{long}, after: []string{cut}},
+		{name: "no templates at all", have: []string{"desk-g1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nd, _, be := newNode(t, nil)
+			for _, id := range tt.have {
+				if _, err := be.BuildTemplate(ctx, backend.TemplateSpec{ID: id}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var sbs []*api.Sandbox
+			for _, name := range tt.uses {
+				sbs = append(sbs, &api.Sandbox{Spec: api.SandboxSpec{TemplateRef: name}})
+			}
+			c, err := be.Capacity(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nd.sweepSnapshots(ctx, c, sbs, tt.tpls)
+			var left []string
+			for _, id := range tt.have {
+				if _, err := be.InspectTemplate(ctx, id); err == nil {
+					left = append(left, id)
+				}
+			}
+			if !slices.Equal(left, tt.after) {
+				t.Errorf("snapshots left %v, want %v", left, tt.after)
+			}
+		})
 	}
 }
