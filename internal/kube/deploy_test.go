@@ -204,7 +204,7 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
-		"Role": 2, "RoleBinding": 2, "Deployment": 1, "DaemonSet": 1, "Service": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1} {
+		"Role": 2, "RoleBinding": 2, "Deployment": 1, "DaemonSet": 1, "Service": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d", kinds[kind], kind, n)
 		}
@@ -239,6 +239,36 @@ func identity(cfg *rest.Config, account string) *rest.Config {
 	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + deployNS + ":" + account,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNS, "system:authenticated"}}
 	return c
+}
+
+// nodeNameClaim is what the API server adds to the user of a pod's
+// service-account token: the Kubernetes node the pod runs on.
+const nodeNameClaim = "authentication.kubernetes.io/node-name"
+
+// identityOn is identity as a pod on Kubernetes node host sees it.
+func identityOn(cfg *rest.Config, account, host string) *rest.Config {
+	c := identity(cfg, account)
+	c.Impersonate.Extra = map[string][]string{nodeNameClaim: {host}}
+	return c
+}
+
+// refused retries fn until the API server refuses it (Forbidden), for
+// up to 30 s: an admission policy takes effect a moment after it is
+// applied. It fails the test if fn is never refused.
+func refused(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := fn()
+		if apierrors.IsForbidden(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: %v, want Forbidden by the admission policy", what, err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // can asks the API server whether account may do verb on resource (in
@@ -371,8 +401,24 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 		t.Errorf("controller: renew the Lease: %v", err)
 	}
 
-	// The node: what internal/node calls, through the store.
-	nd, err := kube.Open(ctx, kube.Options{Config: identity(c.cfg, "hvkube-node"), Namespace: deployNS, Component: "hvkube-node"})
+	// The node: what internal/node calls, through the store, as the pod
+	// of the node's DaemonSet on host does; the sandbox and the agent are
+	// placed on it.
+	host := "host-" + suffix
+	for _, kind := range []string{api.KindSandbox, api.KindAgent} {
+		if _, err := reconcile.UpdateStatus(ctx, ctl, kind, objs[kind].GetMeta().Name, func(o api.Object) bool {
+			switch o := o.(type) {
+			case *api.Sandbox:
+				o.Status.Node = host
+			case *api.Agent:
+				o.Status.Node = host
+			}
+			return true
+		}); err != nil {
+			t.Fatalf("controller: place the %s on %s: %v", kind, host, err)
+		}
+	}
+	nd, err := kube.Open(ctx, kube.Options{Config: identityOn(c.cfg, "hvkube-node", host), Namespace: deployNS, Component: "hvkube-node"})
 	if err != nil {
 		t.Fatalf("open the store as the node: %v", err)
 	}
@@ -404,7 +450,7 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 			t.Errorf("node: update the status of %s: %v", kind, err)
 		}
 	}
-	self := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "host-" + suffix}}
+	self := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: host}}
 	if _, err := nd.Create(ctx, self); err != nil {
 		t.Fatalf("node: create its Node: %v", err)
 	}
@@ -418,7 +464,7 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	nd.RecordEvent(ctx, objs[api.KindSandbox], api.EventNormal, "Checked", "by the RBAC test")
 	nd.RecordEvent(ctx, objs[api.KindSandbox], api.EventNormal, "Checked", "by the RBAC test")
 	nd.Close() // writes the events queued
-	nd, err = kube.Open(ctx, kube.Options{Config: identity(c.cfg, "hvkube-node"), Namespace: deployNS, Component: "hvkube-node"})
+	nd, err = kube.Open(ctx, kube.Options{Config: identityOn(c.cfg, "hvkube-node", host), Namespace: deployNS, Component: "hvkube-node"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +525,104 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	tpl.(*api.Template).Spec.InstalledSoftware = append(tpl.(*api.Template).Spec.InstalledSoftware, "something-else")
 	_, _, err = nd.Update(ctx, tpl)
 	forbidden("change a template's spec", err)
-	ndCore, err := kubernetes.NewForConfig(identity(c.cfg, "hvkube-node"))
+	// The second policy: each node to its own host.
+	peer := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "peer-" + suffix}}
+	if _, err := ctl.Create(ctx, peer); err != nil {
+		t.Fatalf("controller: create a node: %v", err)
+	}
+	refused(t, "node: write another node's Node object", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindNode, peer.Metadata.Name, func(o *api.Node) bool {
+			hb := time.Now().UTC()
+			o.Status.LastHeartbeat, o.Status.Address = &hb, "10.6.6.6:8090"
+			return true
+		})
+		return err
+	})
+	refused(t, "node: create a Node object of another name", func() error {
+		o := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "fake-" + suffix}}
+		_, err := nd.Create(ctx, o)
+		return err
+	})
+	// The sandbox and the agent move to the peer: the node may no longer
+	// write them, nor take them back.
+	// (The node deletes its sandbox below: the peer gets one of its own.)
+	peerSandbox, err := ctl.Create(ctx, example(t, "sandbox.yaml", suffix+"-peer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Delete(ctx, api.KindSandbox, peerSandbox.GetMeta().Name, store.DeleteOptions{})
+	for _, kind := range []string{api.KindSandbox, api.KindAgent} {
+		name := objs[kind].GetMeta().Name
+		if kind == api.KindSandbox {
+			name = peerSandbox.GetMeta().Name
+		}
+		if _, err := reconcile.UpdateStatus(ctx, ctl, kind, name, func(o api.Object) bool {
+			switch o := o.(type) {
+			case *api.Sandbox:
+				o.Status.Node = peer.Metadata.Name
+			case *api.Agent:
+				o.Status.Node = peer.Metadata.Name
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, "node: write the status of a "+kind+" on another node", func() error {
+			_, err := reconcile.UpdateStatus(ctx, nd, kind, name, func(o api.Object) bool {
+				switch o := o.(type) {
+				case *api.Sandbox:
+					o.Status.Message = "written by " + host
+				case *api.Agent:
+					o.Status.Message = "written by " + host
+				}
+				return true
+			})
+			return err
+		})
+		refused(t, "node: take a "+kind+" of another node", func() error {
+			_, err := reconcile.UpdateStatus(ctx, nd, kind, name, func(o api.Object) bool {
+				switch o := o.(type) {
+				case *api.Sandbox:
+					o.Status.Node = host
+				case *api.Agent:
+					o.Status.Node = host
+				}
+				return true
+			})
+			return err
+		})
+	}
+	// With the policy in force, what is the node's own still goes through.
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindNode, host, func(o *api.Node) bool {
+		hb := time.Now().UTC()
+		o.Status.LastHeartbeat = &hb
+		return true
+	}); err != nil {
+		t.Errorf("node: heartbeat under the policy: %v", err)
+	}
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindSandbox, objs[api.KindSandbox].GetMeta().Name, func(o *api.Sandbox) bool {
+		o.Status.Message = "written by " + host
+		return true
+	}); err != nil {
+		t.Errorf("node: write the status of its own sandbox under the policy: %v", err)
+	}
+	// A token that names no Kubernetes node writes no Node object.
+	anon, err := kube.Open(ctx, kube.Options{Config: identity(c.cfg, "hvkube-node"), Namespace: deployNS, Component: "hvkube-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	refused(t, "node without the node-name claim: heartbeat", func() error {
+		_, err := reconcile.UpdateStatus(ctx, anon, api.KindNode, host, func(o *api.Node) bool {
+			hb := time.Now().UTC()
+			o.Status.LastHeartbeat = &hb
+			return true
+		})
+		return err
+	})
+	ctl.Delete(ctx, api.KindNode, peer.Metadata.Name, store.DeleteOptions{})
+
+	ndCore, err := kubernetes.NewForConfig(identityOn(c.cfg, "hvkube-node", host))
 	if err != nil {
 		t.Fatal(err)
 	}
