@@ -138,7 +138,9 @@ func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
 		}
 		// As in a pool that waited a while: the sandbox is paused, and the
 		// spare clones the backend keeps are made.
-		time.Sleep(time.Second)
+		if err := waitQuiet(ctx, be); err != nil {
+			return nil, err
+		}
 		name := fmt.Sprintf("one-%03d", i)
 		t, err := submit(ctx, h, name, "single")
 		if err != nil {
@@ -184,7 +186,9 @@ func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
 			return nil, err
 		}
 		fill.Samples = append(fill.Samples, time.Since(t))
-		time.Sleep(2 * time.Second)
+		if err := waitQuiet(ctx, be); err != nil {
+			return nil, err
+		}
 		names := make([]string, n)
 		starts := make([]time.Time, n)
 		errs := make(chan error, len(names))
@@ -396,5 +400,20 @@ func (t *agentTracker) waitDone(ctx context.Context, names []string, timeout tim
 			return nil, fmt.Errorf("agent %s has not completed after %s", missing, timeout)
 		case <-ch:
 		}
+	}
+}
+
+// waitQuiet waits until the backend makes no spare clone (each is a QEMU
+// that takes CPU until it is paused), then a second more, as a pool that
+// has waited a while for its next claim is.
+func waitQuiet(ctx context.Context, be *qemu.Backend) error {
+	if err := waitFor(ctx, time.Minute, func() (bool, error) { return !be.MakingSpares(), nil }); err != nil {
+		return fmt.Errorf("spare clones still being made: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Second):
+		return nil
 	}
 }

@@ -136,6 +136,19 @@ func (b *Backend) Spares(tplID string) int {
 	return 0
 }
 
+// MakingSpares reports whether a spare of any template is being made: its
+// QEMU takes CPU until it is paused.
+func (b *Backend) MakingSpares() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, set := range b.spares {
+		if set.making != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // spareNamePrefix starts the -name of every spare's QEMU: the rest is its
 // template id and a nonce. The sandbox that takes a spare keeps its QEMU,
 // and with it this name; spares themselves never outlive the backend, so a
