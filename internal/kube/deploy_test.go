@@ -271,6 +271,19 @@ func refused(t *testing.T, what string, fn func() error) {
 	}
 }
 
+// onNode is a status change that puts a sandbox or an agent on node.
+func onNode(node string) func(api.Object) bool {
+	return func(o api.Object) bool {
+		switch o := o.(type) {
+		case *api.Sandbox:
+			o.Status.Node = node
+		case *api.Agent:
+			o.Status.Node = node
+		}
+		return true
+	}
+}
+
 // can asks the API server whether account may do verb on resource (in
 // group, named name when not empty) in namespace ns.
 func (c deployClients) can(t *testing.T, account, ns, verb, group, resource, name string) bool {
@@ -406,15 +419,7 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	// placed on it.
 	host := "host-" + suffix
 	for _, kind := range []string{api.KindSandbox, api.KindAgent} {
-		if _, err := reconcile.UpdateStatus(ctx, ctl, kind, objs[kind].GetMeta().Name, func(o api.Object) bool {
-			switch o := o.(type) {
-			case *api.Sandbox:
-				o.Status.Node = host
-			case *api.Agent:
-				o.Status.Node = host
-			}
-			return true
-		}); err != nil {
+		if _, err := reconcile.UpdateStatus(ctx, ctl, kind, objs[kind].GetMeta().Name, onNode(host)); err != nil {
 			t.Fatalf("controller: place the %s on %s: %v", kind, host, err)
 		}
 	}
@@ -556,15 +561,7 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 		if kind == api.KindSandbox {
 			name = peerSandbox.GetMeta().Name
 		}
-		if _, err := reconcile.UpdateStatus(ctx, ctl, kind, name, func(o api.Object) bool {
-			switch o := o.(type) {
-			case *api.Sandbox:
-				o.Status.Node = peer.Metadata.Name
-			case *api.Agent:
-				o.Status.Node = peer.Metadata.Name
-			}
-			return true
-		}); err != nil {
+		if _, err := reconcile.UpdateStatus(ctx, ctl, kind, name, onNode(peer.Metadata.Name)); err != nil {
 			t.Fatal(err)
 		}
 		refused(t, "node: write the status of a "+kind+" on another node", func() error {
@@ -580,15 +577,7 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 			return err
 		})
 		refused(t, "node: take a "+kind+" of another node", func() error {
-			_, err := reconcile.UpdateStatus(ctx, nd, kind, name, func(o api.Object) bool {
-				switch o := o.(type) {
-				case *api.Sandbox:
-					o.Status.Node = host
-				case *api.Agent:
-					o.Status.Node = host
-				}
-				return true
-			})
+			_, err := reconcile.UpdateStatus(ctx, nd, kind, name, onNode(host))
 			return err
 		})
 	}

@@ -96,15 +96,7 @@ func (n *Node) statusEvery() time.Duration {
 // statusRound is one beat: measure, move desktops to disk if the host is
 // under pressure, and write the Node object.
 func (n *Node) statusRound(ctx context.Context) error {
-	c, err := n.be.Capacity(ctx)
-	if err != nil {
-		return fmt.Errorf("capacity: %w", err)
-	}
-	sbs, err := n.ownSandboxes(ctx)
-	if err != nil {
-		return err
-	}
-	tpls, err := n.listTemplates(ctx)
+	c, sbs, tpls, err := n.readHost(ctx)
 	if err != nil {
 		return err
 	}
@@ -139,6 +131,21 @@ func (n *Node) heartbeat(ctx context.Context, c backend.Capacity, sbs []*api.San
 	}
 	n.wrote(ctx, wasLost)
 	return nil
+}
+
+// readHost reads the host's capacity, then the sandboxes placed on this
+// node and the templates, in that order (sweepSnapshots counts on it).
+func (n *Node) readHost(ctx context.Context) (backend.Capacity, []*api.Sandbox, []*api.Template, error) {
+	c, err := n.be.Capacity(ctx)
+	if err != nil {
+		return c, nil, nil, fmt.Errorf("capacity: %w", err)
+	}
+	sbs, err := n.ownSandboxes(ctx)
+	if err != nil {
+		return c, nil, nil, err
+	}
+	tpls, err := n.listTemplates(ctx)
+	return c, sbs, tpls, err
 }
 
 // ownSandboxes lists the sandboxes placed on this node.

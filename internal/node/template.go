@@ -169,15 +169,7 @@ func (n *Node) templateStatus(ctx context.Context, t *api.Template, phase, reaso
 
 // sweepNow reads what sweepSnapshots needs and runs it.
 func (n *Node) sweepNow(ctx context.Context) error {
-	c, err := n.be.Capacity(ctx)
-	if err != nil {
-		return fmt.Errorf("capacity: %w", err)
-	}
-	sbs, err := n.ownSandboxes(ctx)
-	if err != nil {
-		return err
-	}
-	tpls, err := n.listTemplates(ctx)
+	c, sbs, tpls, err := n.readHost(ctx)
 	if err != nil {
 		return err
 	}
