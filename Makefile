@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps web examples build image image-browser kube-assets run demo test test-short bench vet tidy fmt clean windows
+.PHONY: all deps web examples build image image-browser kube-assets run demo test test-python test-short bench vet tidy fmt clean windows
 
 all: build
 
@@ -102,7 +102,7 @@ KUBE_PKGS  := ./internal/kube/... ./internal/node/ ./internal/controller/ ./inte
 test: export HVKUBE_REQUIRE_QEMU = 1
 test: export HVKUBE_REQUIRE_BROWSER_IMAGE = 1
 test: export HVKUBE_REQUIRE_BROWSER = 1
-test: deps web examples vet tidy image image-browser kube-assets
+test: deps web examples vet tidy image image-browser kube-assets build
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) test -count=1 -timeout 60m -skip '$(BROWSER_TESTS)' ./...
 	@# Each of these boots a browser-desktop template (Chromium under
@@ -110,6 +110,14 @@ test: deps web examples vet tidy image image-browser kube-assets
 	$(GO) test -count=1 -p 1 -timeout 60m -run '$(BROWSER_TESTS)' ./internal/drivers/qemu/ ./internal/server/ ./cmd/hvkube/
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/reconcile/... ./internal/agentstate/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/drivers/qemu/...
 	HVKUBE_REQUIRE_KUBE=1 HVKUBE_KUBE_ASSETS=$$(GO=$(GO) hack/kube/build.sh) $(GO) test -count=1 -race -p 1 -timeout 30m -run '$(KUBE_TESTS)' $(KUBE_PKGS)
+	$(MAKE) --no-print-directory test-python
+
+# The Python SDK's tests, on a server of their own and a real desktop
+# (bin/hvkube and the linux-desktop image). Debian's python3, whose
+# python3-httpx and python3-pytest deps.sh installs: a python3 earlier in
+# PATH may be one without them.
+test-python:
+	cd sdk/python && HVKUBE_BIN=$(CURDIR)/$(BIN) timeout 900 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
 
 bench: build image
 	$(BIN) bench api --write docs/benchmarks.md

@@ -15,6 +15,8 @@ packages=(
   chromium          # headless browser tests: what a web page can do to the server
   ffmpeg            # output.screenRecording: agents' screens to video
   python3-selenium  # examples/selenium: the selenium agent's example and its test
+  python3-httpx     # sdk/python: the Python SDK's one dependency
+  python3-pytest    # sdk/python: its tests
   curl unzip ca-certificates
 )
 # The dashboard's build (npm, esbuild) and browser tests (playwright-core)

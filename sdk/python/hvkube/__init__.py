@@ -1,0 +1,8 @@
+"""Python client for hvkube: warm desktop sandboxes for computer-use agents."""
+
+from ._client import Client
+from ._errors import Conflict, Forbidden, HvkubeError, InvalidInput, NotFound, Unauthorized
+from .sandbox import CommandResult, Sandbox
+
+__all__ = ["Client", "Sandbox", "CommandResult", "HvkubeError", "NotFound", "Conflict", "Unauthorized", "Forbidden",
+           "InvalidInput"]

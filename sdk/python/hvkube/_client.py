@@ -1,0 +1,85 @@
+"""The HTTP connection to an hvkube server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ._errors import raise_for
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+
+
+def default_data_dir() -> Path:
+    """The data directory hvkube serve uses by default (its token is there)."""
+    if d := os.environ.get("HVKUBE_DATA_DIR"):
+        return Path(d)
+    if d := os.environ.get("XDG_DATA_HOME"):
+        return Path(d) / "hvkube"
+    return Path.home() / ".local" / "share" / "hvkube"
+
+
+def default_token() -> str | None:
+    """HVKUBE_TOKEN, else the token file of the default data directory."""
+    if t := os.environ.get("HVKUBE_TOKEN"):
+        return t
+    try:
+        return (default_data_dir() / "token").read_text().strip() or None
+    except OSError:
+        return None
+
+
+class Client:
+    """A connection to an hvkube server.
+
+    ``server`` defaults to HVKUBE_SERVER (else http://127.0.0.1:8080) and
+    ``token`` to HVKUBE_TOKEN (else the token ``hvkube serve`` keeps in its
+    data directory). Every call is bounded by ``timeout`` seconds unless it
+    says otherwise.
+    """
+
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
+        self.server = (server or os.environ.get("HVKUBE_SERVER") or DEFAULT_SERVER).rstrip("/")
+        token = token if token is not None else default_token()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
+                timeout: float | None = None) -> httpx.Response:
+        """Sends a request to the API (path under /api/v1) and raises the
+        error it answers, if any."""
+        kw: dict[str, Any] = {"params": params}
+        if json is not None:
+            kw["json"] = json
+        if timeout is not None:
+            kw["timeout"] = timeout
+        resp = self._http.request(method, "/api/v1/" + path.lstrip("/"), **kw)
+        raise_for(resp)
+        return resp
+
+    def get(self, resource: str, name: str) -> dict[str, Any]:
+        """An object: ``get("sandboxes", "desk")``."""
+        return self.request("GET", f"{resource}/{name}").json()
+
+    def list(self, resource: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The objects of a kind, optionally by label selector."""
+        params = {"labelSelector": label_selector} if label_selector else None
+        return self.request("GET", resource, params=params).json().get("items") or []
+
+    def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", resource, json=obj).json()
+
+    def delete(self, resource: str, name: str) -> None:
+        self.request("DELETE", f"{resource}/{name}")

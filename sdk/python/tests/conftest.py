@@ -1,0 +1,91 @@
+"""A real hvkube server on a real desktop for the SDK's tests.
+
+HVKUBE_BIN names the hvkube binary (default: bin/hvkube of the repository)
+and HVKUBE_CACHE_DIR the cache that make image fills; the server runs on a
+free loopback port with a data directory of its own, and is stopped after
+the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hvkube import Client  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _image_dir() -> Path:
+    cache = os.environ.get("HVKUBE_CACHE_DIR") or str(Path.home() / ".cache" / "hvkube")
+    return Path(cache) / "images"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    binary = os.environ.get("HVKUBE_BIN") or str(REPO / "bin" / "hvkube")
+    if not Path(binary).exists():
+        pytest.fail(f"{binary}: no hvkube binary (make build)")
+    if not (_image_dir() / "linux-desktop" / "current").exists():
+        pytest.fail(f"{_image_dir()}/linux-desktop: no image (make image)")
+    data = tmp_path_factory.mktemp("hvkube")
+    token = secrets.token_hex(16)
+    (data / "token").write_text(token)
+    (data / "token").chmod(0o600)
+    addr = f"127.0.0.1:{_free_port()}"
+    log = open(data / "serve.log", "w")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(data)}
+    proc = subprocess.Popen([binary, "serve", "--addr", addr, "--data-dir", str(data / "data"),
+                             "--token-file", str(data / "token"), "--image-dir", str(_image_dir())],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://{addr}"
+    client = Client(url, token, timeout=60)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client.list("templates")
+            break
+        except Exception:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("the server did not start: " + (data / "serve.log").read_text()[-2000:])
+            time.sleep(0.2)
+    yield client, url, token
+    client.close()
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def template(server):
+    """The linux-desktop template, built once (a cold boot)."""
+    client, _, _ = server
+    client.create("templates", {"apiVersion": "hvkube/v1", "kind": "Template", "metadata": {"name": "desk"},
+                                "spec": {"qemu": {"image": "linux-desktop"}}})
+    deadline = time.monotonic() + 600
+    while True:
+        st = client.get("templates", "desk").get("status", {})
+        if st.get("phase") == "Ready":
+            return "desk"
+        if st.get("phase") == "Failed" or time.monotonic() > deadline:
+            pytest.fail(f"template desk: {st}")
+        time.sleep(1)
