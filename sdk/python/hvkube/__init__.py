@@ -2,7 +2,8 @@
 
 from ._client import Client
 from ._errors import Conflict, Forbidden, HvkubeError, InvalidInput, NotFound, Unauthorized
+from .agents import Agent, Pool
 from .sandbox import CommandResult, Sandbox
 
-__all__ = ["Client", "Sandbox", "CommandResult", "HvkubeError", "NotFound", "Conflict", "Unauthorized", "Forbidden",
+__all__ = ["Client", "Sandbox", "Agent", "Pool", "CommandResult", "HvkubeError", "NotFound", "Conflict", "Unauthorized", "Forbidden",
            "InvalidInput"]
