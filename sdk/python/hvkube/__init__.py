@@ -1,9 +1,9 @@
 """Python client for hvkube: warm desktop sandboxes for computer-use agents."""
 
-from ._client import Client
+from ._client import AsyncClient, Client
 from ._errors import Conflict, Forbidden, HvkubeError, InvalidInput, NotFound, Unauthorized
 from .agents import Agent, Pool
-from .sandbox import CommandResult, Sandbox
+from .sandbox import AsyncSandbox, CommandResult, Sandbox
 
-__all__ = ["Client", "Sandbox", "Agent", "Pool", "CommandResult", "HvkubeError", "NotFound", "Conflict", "Unauthorized", "Forbidden",
+__all__ = ["Client", "AsyncClient", "Sandbox", "AsyncSandbox", "Agent", "Pool", "CommandResult", "HvkubeError", "NotFound", "Conflict", "Unauthorized", "Forbidden",
            "InvalidInput"]

@@ -32,6 +32,13 @@ def default_token() -> str | None:
         return None
 
 
+def _connection(server: str | None, token: str | None) -> tuple[str, dict[str, str]]:
+    """The server's URL and the headers of every request."""
+    url = (server or os.environ.get("HVKUBE_SERVER") or DEFAULT_SERVER).rstrip("/")
+    token = token if token is not None else default_token()
+    return url, ({"Authorization": f"Bearer {token}"} if token else {})
+
+
 class Client:
     """A connection to an hvkube server.
 
@@ -42,9 +49,7 @@ class Client:
     """
 
     def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
-        self.server = (server or os.environ.get("HVKUBE_SERVER") or DEFAULT_SERVER).rstrip("/")
-        token = token if token is not None else default_token()
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.server, headers = _connection(server, token)
         self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
 
     def close(self) -> None:
@@ -60,12 +65,7 @@ class Client:
                 timeout: float | None = None) -> httpx.Response:
         """Sends a request to the API (path under /api/v1) and raises the
         error it answers, if any."""
-        kw: dict[str, Any] = {"params": params}
-        if json is not None:
-            kw["json"] = json
-        if timeout is not None:
-            kw["timeout"] = timeout
-        resp = self._http.request(method, "/api/v1/" + path.lstrip("/"), **kw)
+        resp = self._http.request(method, "/api/v1/" + path.lstrip("/"), **_request_args(json, params, timeout))
         raise_for(resp)
         return resp
 
@@ -83,3 +83,50 @@ class Client:
 
     def delete(self, resource: str, name: str) -> None:
         self.request("DELETE", f"{resource}/{name}")
+
+
+class AsyncClient:
+    """Client's asynchronous twin (httpx.AsyncClient): the same server,
+    token and timeout defaults; use it with ``async with``."""
+
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
+        self.server, headers = _connection(server, token)
+        self._http = httpx.AsyncClient(base_url=self.server, headers=headers, timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> httpx.Response:
+        """Client.request, awaited."""
+        resp = await self._http.request(method, "/api/v1/" + path.lstrip("/"), **_request_args(json, params, timeout))
+        raise_for(resp)
+        return resp
+
+    async def get(self, resource: str, name: str) -> dict[str, Any]:
+        return (await self.request("GET", f"{resource}/{name}")).json()
+
+    async def list(self, resource: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        params = {"labelSelector": label_selector} if label_selector else None
+        return (await self.request("GET", resource, params=params)).json().get("items") or []
+
+    async def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return (await self.request("POST", resource, json=obj)).json()
+
+    async def delete(self, resource: str, name: str) -> None:
+        await self.request("DELETE", f"{resource}/{name}")
+
+
+def _request_args(json: Any, params: dict[str, Any] | None, timeout: float | None) -> dict[str, Any]:
+    kw: dict[str, Any] = {"params": params}
+    if json is not None:
+        kw["json"] = json
+    if timeout is not None:
+        kw["timeout"] = timeout
+    return kw
