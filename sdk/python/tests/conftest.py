@@ -1,7 +1,8 @@
 """A real hvkube server on a real desktop for the SDK's tests.
 
 HVKUBE_BIN names the hvkube binary (default: bin/hvkube of the repository)
-and HVKUBE_CACHE_DIR the cache that make image fills; the server runs on a
+and HVKUBE_CACHE_DIR the cache that make image fills (else XDG_CACHE_HOME/hvkube, else
+~/.cache/hvkube, as hvkube serve's default); the server runs on a
 free loopback port with a data directory of its own, and is stopped after
 the tests.
 """
@@ -32,8 +33,12 @@ def _free_port() -> int:
 
 
 def _image_dir() -> Path:
-    cache = os.environ.get("HVKUBE_CACHE_DIR") or str(Path.home() / ".cache" / "hvkube")
-    return Path(cache) / "images"
+    """Where make image leaves the images, as hvkube serve's default."""
+    if cache := os.environ.get("HVKUBE_CACHE_DIR"):
+        return Path(cache) / "images"
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg) / "hvkube" / "images"
+    return Path.home() / ".cache" / "hvkube" / "images"
 
 
 @pytest.fixture(scope="session")
