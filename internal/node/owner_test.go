@@ -76,29 +76,11 @@ func TestNodeLeavesAnotherNodesSandbox(t *testing.T) {
 // own, and neither clones a sandbox of the other.
 func TestPoolSpansTwoNodes(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, t.TempDir(), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st := openStore(t)
 	backends := map[string]*fake.Backend{}
 	for i, name := range []string{"n1", "n2"} {
-		be := fake.New(fake.Options{})
-		backends[name] = be
-		mgr := reconcile.NewManager(st, log, time.Second)
-		nd := New(Options{Store: st, Backend: be, Name: name, DataDir: t.TempDir(), Logger: log, DefaultTemplate: "desk", WaitForPlacement: true})
-		if err := nd.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		nd.Register(mgr)
-		if i == 0 {
-			controller.RegisterAll(mgr, st, log, nil)
-		}
-		if err := mgr.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { mgr.Stop(); nd.Stop() }()
+		backends[name] = fake.New(fake.Options{})
+		startNodeOn(t, st, name, backends[name], i == 0)
 	}
 	for _, y := range []string{`apiVersion: hvkube/v1
 kind: Template
@@ -144,11 +126,7 @@ spec:
 // (TemplateNotOnNode), then run.
 func TestLateNodeBuildsItsOwnCopy(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, t.TempDir(), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	start := func(name string, be *fake.Backend, controllers bool) { startNodeOn(t, st, name, be, controllers) }
 	start("n1", fake.New(fake.Options{}), true)
 	if _, err := st.Create(ctx, yamlObj(t, "apiVersion: hvkube/v1\nkind: Template\nmetadata: {name: desk}\nspec:\n  qemu: {image: linux-desktop}\n")); err != nil {
@@ -203,6 +181,18 @@ func TestLateNodeBuildsItsOwnCopy(t *testing.T) {
 	}
 }
 
+// openStore opens a SQLite store in the test's directory, closed after
+// the nodes the test starts have stopped.
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // startNodeOn starts a node named name on st and be (waiting for
 // placement, as on a cluster), with the cluster controllers beside it if
 // controllers is set; both stop when the test ends.
@@ -231,11 +221,7 @@ func startNodeOn(t *testing.T, st store.API, name string, be *fake.Backend, cont
 // template that stays keeps its snapshot everywhere.
 func TestDeletedTemplateLeavesNoNode(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, t.TempDir(), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	bes := []*fake.Backend{fake.New(fake.Options{}), fake.New(fake.Options{}), fake.New(fake.Options{})}
 	startNodeOn(t, st, "n1", bes[0], true)
 	startNodeOn(t, st, "n2", bes[1], false)
