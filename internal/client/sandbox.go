@@ -39,6 +39,17 @@ func (c *Client) Screenshot(ctx context.Context, name string, query url.Values) 
 	return b, resp.Header.Get("Content-Type"), err
 }
 
+// Accessibility returns the desktop's accessibility tree (OSWorld's XML).
+func (c *Client) Accessibility(ctx context.Context, name string) (string, error) {
+	resp, err := c.Raw(ctx, http.MethodGet, sandboxPath(name, "accessibility"), nil, "")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
 // InputResult answers Input.
 type InputResult struct {
 	OK         bool  `json:"ok"`

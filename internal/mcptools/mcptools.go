@@ -101,7 +101,7 @@ const (
 var ToolNames = []string{
 	"screenshot", "left_click", "right_click", "middle_click", "double_click", "triple_click", "mouse_move",
 	"left_click_drag", "left_mouse_down", "left_mouse_up", "scroll", "type", "key", "hold_key", "wait", "zoom",
-	"cursor_position", "computer", "list_sandboxes", "acquire_sandbox", "release_sandbox", "complete_task", "ask_human",
+	"cursor_position", "accessibility", "computer", "list_sandboxes", "acquire_sandbox", "release_sandbox", "complete_task", "ask_human",
 	"browser_navigate", "browser_click", "browser_type", "browser_snapshot", "browser_back", "browser_tabs",
 }
 

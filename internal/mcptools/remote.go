@@ -77,6 +77,11 @@ func (r *Remote) Browser(ctx context.Context, sandbox string) (*cdp.Endpoint, er
 	return cdp.NewForwarded(base, port, header), nil
 }
 
+// Accessibility implements AccessibilityTrees over the API.
+func (r *Remote) Accessibility(ctx context.Context, sandbox string) (string, error) {
+	return r.c.Accessibility(ctx, sandbox)
+}
+
 // Complete implements Desktops.
 func (r *Remote) Complete(ctx context.Context, agent string, c Completion) error {
 	return r.c.Complete(ctx, agent, client.CompleteRequest{Success: &c.Success, Output: c.Output, Message: c.Message})

@@ -165,6 +165,10 @@ func (t *tools) register(s *mcp.Server) {
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "cursor_position", Description: "Where the pointer is.", InputSchema: schemaFor[screenshotArgs](),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, toolErrors(t.cursorPosition))
+	mcp.AddTool(s, &mcp.Tool{Name: "accessibility", Description: "The desktop's accessibility tree (AT-SPI) as XML in OSWorld's format: " +
+		"one element per node, named by its role, with its name, states (st:), attributes (attr:) and, when it shows, its screen position and size (cp:screencoord, cp:size). " +
+		"Needs an image with the accessibility helper (browser-desktop).", InputSchema: schemaFor[sandboxArg](),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, toolErrors(t.accessibility))
 	mcp.AddTool(s, &mcp.Tool{Name: "computer", Description: "Run a batch of computer-use actions in order, each in Anthropic's, OpenAI's or Gemini's " +
 		"vocabulary (docs/actions.md): OpenAI's computer_call actions and Gemini's function calls can be passed as the model gave them. " +
 		"Returns the last screenshot taken, the pointer's position if asked, or done.",
@@ -273,6 +277,28 @@ func (t *tools) cursorPosition(ctx context.Context, req *mcp.CallToolRequest, in
 		return nil, positionOut{}, errors.New("the desktop did not say where the pointer is")
 	}
 	return nil, positionOut{Coordinate: res.Coordinate}, nil
+}
+
+// AccessibilityTrees is the optional ability of a Desktops to read a
+// desktop's accessibility tree.
+type AccessibilityTrees interface {
+	Accessibility(ctx context.Context, sandbox string) (string, error)
+}
+
+func (t *tools) accessibility(ctx context.Context, req *mcp.CallToolRequest, in sandboxArg) (*mcp.CallToolResult, any, error) {
+	sb, err := t.sandbox(ctx, req, in.Sandbox, NeedView)
+	if err != nil {
+		return nil, nil, err
+	}
+	at, ok := t.d.(AccessibilityTrees)
+	if !ok {
+		return nil, nil, fmt.Errorf("the accessibility tool is not served here: use the server's /mcp endpoint: %w", api.ErrUnsupported)
+	}
+	xml, err := at.Accessibility(ctx, sb)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: xml}}}, nil, nil
 }
 
 // toolErrors turns the errors of h into tool errors that carry the API's

@@ -30,8 +30,10 @@ import (
 //   - A read that a page on another site embeds (an <img> or <script> of
 //     an API URL; Sec-Fetch-Site cross-site or same-site, and not a
 //     top-level navigation) gets 403 as well.
-//   - A request body must be JSON or YAML: the content types a page may
-//     send without asking first (text/plain, forms) get 415.
+//   - A request body must be JSON or YAML (or raw bytes, for guest files):
+//     the content types a page may send without asking first (text/plain,
+//     forms) get 415, but for the forms of OSWorld's guest API from a
+//     client that is no browser.
 //
 // Clients that are not browsers (the CLI, curl, SDKs) send no Origin and
 // no Sec-Fetch-* headers and are not affected. Rejections close the
@@ -129,6 +131,23 @@ func changesState(r *http.Request) bool {
 var writeContentTypes = map[string]bool{
 	"application/json": true, "application/merge-patch+json": true,
 	"application/yaml": true, "application/x-yaml": true, "text/yaml": true, "text/x-yaml": true,
+	// Guest files (PUT .../files): not a type a page may send unasked.
+	"application/octet-stream": true,
+}
+
+// formContentTypes are the bodies of OSWorld's guest API (/file,
+// /setup/upload, /window_size), which a page may send unasked: they are
+// taken only on those routes, and only from a client that is no browser
+// (no Origin, no Sec-Fetch-Site): OSWorld's controllers.
+var formContentTypes = map[string]bool{"application/x-www-form-urlencoded": true, "multipart/form-data": true}
+
+// osworldForm reports whether r is a form sent to OSWorld's guest API by
+// a client that is not a browser.
+func osworldForm(r *http.Request, ct string) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/api/v1/sandboxes/")
+	_, route, _ := strings.Cut(rest, "/")
+	return ok && formContentTypes[ct] && strings.HasPrefix(route, "osworld/") &&
+		r.Header.Get("Origin") == "" && r.Header.Get("Sec-Fetch-Site") == ""
 }
 
 // mediaType is r's Content-Type without parameters, lower case.
@@ -163,7 +182,7 @@ func (s *Server) check(hosts HostPolicy, r *http.Request) *guardError {
 		}
 		if !isWebSocket(r) {
 			ct := mediaType(r)
-			if (ct != "" && !writeContentTypes[ct]) || (ct == "" && hasBody(r)) {
+			if (ct != "" && !writeContentTypes[ct] && !osworldForm(r, ct)) || (ct == "" && hasBody(r)) {
 				if ct == "" {
 					ct = "none"
 				}

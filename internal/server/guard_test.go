@@ -92,7 +92,17 @@ func TestBrowserOriginSafety(t *testing.T) {
 			{name: "cross-site image embed", method: "GET", path: "/api/v1/sandboxes", headers: map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}, code: 403},
 			{name: "cross-origin WebSocket", method: "GET", path: "/api/v1/sandboxes/desk/display",
 				headers: map[string]string{"Origin": "http://evil.example", "Upgrade": "websocket", "Connection": "Upgrade"}, code: 403},
-			// What must keep working.
+			{name: "form to OSWorld's API from a page", method: "POST", path: "/api/v1/sandboxes/desk/osworld/file", ctype: "application/x-www-form-urlencoded", body: "file_path=/etc/passwd",
+				headers: map[string]string{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, code: 403},
+			{name: "form to OSWorld's API from the server's own page", method: "POST", path: "/api/v1/sandboxes/desk/osworld/file", ctype: "application/x-www-form-urlencoded", body: "file_path=/etc/passwd",
+				headers: map[string]string{"Origin": self, "Sec-Fetch-Site": "same-origin"}, code: 415},
+			{name: "form to OSWorld's API, fetch metadata only", method: "POST", path: "/api/v1/sandboxes/desk/osworld/setup/upload", ctype: "multipart/form-data; boundary=x", body: "--x--",
+				headers: map[string]string{"Sec-Fetch-Site": "same-origin"}, code: 415},
+			{name: "form to exec", method: "POST", path: "/api/v1/sandboxes/desk/exec", ctype: "application/x-www-form-urlencoded", body: "command=id", code: 415},
+			{name: "text to OSWorld's API", method: "POST", path: "/api/v1/sandboxes/desk/osworld/execute", ctype: "text/plain", body: `{"command":"id"}`, code: 415},
+			// What must keep working (past the guard: desk is not created yet).
+			{name: "OSWorld's controller posts a form", method: "POST", path: "/api/v1/sandboxes/desk/osworld/file", ctype: "application/x-www-form-urlencoded", body: "file_path=/tmp/x", code: 404},
+			{name: "guest file upload", method: "PUT", path: "/api/v1/sandboxes/desk/files?path=/tmp/x", ctype: "application/octet-stream", body: "bytes", code: 404},
 			{name: "the server's own page POSTs", method: "POST", path: "/api/v1/sandboxes", ctype: "application/json", body: sandboxJSON,
 				headers: map[string]string{"Origin": self, "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}, code: 201},
 			{name: "the server's own page reads", method: "GET", path: "/api/v1/sandboxes/desk",

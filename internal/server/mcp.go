@@ -26,6 +26,7 @@ import (
 	"github.com/hvkube/hvkube/internal/client"
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/mcptools"
+	"github.com/hvkube/hvkube/internal/osworld"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -358,6 +359,22 @@ func (d *serverDesktops) Do(ctx context.Context, sandbox string, a api.Action, w
 		return mcptools.Result{}, fmt.Errorf("this server runs without a VM backend (start it with --backend qemu): %w", api.ErrUnsupported)
 	}
 	return d.s.opts.Actions.Do(ctx, sandbox, a, display.Space{Width: width})
+}
+
+// Accessibility reads the sandbox's accessibility tree as GET
+// .../accessibility does.
+func (d *serverDesktops) Accessibility(ctx context.Context, sandbox string) (string, error) {
+	info, err := d.s.desktopOf(ctx, sandbox)
+	if err != nil {
+		return "", err
+	}
+	if d.s.opts.Sandboxes == nil {
+		return "", fmt.Errorf("this server runs without a VM backend (start it with --backend qemu): %w", api.ErrUnsupported)
+	}
+	if err := linuxOnly(info, "the accessibility tree"); err != nil {
+		return "", err
+	}
+	return osworld.Accessibility(ctx, sandboxGuest{d.s.opts.Sandboxes, sandbox})
 }
 
 // Browser reaches the DevTools of the sandbox's browser through the

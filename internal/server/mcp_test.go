@@ -144,7 +144,7 @@ func TestMCPOverHTTP(t *testing.T) {
 		}
 	})
 
-	want := []string{"acquire_sandbox", "ask_human", "browser_back", "browser_click", "browser_navigate", "browser_snapshot", "browser_tabs",
+	want := []string{"accessibility", "acquire_sandbox", "ask_human", "browser_back", "browser_click", "browser_navigate", "browser_snapshot", "browser_tabs",
 		"browser_type", "complete_task", "computer", "cursor_position", "double_click", "hold_key", "key",
 		"left_click", "left_click_drag", "left_mouse_down", "left_mouse_up", "list_sandboxes", "middle_click", "mouse_move",
 		"release_sandbox", "right_click", "screenshot", "scroll", "triple_click", "type", "wait", "zoom"}

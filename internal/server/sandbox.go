@@ -66,6 +66,7 @@ func (s *Server) sandboxRoutes() {
 	m.HandleFunc("GET /api/v1/sandboxes/{name}/logs", s.withSandboxes(s.sandboxLogs))
 	s.displayRoutes()
 	s.portRoutes()
+	s.guestRoutes()
 }
 
 // withSandboxes answers 404 for unknown sandboxes and 501 when the server

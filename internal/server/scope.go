@@ -19,9 +19,10 @@ import (
 //   - its own agent: read it, its result, logs and files; complete the
 //     attempt; ask a person (hitl);
 //   - its attempt's sandbox, while (and only while) that attempt holds it:
-//     read the object, the screen and the live view; send input, run
-//     programs, use the clipboard, reach the guest's TCP ports (port
-//     forwards, ports.go) — unless a person holds the sandbox;
+//     read the object, the screen, the accessibility tree and the live
+//     view; send input, run programs, read and write guest files, use the
+//     clipboard, OSWorld's guest API (guestapi.go), reach the guest's TCP
+//     ports (port forwards, ports.go) — unless a person holds the sandbox;
 //   - MCP, whose tools apply the same rules per call.
 //
 // It never creates, replaces, patches or deletes an object, never mints a
@@ -58,7 +59,7 @@ func scopedNeed(method, path string, sc authtoken.Scope) need {
 	}
 	if rest, ok := strings.CutPrefix(path, "/api/v1/sandboxes/"+sc.Sandbox); ok && (rest == "" || rest[0] == '/') {
 		switch {
-		case get && (rest == "" || rest == "/screen" || rest == "/display"):
+		case get && (rest == "" || rest == "/screen" || rest == "/display" || rest == "/accessibility"):
 			return needSandboxRead
 		case method == http.MethodPost && rest == "/display/token":
 			return needSandboxRead // a view of the attempt's own, no input (displayToken)
@@ -66,6 +67,10 @@ func scopedNeed(method, path string, sc authtoken.Scope) need {
 			return needSandboxAct
 		case get && rest == "/clipboard":
 			return needSandboxAct // what a person copies while they hold it is theirs
+		case rest == "/files" && (get || method == http.MethodPut):
+			return needSandboxAct // the guest's files are as much as exec
+		case strings.HasPrefix(rest, "/osworld/"):
+			return needSandboxAct // OSWorld's guest API runs programs, as exec does
 		case strings.HasPrefix(rest, "/ports/"):
 			// Every method: automation clients POST and open WebSockets,
 			// and drive the guest as input does.
