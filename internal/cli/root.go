@@ -114,6 +114,7 @@ HVKUBE_TOKEN set to nothing sends no token.`,
 		newVMCmd(e),
 		newVersionCmd(e),
 		newCRDsCmd(e),
+		newImportCmd(e),
 		newMCPCmd(e),
 		newDebugCmd(e),
 	)

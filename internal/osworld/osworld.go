@@ -783,29 +783,19 @@ func (a *call) openFile() {
 		return
 	}
 	wait := seconds(b.Timeout, maxWait.Seconds())
-	p := a.expand(b.Path)
-	name := path.Base(p)
-	candidates := []string{name, strings.TrimSuffix(name, path.Ext(name))}
-	if b.WindowName != "" {
-		candidates = []string{b.WindowName}
-	}
-	if !strings.Contains(p, "/") {
-		candidates = []string{p} // a program's name
-		if b.WindowName != "" {
-			candidates = []string{b.WindowName}
-		}
-	}
 	ctx, cancel := context.WithTimeout(a.r.Context(), wait+30*time.Second)
 	defer cancel()
-	secs := strconv.Itoa(int(wait.Seconds()))
-	res, err := a.run(ctx, backend.ExecRequest{Path: "/bin/sh", Args: append([]string{"-c", openScript, "sh", p, secs}, candidates...)})
+	secs := int(wait.Seconds())
+	argv := OpenCommand(a.d.User, b.Path, b.WindowName, secs)
+	candidates := argv[6:]
+	res, err := a.run(ctx, backend.ExecRequest{Path: argv[0], Args: argv[1:]})
 	switch {
 	case err != nil:
 		a.text(http.StatusInternalServerError, "Failed to open "+b.Path+". Error: "+err.Error())
 	case res.ExitCode == 4:
 		a.text(http.StatusNotFound, "Application/file not found: "+b.Path)
 	case res.ExitCode == 5:
-		a.text(http.StatusInternalServerError, fmt.Sprintf("Failed to find window for %q within %s seconds.", candidates, secs))
+		a.text(http.StatusInternalServerError, fmt.Sprintf("Failed to find window for %q within %d seconds.", candidates, secs))
 	case res.ExitCode != 0:
 		a.text(http.StatusInternalServerError, "Failed to open "+b.Path+". Error: "+guestMessage(res))
 	default:
