@@ -28,6 +28,7 @@ func newImportCmd(e *env) *cobra.Command {
 
 func newImportOSWorldCmd(e *env) *cobra.Command {
 	var pool, user, stepsFile string
+	var settle float64
 	var apply bool
 	cmd := &cobra.Command{
 		Use:   "osworld TASK.json... --pool POOL [--steps FILE] [--apply]",
@@ -46,7 +47,8 @@ Each Agent's steps are:
      agent program in the guest (it finds the task in HVKUBE_TASK_INPUT);
   3. the evaluator's postconfig, then its metrics as assert steps:
      exact_match and check_include_exclude over vm_command_line or vm_file
-     results with rule expectations ("and" of several is every assert).
+     results with rule expectations ("and" of several is every assert),
+     each retried for --settle seconds until it passes.
 
 The instruction is the task's input: {"instruction": ..., "osworldTask": ID}.
 What does not map (another setup type, metric or getter, an "or" of metrics,
@@ -69,7 +71,7 @@ that a task starts undone.`,
 				if err != nil {
 					return err
 				}
-				a, notes, err := osworld.Import(data, osworld.ImportOptions{Pool: pool, User: user, Steps: steps})
+				a, notes, err := osworld.Import(data, osworld.ImportOptions{Pool: pool, User: user, Steps: steps, Settle: settle})
 				if err != nil {
 					return fmt.Errorf("%s: %w", f, err)
 				}
@@ -105,6 +107,7 @@ that a task starts undone.`,
 	cmd.Flags().StringVar(&pool, "pool", "", "the sandbox pool the Agents run on (required)")
 	cmd.Flags().StringVar(&user, "user", api.DefaultGuestUser, "the desktop's user, whom setup and checks run as")
 	cmd.Flags().StringVar(&stepsFile, "steps", "", "a YAML or JSON list of workflow steps that do the task, run between setup and evaluation")
+	cmd.Flags().Float64Var(&settle, "settle", 10, "seconds each check retries until it passes (0..100): the desktop acts after its input arrives")
 	cmd.Flags().BoolVar(&apply, "apply", false, "create the Agents on the server instead of printing them")
 	cmd.MarkFlagRequired("pool")
 	return cmd

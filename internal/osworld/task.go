@@ -46,6 +46,10 @@ type ImportOptions struct {
 	Steps []api.Action
 	// Name is the Agent's name; empty: "osworld-" and the task's ID.
 	Name string
+	// Settle is how long, in seconds (at most 100), each assert checks
+	// again until it passes: a desktop acts after its input arrives, as
+	// OSWorld's runner waits before it evaluates.
+	Settle float64
 }
 
 // Annotations and labels an imported Agent carries.
@@ -73,6 +77,8 @@ func Import(data []byte, opts ImportOptions) (*api.Agent, []string, error) {
 		return nil, nil, api.Invalid("instruction", "%d bytes: at most %d", len(t.Instruction), InstructionMax)
 	case opts.Pool == "":
 		return nil, nil, api.Invalid("pool", "required: the pool whose sandboxes run the task")
+	case opts.Settle < 0 || opts.Settle > 100:
+		return nil, nil, api.Invalid("settle", "%g seconds: want 0..100", opts.Settle)
 	}
 	if opts.User == "" {
 		opts.User = api.DefaultGuestUser
@@ -83,7 +89,12 @@ func Import(data []byte, opts ImportOptions) (*api.Agent, []string, error) {
 		steps = append(steps, m.setup(fmt.Sprintf("config[%d]", i), st)...)
 	}
 	steps = append(steps, opts.Steps...)
-	steps = append(steps, m.evaluator(t.Evaluator)...)
+	for _, st := range m.evaluator(t.Evaluator) {
+		if st.Action == "assert" {
+			st.Duration = opts.Settle
+		}
+		steps = append(steps, st)
+	}
 
 	name := opts.Name
 	if name == "" {

@@ -165,7 +165,7 @@ func TestOSWorldGuestAPIOnQEMU(t *testing.T) {
 	t.Run("Files", func(t *testing.T) {
 		data := []byte("osworld\x00\xff bytes\n")
 		got := do(t, osworldCall{method: "POST", route: "/setup/upload", form: url.Values{"file_path": {"~/tasks/in.bin"}}, upload: data}, 200)
-		if string(got) != "File Uploaded: 17 bytes" {
+		if string(got) != "File Uploaded: 16 bytes" {
 			t.Errorf("/setup/upload: %q", got)
 		}
 		if back := do(t, osworldCall{method: "POST", route: "/file", form: url.Values{"file_path": {"/home/agent/tasks/in.bin"}}}, 200); !bytes.Equal(back, data) {
@@ -196,8 +196,9 @@ func TestOSWorldGuestAPIOnQEMU(t *testing.T) {
 	})
 
 	t.Run("Windows", func(t *testing.T) {
-		got := do(t, osworldCall{method: "POST", route: "/setup/launch", json: `{"command": ["xterm", "-T", "osworld-launched"]}`}, 200)
-		if string(got) != "xterm -T osworld-launched launched successfully" {
+		// A terminal whose title stays (no shell in it sets its own).
+		got := do(t, osworldCall{method: "POST", route: "/setup/launch", json: `{"command": ["xterm", "-T", "osworld-launched", "-e", "sleep", "600"]}`}, 200)
+		if string(got) != "xterm -T osworld-launched -e sleep 600 launched successfully" {
 			t.Errorf("/setup/launch: %q", got)
 		}
 		listed := func() string {
@@ -226,7 +227,20 @@ func TestOSWorldGuestAPIOnQEMU(t *testing.T) {
 			}
 		}
 		// open_file opens a program by name and waits for its window.
-		do(t, osworldCall{method: "POST", route: "/setup/open_file", json: `{"path": "xterm", "window_name": "xterm", "timeout_seconds": 120}`}, 200)
+		req, _ := http.NewRequest("PUT", d.url+"/api/v1/sandboxes/desk/files?path=/usr/local/bin/osworld-window", strings.NewReader("#!/bin/sh\nexec xterm -T osworld-window -e sleep 600\n"))
+		req.Header.Set("Authorization", "Bearer admin")
+		req.Header.Set("Content-Type", "application/octet-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("PUT the program: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		var res ExecResponse
+		d.call(t, "POST", "/api/v1/sandboxes/desk/exec", `{"command": "chmod", "args": ["755", "/usr/local/bin/osworld-window"]}`, &res)
+		do(t, osworldCall{method: "POST", route: "/setup/open_file", json: `{"path": "osworld-window", "timeout_seconds": 120}`}, 200)
+		if out := execute(t, `{"command": "xdotool getactivewindow getwindowname", "shell": true}`); out["output"] != "osworld-window\n" {
+			t.Errorf("the active window after open_file: %v", out["output"])
+		}
 		do(t, osworldCall{method: "POST", route: "/setup/open_file", json: `{"path": "/no/such/file.txt"}`}, 404)
 	})
 
