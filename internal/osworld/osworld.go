@@ -43,6 +43,9 @@ type Guest interface {
 type Desktop struct {
 	// User is the desktop's user: programs run as it.
 	User string
+	// OS is the guest's operating system: linux (OSWorld's routes), or
+	// windows (Windows Agent Arena's variant, windows.go).
+	OS string
 }
 
 // Bounds of the API.
@@ -78,6 +81,10 @@ var Routes = []string{
 // (/screenshot, /setup/execute, …).
 func Serve(w http.ResponseWriter, r *http.Request, g Guest, d Desktop, route string) {
 	a := &call{w: w, r: r, g: g, d: d}
+	if d.OS == "windows" {
+		a.text(http.StatusNotImplemented, "Windows Agent Arena's guest API is not served yet for Windows guests")
+		return
+	}
 	method := http.MethodPost
 	switch route {
 	case "/screenshot", "/terminal", "/accessibility", "/platform", "/cursor_position":

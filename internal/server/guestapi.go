@@ -188,9 +188,6 @@ func (s *Server) accessibility(w http.ResponseWriter, r *http.Request) {
 func (s *Server) osworld(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	info, err := s.desktopOf(r.Context(), name)
-	if err == nil {
-		err = linuxOnly(info, "OSWorld's guest API")
-	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -201,5 +198,5 @@ func (s *Server) osworld(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	osworld.Serve(w, r, sandboxGuest{s.opts.Sandboxes, name}, osworld.Desktop{User: info.User}, "/"+r.PathValue("route"))
+	osworld.Serve(w, r, sandboxGuest{s.opts.Sandboxes, name}, osworld.Desktop{User: info.User, OS: info.OS}, "/"+r.PathValue("route"))
 }
