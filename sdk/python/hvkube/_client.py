@@ -49,8 +49,8 @@ class Client:
     """
 
     def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
-        self.server, headers = _connection(server, token)
-        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+        self.server, self._headers = _connection(server, token)
+        self._http = httpx.Client(base_url=self.server, headers=self._headers, timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -62,10 +62,13 @@ class Client:
         self.close()
 
     def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
-                timeout: float | None = None) -> httpx.Response:
+                timeout: float | None = None, content: bytes | None = None,
+                headers: dict[str, str] | None = None) -> httpx.Response:
         """Sends a request to the API (path under /api/v1) and raises the
-        error it answers, if any."""
-        resp = self._http.request(method, "/api/v1/" + path.lstrip("/"), **_request_args(json, params, timeout))
+        error it answers, if any. ``json`` is a JSON body; ``content`` raw
+        bytes (say what they are in ``headers``)."""
+        resp = self._http.request(method, "/api/v1/" + path.lstrip("/"),
+                                  **_request_args(json, params, timeout, content, headers))
         raise_for(resp)
         return resp
 
@@ -90,8 +93,8 @@ class AsyncClient:
     token and timeout defaults; use it with ``async with``."""
 
     def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
-        self.server, headers = _connection(server, token)
-        self._http = httpx.AsyncClient(base_url=self.server, headers=headers, timeout=timeout)
+        self.server, self._headers = _connection(server, token)
+        self._http = httpx.AsyncClient(base_url=self.server, headers=self._headers, timeout=timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -103,9 +106,11 @@ class AsyncClient:
         await self.aclose()
 
     async def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
-                      timeout: float | None = None) -> httpx.Response:
+                      timeout: float | None = None, content: bytes | None = None,
+                      headers: dict[str, str] | None = None) -> httpx.Response:
         """Client.request, awaited."""
-        resp = await self._http.request(method, "/api/v1/" + path.lstrip("/"), **_request_args(json, params, timeout))
+        resp = await self._http.request(method, "/api/v1/" + path.lstrip("/"),
+                                        **_request_args(json, params, timeout, content, headers))
         raise_for(resp)
         return resp
 
@@ -123,10 +128,15 @@ class AsyncClient:
         await self.request("DELETE", f"{resource}/{name}")
 
 
-def _request_args(json: Any, params: dict[str, Any] | None, timeout: float | None) -> dict[str, Any]:
+def _request_args(json: Any, params: dict[str, Any] | None, timeout: float | None, content: bytes | None,
+                  headers: dict[str, str] | None) -> dict[str, Any]:
     kw: dict[str, Any] = {"params": params}
     if json is not None:
         kw["json"] = json
+    if content is not None:
+        kw["content"] = content
+    if headers:
+        kw["headers"] = headers
     if timeout is not None:
         kw["timeout"] = timeout
     return kw

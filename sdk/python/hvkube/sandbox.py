@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import base64
 import secrets
 import time
 from typing import Any, Callable
@@ -10,9 +10,17 @@ from typing import Any, Callable
 import httpx
 
 from ._client import AsyncClient, Client
-from ._errors import HvkubeError
+from ._errors import HvkubeError, NotFound
+from ._flow import Call, Flow, Sleep, arun, json_body, one, run
 
 RUNNING, PAUSED, SAVED, ERROR = "Running", "Paused", "Saved", "Error"
+
+# The label of the agents that hold a sandbox taken from a pool for a
+# client (the MCP tool acquire_sandbox makes the same), and how long such
+# an agent is kept once it has ended.
+LEASE_LABEL = "hvkube.io/lease"
+LEASE_TTL_SECONDS = 600
+AGENT_ENDED = ("Completed", "Failed", "Cancelled")
 
 
 class Commands:
@@ -29,6 +37,28 @@ class Commands:
         return self._sb._run(command, env, stdin, timeout)
 
 
+class Files:
+    """Files in a sandbox's guest (``sandbox.files``), at most 16 MiB each.
+    Paths are absolute. Awaited on an AsyncSandbox."""
+
+    def __init__(self, sandbox: _Ops) -> None:
+        self._sb = sandbox
+
+    def read(self, path: str) -> Any:
+        """The file's bytes. A missing file raises NotFound, a relative
+        path InvalidInput (``field`` "path"), one over 16 MiB HvkubeError
+        with status 413."""
+        return self._sb._do("GET", "files", params={"path": path}, timeout=120, parse=lambda r: r.content)
+
+    def write(self, path: str, data: bytes | bytearray | memoryview | str) -> Any:
+        """Writes data (a str as UTF-8) to the file, making its directories.
+        Under the desktop user's home the file is that user's, elsewhere
+        root's. Returns ``{"path", "size"}``."""
+        body = data.encode() if isinstance(data, str) else bytes(data)
+        return self._sb._do("PUT", "files", params={"path": path}, content=body,
+                            headers={"Content-Type": "application/octet-stream"}, timeout=120, parse=json_body)
+
+
 class CommandResult:
     """What a command did: ``exit_code``, ``stdout``, ``stderr``."""
 
@@ -41,14 +71,51 @@ class CommandResult:
 
 class _Ops:
     """What a sandbox does, for Sandbox and AsyncSandbox alike: each
-    operation is one request, made by the subclass's _do (at once, or as
-    an awaitable) and shaped by parse."""
+    operation is a flow of requests (hvkube._flow), run by the subclass's
+    _flow at once or as an awaitable."""
 
     name: str
+    _owned: bool
+    _lease: str | None
+
+    def _flow(self, flow: Flow) -> Any:
+        raise NotImplementedError
 
     def _do(self, method: str, op: str, body: Any = None, *, params: dict[str, Any] | None = None,
-            timeout: float | None = None, parse: Callable[[httpx.Response], Any] = lambda r: None) -> Any:
-        raise NotImplementedError
+            timeout: float | None = None, content: bytes | None = None, headers: dict[str, str] | None = None,
+            parse: Callable[[httpx.Response], Any] = lambda r: None) -> Any:
+        return self._flow(one(Call(method, _path(self.name, op), body, params, timeout, content, headers, parse)))
+
+    @property
+    def lease(self) -> str | None:
+        """The agent that holds this sandbox for you, when it was taken
+        from a pool (``create(pool=...)``); None otherwise."""
+        return self._lease
+
+    def wait_running(self, timeout: float = 300) -> Any:
+        """Waits until the sandbox runs; raises if it fails or time runs out."""
+        return self._flow(_wait_running(self.name, timeout))
+
+    def release(self) -> Any:
+        """Gives back what this object took: a sandbox of a pool goes back
+        to the pool (its lease agent is deleted, and the pool resets the
+        sandbox by its releasePolicy); a sandbox it created is deleted; one
+        it connected to is left alone. The end of a ``with`` block calls it."""
+        return self._flow(self._release())
+
+    def _release(self) -> Flow:
+        if self._lease:
+            try:
+                yield Call("DELETE", f"agents/{self._lease}")
+            except NotFound:
+                pass  # it ended and is gone already
+            self._lease = None
+        elif self._owned:
+            try:
+                yield Call("DELETE", _path(self.name, ""))
+            except NotFound:
+                pass
+            self._owned = False
 
     def _post(self, op: str, body: Any = None, *, timeout: float | None = None,
               parse: Callable[[httpx.Response], Any] = lambda r: None) -> Any:
@@ -76,7 +143,8 @@ class _Ops:
         return self._post("reset", timeout=120)
 
     def kill(self) -> Any:
-        """Deletes the sandbox and its VM."""
+        """Deletes the sandbox and its VM (a pool makes a new one for its
+        own; give a pool's sandbox back with release instead)."""
         return self._do("DELETE", "")
 
     def screenshot(self, *, format: str = "png", width: int | None = None, settle: bool = False) -> Any:
@@ -144,21 +212,35 @@ class _Ops:
 class Sandbox(_Ops):
     """A desktop sandbox on an hvkube server.
 
-    Make one with :meth:`create` or reach one with :meth:`connect`; used in
-    a ``with`` block, a sandbox this object created is deleted at its end.
-    Coordinates are pixels of the sandbox's screen.
+    Make one with :meth:`create` (from a template, or taken from a pool)
+    or reach one with :meth:`connect`; used in a ``with`` block, what this
+    object took is given back at its end (:meth:`release`). Coordinates are
+    pixels of the sandbox's screen.
     """
 
-    def __init__(self, client: Client, name: str, *, owned: bool = False) -> None:
-        self.client, self.name, self._owned = client, name, owned
+    def __init__(self, client: Client, name: str, *, owned: bool = False, lease: str | None = None) -> None:
+        self.client, self.name, self._owned, self._lease = client, name, owned, lease
         self.commands = Commands(self)
+        self.files = Files(self)
 
     @classmethod
-    def create(cls, template: str | None = None, *, name: str | None = None, client: Client | None = None,
-               labels: dict[str, str] | None = None, wait: float = 300) -> "Sandbox":
-        """Creates a sandbox cloned from ``template`` (the server's default
-        when None) and waits up to ``wait`` seconds until it runs."""
+    def create(cls, template: str | None = None, *, pool: str | None = None, name: str | None = None,
+               client: Client | None = None, labels: dict[str, str] | None = None, wait: float = 300,
+               minutes: int | None = None) -> "Sandbox":
+        """A new sandbox cloned from ``template`` (the server's default
+        when None), waited for up to ``wait`` seconds until it runs.
+
+        With ``pool``, takes a free sandbox of that pool instead, as the MCP
+        tool acquire_sandbox does: an mcp-agent holds it for you for
+        ``minutes`` (default 30) or until :meth:`release`. If none is free
+        and running within ``wait`` seconds, that agent is deleted again and
+        TimeoutError raised."""
         client = client or Client()
+        if pool is not None:
+            _check_lease_args(template, name, labels, wait)
+            sandbox, agent = run(client, _acquire(pool, wait, minutes))
+            return cls(client, sandbox, lease=agent)
+        _check_minutes(minutes)
         out = client.create("sandboxes", _new_sandbox(template, name, labels))
         sb = cls(client, out["metadata"]["name"], owned=True)
         if wait:
@@ -176,21 +258,14 @@ class Sandbox(_Ops):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._owned:
-            self.kill()
+        self.release()
 
-    def _do(self, method, op, body=None, *, params=None, timeout=None, parse=lambda r: None):
-        return parse(self.client.request(method, _path(self.name, op), json=body, params=params, timeout=timeout))
+    def _flow(self, flow: Flow) -> Any:
+        return run(self.client, flow)
 
     @property
     def phase(self) -> str:
         return self.info().get("status", {}).get("phase", "Pending")
-
-    def wait_running(self, timeout: float = 300) -> None:
-        """Waits until the sandbox runs; raises if it fails or time runs out."""
-        deadline = time.monotonic() + timeout
-        while not _running(self.name, self.info(), deadline, timeout):
-            time.sleep(0.2)
 
     @property
     def clipboard(self) -> str:
@@ -206,14 +281,22 @@ class AsyncSandbox(_Ops):
     (``async with await AsyncSandbox.create(...) as sb``). The clipboard is
     ``await get_clipboard()`` and ``await set_clipboard(text)``."""
 
-    def __init__(self, client: AsyncClient, name: str, *, owned: bool = False) -> None:
-        self.client, self.name, self._owned = client, name, owned
+    def __init__(self, client: AsyncClient, name: str, *, owned: bool = False, lease: str | None = None) -> None:
+        self.client, self.name, self._owned, self._lease = client, name, owned, lease
         self.commands = Commands(self)
+        self.files = Files(self)
 
     @classmethod
-    async def create(cls, template: str | None = None, *, name: str | None = None, client: AsyncClient | None = None,
-                     labels: dict[str, str] | None = None, wait: float = 300) -> "AsyncSandbox":
+    async def create(cls, template: str | None = None, *, pool: str | None = None, name: str | None = None,
+                     client: AsyncClient | None = None, labels: dict[str, str] | None = None, wait: float = 300,
+                     minutes: int | None = None) -> "AsyncSandbox":
+        """Sandbox.create, awaited."""
         client = client or AsyncClient()
+        if pool is not None:
+            _check_lease_args(template, name, labels, wait)
+            sandbox, agent = await arun(client, _acquire(pool, wait, minutes))
+            return cls(client, sandbox, lease=agent)
+        _check_minutes(minutes)
         out = await client.create("sandboxes", _new_sandbox(template, name, labels))
         sb = cls(client, out["metadata"]["name"], owned=True)
         if wait:
@@ -230,16 +313,10 @@ class AsyncSandbox(_Ops):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._owned:
-            await self.kill()
+        await self.release()
 
-    async def _do(self, method, op, body=None, *, params=None, timeout=None, parse=lambda r: None):
-        return parse(await self.client.request(method, _path(self.name, op), json=body, params=params, timeout=timeout))
-
-    async def wait_running(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while not _running(self.name, await self.info(), deadline, timeout):
-            await asyncio.sleep(0.2)
+    def _flow(self, flow: Flow) -> Any:
+        return arun(self.client, flow)
 
 
 def _path(name: str, op: str) -> str:
@@ -252,6 +329,71 @@ def _new_sandbox(template: str | None, name: str | None, labels: dict[str, str] 
         meta["labels"] = labels
     spec: dict[str, Any] = {"templateRef": template} if template else {}
     return {"apiVersion": "hvkube/v1", "kind": "Sandbox", "metadata": meta, "spec": spec}
+
+
+def _wait_running(name: str, timeout: float) -> Flow:
+    deadline = time.monotonic() + timeout
+    while not _running(name, (yield Call("GET", _path(name, ""), parse=json_body)), deadline, timeout):
+        yield Sleep(0.2)
+
+
+def _check_minutes(minutes: int | None) -> None:
+    if minutes is not None:
+        raise ValueError("minutes: only a sandbox taken from a pool (pool=...) is held for a time")
+
+
+def _check_lease_args(template: str | None, name: str | None, labels: dict[str, str] | None, wait: float) -> None:
+    if template is not None:
+        raise ValueError("give template or pool, not both: a pool's sandboxes are cloned from the pool's template")
+    if name is not None or labels:
+        raise ValueError("name and labels are for a new sandbox; a sandbox taken from a pool has the pool's")
+    if not wait or wait <= 0:
+        raise ValueError("wait: taking a sandbox from a pool needs a time to wait for one (seconds, > 0)")
+
+
+def _lease_name() -> str:
+    """mcp- and ten characters of base32, lower case, as acquire_sandbox names its agents."""
+    return "mcp-" + base64.b32encode(secrets.token_bytes(10)).decode().lower()[:10]
+
+
+def _acquire(pool: str, wait: float, minutes: int | None) -> Flow:
+    """Takes a sandbox of pool: an mcp-agent (completion mcp-done, labelled
+    as a lease) that selects the pool, waited for until it runs on a
+    sandbox and that sandbox runs. Returns (sandbox, agent). Whatever ends
+    the wait (time, an error, a cancellation) deletes the agent again."""
+    yield Call("GET", f"sandboxpools/{pool}")  # a pool that is not there is a NotFound, not a wait
+    name = _lease_name()
+    completion: dict[str, Any] = {"type": "mcp-done"}
+    if minutes is not None:
+        completion["timeoutMinutes"] = minutes
+    yield Call("POST", "agents", {
+        "apiVersion": "hvkube/v1", "kind": "Agent", "metadata": {"name": name, "labels": {LEASE_LABEL: "mcp"}},
+        "spec": {"type": "mcp-agent", "sandboxSelector": {"pool": pool}, "completion": completion,
+                 "ttlSecondsAfterFinished": LEASE_TTL_SECONDS}})
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            st = (yield Call("GET", f"agents/{name}", parse=json_body)).get("status", {})
+            if st.get("phase") == RUNNING and st.get("sandbox"):
+                sandbox = st["sandbox"]
+                break
+            if st.get("phase") in AGENT_ENDED:
+                raise HvkubeError(409, f"agent {name} ended ({st['phase']}) before it ran: {st.get('message', '')}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no sandbox of pool {pool} was free within {wait}s (see `hvkube get pool {pool}`)")
+            yield Sleep(0.2)
+        # The node marks the agent Running, then resumes its sandbox.
+        while not _running(sandbox, (yield Call("GET", _path(sandbox, ""), parse=json_body)), deadline, wait):
+            yield Sleep(0.2)
+    except BaseException as e:
+        if isinstance(e, GeneratorExit):
+            raise
+        try:
+            yield Call("DELETE", f"agents/{name}")
+        except NotFound:
+            pass
+        raise
+    return sandbox, name
 
 
 def _running(name: str, obj: dict[str, Any], deadline: float, timeout: float) -> bool:

@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hvkube import Client  # noqa: E402
+from hvkube import Client, Pool, Sandbox  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -94,3 +94,23 @@ def template(server):
         if st.get("phase") == "Failed" or time.monotonic() > deadline:
             pytest.fail(f"template desk: {st}")
         time.sleep(1)
+
+
+@pytest.fixture(scope="session")
+def desk(server, template):
+    """One sandbox of the template, shared by the tests that drive a desktop."""
+    client, _, _ = server
+    sb = Sandbox.create(template, client=client, wait=300)
+    yield sb
+    sb.kill()
+
+
+@pytest.fixture(scope="session")
+def pool(server, template):
+    """The pool of the tests: one desktop, taken by agents and leases in turn."""
+    client, _, _ = server
+    p = Pool.create("sdk", template, replicas=1, client=client)
+    p.wait_ready(1)
+    yield p
+    p.delete()
+

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hvkube import Agent, InvalidInput, Pool
-
-
-@pytest.fixture(scope="module")
-def pool(server, template):
-    client, _, _ = server
-    p = Pool.create("sdk", template, replicas=1, client=client)
-    p.wait_ready(1)
-    yield p
-    p.delete()
+from hvkube import Agent, InvalidInput
 
 
 def test_workflow_agent_completes_with_its_artifact(pool, server):

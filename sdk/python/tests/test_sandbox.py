@@ -10,14 +10,6 @@ import pytest
 from hvkube import Client, Conflict, InvalidInput, NotFound, Sandbox, Unauthorized
 
 
-@pytest.fixture(scope="module")
-def desk(server, template):
-    client, _, _ = server
-    sb = Sandbox.create(template, client=client, wait=300)
-    yield sb
-    sb.kill()
-
-
 def png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     return struct.unpack(">II", data[16:24])
