@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -214,6 +215,10 @@ class _FakeServer(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
+        if self.path == prefix + "/slow":
+            time.sleep(2)
+            self.send_error(500)
+            return
         if self.headers.get("Upgrade") == "websocket":
             self.send_response(101)
             self.send_header("Upgrade", "websocket")
@@ -255,6 +260,27 @@ def test_devtools_forwarder_relays_websockets():
         assert [p for p, _ in _FakeServer.seen] == ["/api/v1/sandboxes/desk/ports/9222/json/version",
                                                     "/api/v1/sandboxes/desk/ports/9222/devtools/browser/b1"]
         assert {a for _, a in _FakeServer.seen} == {"Bearer secret"}
+    finally:
+        fwd.close()
+        client.close()
+        fake.shutdown()
+        fake.server_close()
+
+
+def test_forwarder_bounds_upstream_calls():
+    """An upstream call that takes too long is a 504; with no sandbox held
+    there is nothing to forward to (503). Against a local stand-in."""
+    fake = ThreadingHTTPServer(("127.0.0.1", 0), _FakeServer)
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    client = Client(f"http://127.0.0.1:{fake.server_address[1]}", "secret")
+    target = ["/api/v1/sandboxes/desk/ports/9222"]
+    fwd = Forwarder(client, lambda: target[0], timeout=0.5)
+    try:
+        status, _, body = request(fwd.port, "GET", "/slow")
+        assert status == 504, body
+        target[0] = None
+        status, _, body = request(fwd.port, "GET", "/json/version")
+        assert status == 503 and fwd.forwarded == 1, body
     finally:
         fwd.close()
         client.close()
