@@ -145,7 +145,11 @@ class _Ops:
     def kill(self) -> Any:
         """Deletes the sandbox and its VM (a pool makes a new one for its
         own; give a pool's sandbox back with release instead)."""
-        return self._do("DELETE", "")
+        return self._flow(self._kill())
+
+    def _kill(self) -> Flow:
+        yield Call("DELETE", _path(self.name, ""))
+        self._owned = False  # nothing left for release to delete
 
     def screenshot(self, *, format: str = "png", width: int | None = None, settle: bool = False) -> Any:
         """The screen as PNG (or JPEG) bytes; ``width`` scales it down."""
