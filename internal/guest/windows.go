@@ -24,6 +24,13 @@ type WindowsOS struct{}
 // Name implements OS.
 func (WindowsOS) Name() string { return Windows }
 
+// RunScript runs s with args in a Windows guest, as the Runner's account
+// and outside the desktop user's session, and decodes its output into out
+// (powershell.Result): for work that needs no desktop.
+func RunScript(ctx context.Context, r Runner, s powershell.Script, args powershell.Args, out any) error {
+	return runScript(ctx, r, s, args, out)
+}
+
 // runScript runs s with args in the guest and decodes its output into out.
 func runScript(ctx context.Context, r Runner, s powershell.Script, args powershell.Args, out any) error {
 	argv, stdin, err := powershell.Command(s, args)
@@ -159,11 +166,28 @@ func (WindowsOS) Listening(ctx context.Context, r Runner, port int) error {
 // sessionTimeout bounds a script run in the user's session.
 const sessionTimeout = 30 * time.Second
 
+// InSession runs s with args in the logged-on desktop user's session, as
+// inSession does, for at most timeout (30 s when timeout is 0 or less):
+// for work on the desktop (windows, the pointer, programs the user sees).
+// The script's command goes through cmd.exe there, so the wrapped script,
+// encoded, must stay well under cmd.exe's 8191 characters.
+func InSession(ctx context.Context, r Runner, timeout time.Duration, s powershell.Script, args powershell.Args, out any) error {
+	if timeout <= 0 {
+		timeout = sessionTimeout
+	}
+	return inSessionFor(ctx, r, timeout, s, args, out)
+}
+
 // inSession runs s with args in the desktop user's session: sessionScript
 // hands the command that runs s (the constant script, encoded) and its
 // arguments to a one-shot scheduled task of the logged-on user, waits for
 // it and returns what the script wrote.
 func inSession(ctx context.Context, r Runner, s powershell.Script, args powershell.Args, out any) error {
+	return inSessionFor(ctx, r, sessionTimeout, s, args, out)
+}
+
+// inSessionFor is inSession bounded by timeout (whole seconds).
+func inSessionFor(ctx context.Context, r Runner, timeout time.Duration, s powershell.Script, args powershell.Args, out any) error {
 	argv, stdin, err := powershell.Command(s, args)
 	if err != nil {
 		return err
@@ -172,7 +196,7 @@ func inSession(ctx context.Context, r Runner, s powershell.Script, args powershe
 		Out string `json:"out"`
 		Err string `json:"err"`
 	}
-	err = runScript(ctx, r, sessionScript, powershell.Args{"Command": argv[len(argv)-1], "ArgsBase64": string(stdin), "TimeoutSeconds": int(sessionTimeout / time.Second)}, &result)
+	err = runScript(ctx, r, sessionScript, powershell.Args{"Command": argv[len(argv)-1], "ArgsBase64": string(stdin), "TimeoutSeconds": int(timeout / time.Second)}, &result)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.Name, err)
 	}

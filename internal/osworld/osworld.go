@@ -82,7 +82,7 @@ var Routes = []string{
 func Serve(w http.ResponseWriter, r *http.Request, g Guest, d Desktop, route string) {
 	a := &call{w: w, r: r, g: g, d: d}
 	if d.OS == "windows" {
-		a.text(http.StatusNotImplemented, "Windows Agent Arena's guest API is not served yet for Windows guests")
+		serveWindows(a, route)
 		return
 	}
 	method := http.MethodPost

@@ -1,0 +1,43 @@
+param()
+function Get-DesktopUser {
+  $account = (Get-CimInstance -ClassName Win32_ComputerSystem).UserName
+  if (-not $account) { throw 'no user is logged on to the desktop' }
+  $sid = (New-Object System.Security.Principal.NTAccount($account)).Translate([System.Security.Principal.SecurityIdentifier]).Value
+  $found = @(Get-CimInstance -ClassName Win32_UserProfile | Where-Object { $_.SID -eq $sid })
+  if ($found.Count -eq 0) { throw "the desktop user $account has no profile folder" }
+  [pscustomobject]@{ Name = ($account -split '\\')[-1]; Home = [string]$found[0].LocalPath }
+}
+function Expand-DesktopPath([string]$Path, $User) {
+  $userHome = $User.Home
+  if ($Path -eq '~' -or $Path -match '^~[\\/]') { $Path = $userHome + $Path.Substring(1) }
+  $vars = @{
+    USERPROFILE = $userHome; USERNAME = $User.Name
+    HOMEDRIVE = $userHome.Substring(0, 2); HOMEPATH = $userHome.Substring(2)
+    APPDATA = [IO.Path]::Combine($userHome, 'AppData\Roaming'); LOCALAPPDATA = [IO.Path]::Combine($userHome, 'AppData\Local')
+    TEMP = [IO.Path]::Combine($userHome, 'AppData\Local\Temp'); TMP = [IO.Path]::Combine($userHome, 'AppData\Local\Temp')
+  }
+  $expand = {
+    param($m)
+    if ($m.Value -eq '%%') { return '%' }
+    if ($m.Value -eq '$$') { return '$' }
+    $name = $m.Groups[1].Value + $m.Groups[2].Value + $m.Groups[3].Value
+    if ($vars.ContainsKey($name)) { return $vars[$name] }
+    $value = [Environment]::GetEnvironmentVariable($name)
+    if ($null -eq $value) { $m.Value } else { $value }
+  }
+  [regex]::Replace($Path, '%%|\$\$|%([^%]+)%|\$\{([^}]+)\}|\$([A-Za-z0-9_-]+)', [Text.RegularExpressions.MatchEvaluator]$expand)
+}
+function Resolve-DesktopPath([string]$Path, $User) {
+  if ([IO.Path]::IsPathRooted($Path)) { $Path } else { [IO.Path]::Combine($User.Home, $Path) }
+}
+$dir = [IO.Path]::Combine((Get-DesktopUser).Home, 'Downloads')
+if (-not [IO.Directory]::Exists($dir)) { return [pscustomobject]@{ dir = $dir; missing = $true; removed = @(); failed = @() } }
+$removed = New-Object System.Collections.Generic.List[string]
+$failed = New-Object System.Collections.Generic.List[string]
+foreach ($name in @([IO.Directory]::GetFileSystemEntries($dir) | ForEach-Object { [IO.Path]::GetFileName($_) })) {
+  if ($name.StartsWith('.')) { continue }
+  $f = $dir + '\' + $name
+  if ($f -ceq ($dir + '\desktop.ini')) { continue }
+  try { [IO.File]::Delete($f); $removed.Add($f) } catch { $failed.Add($f) }
+}
+[pscustomobject]@{ dir = $dir; missing = $false; removed = $removed.ToArray(); failed = $failed.ToArray() }
