@@ -252,7 +252,10 @@ type errorBody struct {
 // statusOf maps error categories to HTTP status codes, in one place.
 func statusOf(err error) int {
 	var mbe *http.MaxBytesError
+	var he *httpError
 	switch {
+	case errors.As(err, &he):
+		return he.code
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, api.ErrInvalid):

@@ -47,7 +47,6 @@ def test_file_errors(desk):
     assert desk.commands.run("test -e /tmp/sdk/too-big").exit_code == 1
 
 
-@pytest.mark.xfail(reason="the server answers a read of a guest file over 16 MiB with 500, not 413", strict=False)
 def test_reading_a_file_over_16_mib_is_413(desk):
     assert desk.commands.run("head -c 17M /dev/zero > /tmp/sdk/big").exit_code == 0
     with pytest.raises(HvkubeError) as e:
