@@ -706,20 +706,33 @@ except Exception as e:
     sys.exit(str(e))
 print(os.path.getsize(dst))`
 
-func (a *call) downloadFile() {
-	var b struct {
-		URL  string `json:"url"`
-		Path string `json:"path"`
-	}
+// downloadBody is a download_file request.
+type downloadBody struct {
+	URL  string `json:"url"`
+	Path string `json:"path"`
+}
+
+// download reads a download_file request and answers one that names no
+// file or no http(s) URL (the guest is asked for nothing else).
+func (a *call) download() (downloadBody, bool) {
+	var b downloadBody
 	if !a.body(&b) {
-		return
+		return b, false
 	}
 	if b.URL == "" || b.Path == "" {
 		a.text(http.StatusBadRequest, "Path or URL not supplied!")
-		return
+		return b, false
 	}
 	if u, err := url.Parse(b.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		a.text(http.StatusBadRequest, "url: "+strconv.Quote(b.URL)+" is not an http or https URL")
+		return b, false
+	}
+	return b, true
+}
+
+func (a *call) downloadFile() {
+	b, ok := a.download()
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(a.r.Context(), 6*time.Minute)

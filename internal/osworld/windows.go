@@ -37,7 +37,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -947,19 +946,8 @@ func (a *call) winChangeWallpaper() {
 // winDownloadFile fetches a URL in the guest (over the sandbox's own
 // network and egress policy) into a file, making its folder; three tries.
 func (a *call) winDownloadFile() {
-	var b struct {
-		URL  string `json:"url"`
-		Path string `json:"path"`
-	}
-	if !a.body(&b) {
-		return
-	}
-	if b.URL == "" || b.Path == "" {
-		a.text(http.StatusBadRequest, "Path or URL not supplied!")
-		return
-	}
-	if u, err := url.Parse(b.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		a.text(http.StatusBadRequest, "url: "+strconv.Quote(b.URL)+" is not an http or https URL")
+	b, ok := a.download()
+	if !ok {
 		return
 	}
 	ctx, cancel := a.within(6 * time.Minute)
