@@ -22,8 +22,20 @@
 #
 # Chromium's sandbox stays on: Debian's kernel lets an unprivileged user
 # create user namespaces, which the sandbox needs (no setuid helper).
+#
+# Accessibility: at-spi2-core (the accessibility bus, started on demand
+# through the session bus, and its registry), the ATK bridge that Chromium
+# and GTK 3 load (libatk-adaptor), gail for GTK 2 (libgail-common: PCManFM
+# loads both as GTK modules, see guest/gtkrc), and pyatspi (python3-pyatspi,
+# with the GObject bindings of libatspi that hvkube-accessibility uses to
+# print the tree as XML in OSWorld's format).
 
-flavor_packages=(chromium chromium-driver socat pcmanfm l3afpad dbus-daemon dbus-bin)
+flavor_packages=(
+	chromium chromium-driver socat pcmanfm l3afpad dbus-daemon dbus-bin
+	at-spi2-core libatk-adaptor libgail-common python3-pyatspi
+)
+# image.json's helpers beyond the base image's.
+flavor_helpers=(accessibility=/usr/local/bin/hvkube-accessibility)
 # The guest with Chromium on its start page uses about 400 MB of 1536 MB
 # (see README.md); 512 MB is too little for real pages.
 flavor_memory_mb=1536
@@ -56,6 +68,13 @@ flavor_install() {
 	in_root jwm -p
 	install -d "$root/usr/local/share/hvkube"
 	install -m 0644 "$g/start.html" "$root/usr/local/share/hvkube/start.html"
+	install -m 0755 "$g/hvkube-accessibility" "$root/usr/local/bin/hvkube-accessibility"
+	# xdg-open: web pages, PDF and images in the running Chromium, text in
+	# L3afpad, directories in PCManFM.
+	install -D -m 0644 "$g/hvkube-browser.desktop" \
+		"$root/usr/local/share/applications/hvkube-browser.desktop"
+	install -D -m 0644 "$g/mimeapps.list" "$root/etc/xdg/mimeapps.list"
+	install -D -m 0644 "$g/gtkrc" "$root/etc/gtk-2.0/gtkrc"
 	# Policies for every profile: no sign-in, sync, metrics, password
 	# manager, translation or safe-browsing lookups (see policies.json).
 	install -d "$root/etc/chromium/policies/managed"

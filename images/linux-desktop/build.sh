@@ -2,7 +2,8 @@
 # Builds the linux-desktop guest template: a small Debian system that boots
 # (QEMU -kernel/-initrd) straight into an X desktop (JWM + xterm) with
 # qemu-guest-agent, from Debian packages only. JWM is the window manager:
-# openbox would add about 140 MB of dependencies (image loaders, python3).
+# openbox would add about 140 MB of dependencies (image loaders, and
+# python3, which the image has by now for its pyautogui module).
 #
 # Usage: build.sh [FLAVOR]   (as root; see README.md for the variables)
 #
@@ -36,6 +37,8 @@ die() {
 #   flavor_memory_mb=N      the recommended guest memory (default 512)
 #   flavor_json='  "key": ...,'  image.json members describing the window
 #                           the desktop starts with (instead of "terminal")
+#   flavor_helpers=(NAME=PATH ...)  helper commands added to image.json's
+#                           "helpers"
 # and define flavor_install, run in step 6 after the base configuration with
 # $root (the guest root), $flavor_dir and the in_root helper at hand.
 name=${1:-linux-desktop}
@@ -43,6 +46,7 @@ name=${1:-linux-desktop}
 [[ $name =~ ^[a-z][a-z0-9-]{0,40}$ ]] || die "bad flavor '$name'"
 flavor_dir=
 flavor_packages=()
+flavor_helpers=()
 flavor_memory_mb=512
 flavor_json=
 if [[ $name != linux-desktop ]]; then
@@ -108,13 +112,26 @@ rootfs_modules=(
 	9pnet_virtio 9p virtiofs
 )
 
-# Guest packages on top of debootstrap's minbase (no recommends).
+# Guest packages on top of debootstrap's minbase (no recommends). python3
+# (also as `python`) for agents that drive the desktop with Python (the
+# image's pyautogui module, see guest/pyautogui.py); wmctrl, xdg-utils and
+# file (xdg-open needs `file` for a file's type) for desktop-automation
+# clients.
 packages=(
 	udev kmod procps iproute2 util-linux-extra
 	qemu-guest-agent
 	xserver-xorg-core xserver-xorg-input-libinput xauth
 	jwm xterm fonts-dejavu-core
 	xdotool xclip x11-xserver-utils x11-utils xcvt
+	python3 python-is-python3 wmctrl xdg-utils file
+)
+# The helper commands in image.json (name=path), then the flavor's.
+helpers=(
+	ready=/usr/local/bin/hvkube-ready
+	resolution=/usr/local/bin/hvkube-resolution
+	clipboardSet=/usr/local/bin/hvkube-clipboard-set
+	clipboardGet=/usr/local/bin/hvkube-clipboard-get
+	identity=/usr/local/bin/hvkube-identity
 )
 
 step() {
@@ -138,6 +155,7 @@ input_hash() {
 	(
 		cd "$here"
 		for f in build.sh initrd-init guest/*; do
+			[[ -f $f ]] || continue # e.g. a __pycache__ left by py_compile
 			printf '%s %s\n' "$f" "$(sha256sum <"$f" | cut -d' ' -f1)"
 		done
 		if [[ -n $flavor_dir ]]; then
@@ -383,6 +401,12 @@ for cmd in hvkube-ready hvkube-resolution hvkube-clipboard-set hvkube-clipboard-
 done
 install -m 0644 "$g/jwmrc" "$root/etc/jwm/system.jwmrc"
 in_root jwm -p # parse the configuration, fail the build on an error
+# pyautogui for every user of python3: where Debian's python3 looks for
+# locally installed modules (/usr/local/lib/python3.X/dist-packages),
+# compiled here rather than on the first import under emulation.
+py_dir=$(chroot "$root" python3 -c 'import sys; print("/usr/local/lib/python3.%d/dist-packages" % sys.version_info[1])')
+install -D -m 0644 "$g/pyautogui.py" "$root$py_dir/pyautogui/__init__.py"
+in_root python3 -m compileall -q "$py_dir/pyautogui"
 install -m 0644 "$g/xorg.conf" "$root/etc/X11/xorg.conf.d/10-hvkube.conf"
 # Values shared by init, the session and the helpers (plain assignments).
 cat >"$root/etc/hvkube/image.conf" <<EOF
@@ -411,6 +435,12 @@ printf '/dev/vda\t/\text4\trw,noatime\t0\t1\n' >"$root/etc/fstab"
 if [[ -n $flavor_dir ]]; then
 	flavor_install
 fi
+helpers+=("${flavor_helpers[@]}")
+helpers_json=
+for h in "${helpers[@]}"; do
+	[[ -z $helpers_json ]] || helpers_json+=$',\n'
+	helpers_json+="    \"${h%%=*}\": \"${h#*=}\""
+done
 # Empty: hvkube-init writes one on first boot, hvkube-identity in each clone.
 : >"$root/etc/machine-id"
 
@@ -501,11 +531,7 @@ cat >"$out/image.json" <<EOF
   },
 ${flavor_json:-$terminal_json}
   "helpers": {
-    "ready": "/usr/local/bin/hvkube-ready",
-    "resolution": "/usr/local/bin/hvkube-resolution",
-    "clipboardSet": "/usr/local/bin/hvkube-clipboard-set",
-    "clipboardGet": "/usr/local/bin/hvkube-clipboard-get",
-    "identity": "/usr/local/bin/hvkube-identity"
+$helpers_json
   },
   "buildTime": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "sizes": {
