@@ -244,13 +244,29 @@ func (m *mapper) setup(where string, st TaskStep) []api.Action {
 			m.note("%s (chrome_open_tabs): no urls_to_open", where)
 			return nil
 		}
-		// The browser-desktop image's browser command opens them in the
-		// running Chromium.
-		return []api.Action{execStep(m.asUser(append([]string{"/bin/sh", "-c", detachScript, "sh", "/usr/local/lib/hvkube/browser"}, urls...)...), intent)}
+		// Through the running Chromium's DevTools (browser-desktop), as
+		// OSWorld does over CDP: each URL a new tab, the last in front.
+		return []api.Action{execStep(m.asUser(append([]string{"/usr/bin/python3", "-c", openTabsScript}, urls...)...), intent)}
 	}
 	m.note("%s: setup step %q is not mapped", where, st.Type)
 	return nil
 }
+
+// openTabsScript opens each URL of its arguments in a new tab of the
+// running Chromium through its DevTools HTTP endpoint (the browser-desktop
+// image's, on 127.0.0.1:9222), waiting up to two minutes for it to answer.
+const openTabsScript = `import sys, time, urllib.parse, urllib.request
+deadline = time.time() + 120
+for url in sys.argv[1:]:
+    while True:
+        try:
+            req = urllib.request.Request("http://127.0.0.1:9222/json/new?" + urllib.parse.quote(url, safe=""), method="PUT")
+            urllib.request.urlopen(req, timeout=60).read()
+            break
+        except OSError as e:
+            if time.time() > deadline:
+                sys.exit("opening %s: %s" % (url, e))
+            time.sleep(1)`
 
 func expandHome(user, p string) string {
 	if p == "~" || strings.HasPrefix(p, "~/") {

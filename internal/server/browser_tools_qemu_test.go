@@ -4,7 +4,9 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -186,6 +188,41 @@ func TestBrowserToolsOnQEMU(t *testing.T) {
 			}
 		})
 	}
+
+	// The desktop's accessibility tree names the browser window and its
+	// page, through the API, the MCP tool and OSWorld's route.
+	t.Run("AccessibilityAndOSWorld", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", d.url+"/api/v1/sandboxes/web/accessibility", nil)
+		req.Header.Set("Authorization", "Bearer admin")
+		resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xml, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/xml") {
+			t.Fatalf("GET accessibility: %d %s", resp.StatusCode, xml)
+		}
+		for _, want := range []string{"<desktop-frame", `name="Chromium"`, "Order form", "cp:screencoord="} {
+			if !strings.Contains(string(xml), want) {
+				t.Errorf("the accessibility tree has no %s:\n%.3000s", want, xml)
+			}
+		}
+		cs, err := mcpConnect(t, d.url, "admin", "2026-07-28")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := call(t, cs, "accessibility", map[string]any{"sandbox": "web"}); !strings.Contains(got, "<desktop-frame") || !strings.Contains(got, "Order form") {
+			t.Errorf("the accessibility tool: %.2000s", got)
+		}
+
+		// A tree of OSWorld's own route says the same.
+		_, _, body := osworldCall{method: "GET", route: "/accessibility"}.send(t, d.url, "web", "admin")
+		var at map[string]string
+		if err := json.Unmarshal(body, &at); err != nil || !strings.Contains(at["AT"], "Order form") {
+			t.Errorf("/accessibility: %v %.2000s", err, body)
+		}
+	})
 
 	// What `hvkube mcp` serves on stdio: the tools over the REST API, the
 	// browser tools through the API's port forward of the guest's
