@@ -82,9 +82,9 @@ tidy:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-BROWSER_TESTS := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQEMU|TestAutomationAgentsOnQEMU)$$
+BROWSER_TESTS := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQEMU|TestAutomationAgentsOnQEMU|TestOSWorldTasksOnQEMU)$$
 # The race step also leaves out the pool of 40 QEMU desktops (run once above).
-RACE_SKIP := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQEMU|TestAutomationAgentsOnQEMU|TestDensityOnQEMU)$$
+RACE_SKIP := ^(TestBrowserDesktop|TestPortForwardToChromium|TestBrowserToolsOnQEMU|TestAutomationAgentsOnQEMU|TestOSWorldTasksOnQEMU|TestDensityOnQEMU)$$
 
 # The Kubernetes tests start a kube-apiserver and etcd of their own: they
 # run in a step of their own, one package at a time (beside the emulated
