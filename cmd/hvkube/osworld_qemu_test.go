@@ -126,6 +126,10 @@ spec:
 			}
 			a := o.(*api.Agent)
 			if a.Status.Phase == api.AgentCompleted || a.Status.Phase == api.AgentFailed {
+				if a.Status.Phase == api.AgentFailed {
+					_, body := get(t, p.url()+"/api/v1/agents/"+name+"/logs", "")
+					t.Logf("agent %s failed; its log:\n%s", name, body)
+				}
 				if _, err := c.Delete(ctx, api.KindAgent, name); err != nil {
 					t.Fatal(err)
 				}
@@ -155,7 +159,7 @@ spec:
 	}
 	for _, task := range []string{"file-edit", "terminal-command", "settings-change", "rename-file"} {
 		t.Run(task, func(t *testing.T) {
-			a := run(t, "desk", filepath.Join(examples, task+".json"), filepath.Join(examples, task+".steps.yaml"))
+			a := run(t, "desk", filepath.Join(examples, task+".json"), filepath.Join(examples, task+".steps.yaml"), "--settle", "30")
 			if a.Status.Phase != api.AgentCompleted {
 				t.Fatalf("%s: %s: %s", task, a.Status.Phase, failedStep(a))
 			}
