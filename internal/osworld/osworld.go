@@ -642,18 +642,29 @@ func (a *call) file() {
 	a.w.Write(data)
 }
 
-func (a *call) upload() {
+// uploaded reads an upload's form: file_path and the file_data's bytes
+// (at most one more than guest.MaxFile), or the error reading them. It
+// answers a form without both fields itself (ok false).
+func (a *call) uploaded() (p string, data []byte, ok bool, err error) {
 	if !a.form(MaxBody) {
-		return
+		return "", nil, false, nil
 	}
-	p := a.r.PostForm.Get("file_path")
-	f, _, err := a.r.FormFile("file_data")
-	if p == "" || err != nil {
+	p = a.r.PostForm.Get("file_path")
+	f, _, ferr := a.r.FormFile("file_data")
+	if p == "" || ferr != nil {
 		a.json(http.StatusBadRequest, map[string]string{"error": "file_path and file_data are required"})
-		return
+		return "", nil, false, nil
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, guest.MaxFile+1))
+	data, err = io.ReadAll(io.LimitReader(f, guest.MaxFile+1))
+	return p, data, true, err
+}
+
+func (a *call) upload() {
+	p, data, ok, err := a.uploaded()
+	if !ok {
+		return
+	}
 	if err != nil {
 		a.json(http.StatusInternalServerError, map[string]string{"error": "Failed to upload file: " + err.Error()})
 		return

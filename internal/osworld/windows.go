@@ -858,17 +858,10 @@ func (a *call) winFile() {
 // winUpload writes an uploaded file as WAA's server does: into an
 // existing folder (a missing one fails, as Python's open does).
 func (a *call) winUpload() {
-	if !a.form(MaxBody) {
+	p, data, ok, err := a.uploaded()
+	if !ok {
 		return
 	}
-	p := a.r.PostForm.Get("file_path")
-	f, _, err := a.r.FormFile("file_data")
-	if p == "" || err != nil {
-		a.json(http.StatusBadRequest, map[string]string{"error": "file_path and file_data are required"})
-		return
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, guest.MaxFile+1))
 	switch {
 	case err != nil:
 		a.failed(http.StatusInternalServerError, err.Error())
