@@ -38,6 +38,30 @@ func Timeout(a *api.Agent) time.Duration {
 	return time.Duration(min(m, api.MaxAgentTimeoutMinutes)) * time.Minute
 }
 
+// MCPDeadline is when the running attempt of an mcp-agent ends if nothing
+// completes it, with the reason and message it then ends with: its
+// timeout after its start, or, with completion.heartbeatSeconds, that
+// long after its last heartbeat (or its start), whichever comes first.
+func MCPDeadline(a *api.Agent, now time.Time) (deadline time.Time, reason, msg string) {
+	deadline, reason = now, "DeadlineExceeded"
+	msg = fmt.Sprintf("nothing completed it within %s", Timeout(a))
+	if a.Status.StartedAt == nil {
+		return deadline, reason, msg
+	}
+	deadline = a.Status.StartedAt.Add(Timeout(a))
+	if h := a.Spec.Completion.HeartbeatSeconds; h > 0 {
+		last := *a.Status.StartedAt
+		if hb := a.Status.HeartbeatAt; hb != nil && hb.After(last) {
+			last = *hb
+		}
+		if d := last.Add(time.Duration(h) * time.Second); d.Before(deadline) {
+			deadline, reason = d, "HeartbeatLost"
+			msg = fmt.Sprintf("no heartbeat from its agent for %ds (spec.completion.heartbeatSeconds)", h)
+		}
+	}
+	return deadline, reason, msg
+}
+
 // ClaimGrace is how long a claim may name an agent that does not point
 // back at the sandbox: the scheduler writes the claim first and the
 // agent right after.

@@ -39,3 +39,33 @@ func TestClaimAndPhases(t *testing.T) {
 		t.Fatalf("a completed agent: %+v", bound.Status)
 	}
 }
+
+// TestMCPDeadline: an mcp-agent's attempt ends at its timeout, or sooner
+// when it takes heartbeats and the last one (or its start) is older than
+// heartbeatSeconds.
+func TestMCPDeadline(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := start.Add(d); return &t }
+	for _, c := range []struct {
+		name      string
+		timeout   int // minutes
+		heartbeat int // seconds
+		last      *time.Time
+		want      time.Time
+		reason    string
+	}{
+		{"timeout only", 30, 0, nil, start.Add(30 * time.Minute), "DeadlineExceeded"},
+		{"no heartbeat yet", 30, 60, nil, start.Add(time.Minute), "HeartbeatLost"},
+		{"a heartbeat moves it", 30, 60, at(10 * time.Minute), start.Add(11 * time.Minute), "HeartbeatLost"},
+		{"never past the timeout", 30, 60, at(29*time.Minute + 30*time.Second), start.Add(30 * time.Minute), "DeadlineExceeded"},
+		{"an earlier attempt's heartbeat counts not", 30, 60, at(-time.Hour), start.Add(time.Minute), "HeartbeatLost"},
+	} {
+		a := &api.Agent{}
+		a.Spec.Completion.TimeoutMinutes, a.Spec.Completion.HeartbeatSeconds = c.timeout, c.heartbeat
+		a.Status.StartedAt, a.Status.HeartbeatAt = &start, c.last
+		got, reason, msg := MCPDeadline(a, start)
+		if !got.Equal(c.want) || reason != c.reason || msg == "" {
+			t.Errorf("%s: %s %s %q, want %s %s", c.name, got, reason, msg, c.want, c.reason)
+		}
+	}
+}

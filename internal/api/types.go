@@ -547,6 +547,12 @@ type Completion struct {
 	Type           string `json:"type,omitempty"`
 	MaxRetries     int    `json:"maxRetries,omitempty"`
 	TimeoutMinutes int    `json:"timeoutMinutes,omitempty"`
+	// HeartbeatSeconds (mcp-agent only; 0: none) ends a running attempt
+	// whose external agent has not sent a heartbeat (POST
+	// /agents/NAME/heartbeat) for that long: a lease held by a process
+	// lives as long as the process, and its sandbox goes back when the
+	// process dies.
+	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
 }
 
 // Output says what to keep from a run.
@@ -579,11 +585,14 @@ type AgentStatus struct {
 	Node string `json:"node,omitempty"`
 	// Attempts counts the runs started; Failures the ones that failed (a
 	// run cut short by a restart of its node is not a failure).
-	Attempts    int          `json:"attempts,omitempty"`
-	Failures    int          `json:"failures,omitempty"`
-	ScheduledAt *time.Time   `json:"scheduledAt,omitempty"`
-	StartedAt   *time.Time   `json:"startedAt,omitempty"`
-	CompletedAt *time.Time   `json:"completedAt,omitempty"`
+	Attempts    int        `json:"attempts,omitempty"`
+	Failures    int        `json:"failures,omitempty"`
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	StartedAt   *time.Time `json:"startedAt,omitempty"`
+	CompletedAt *time.Time `json:"completedAt,omitempty"`
+	// HeartbeatAt is the running attempt's last heartbeat
+	// (spec.completion.heartbeatSeconds).
+	HeartbeatAt *time.Time   `json:"heartbeatAt,omitempty"`
 	Result      *AgentResult `json:"result,omitempty"`
 	// HumanRequest is the agent's latest question to a person (MCP
 	// ask_human or POST /agents/NAME/hitl). While it has no answer the

@@ -51,6 +51,10 @@ const (
 	// MaxArtifactPatterns bounds output.artifacts: each pattern is a
 	// search in the guest.
 	MaxArtifactPatterns = 100
+	// MinHeartbeatSeconds and MaxHeartbeatSeconds bound
+	// completion.heartbeatSeconds (10 s to a day).
+	MinHeartbeatSeconds = 10
+	MaxHeartbeatSeconds = 24 * 60 * 60
 	// MaxLifetimeMinutes bounds a sandbox's lifecycle.timeoutMinutes and
 	// idleTimeoutMinutes (365 days; 0 is no limit).
 	MaxLifetimeMinutes = 365 * 24 * 60
@@ -540,6 +544,14 @@ func validateAgent(s *AgentSpec) error {
 	}
 	if err := inRange("spec.completion.timeoutMinutes", c.TimeoutMinutes, MaxAgentTimeoutMinutes, "7 days"); err != nil {
 		return err
+	}
+	if h := c.HeartbeatSeconds; h != 0 {
+		if s.Type != "mcp-agent" {
+			return Invalid("spec.completion.heartbeatSeconds", "only an mcp-agent's external agent sends heartbeats (type is %s)", s.Type)
+		}
+		if h < MinHeartbeatSeconds || h > MaxHeartbeatSeconds {
+			return Invalid("spec.completion.heartbeatSeconds", "%d is out of range %d..%d (0: none)", h, MinHeartbeatSeconds, MaxHeartbeatSeconds)
+		}
 	}
 	if n := len(s.Output.Artifacts); n > MaxArtifactPatterns {
 		return Invalid("spec.output.artifacts", "%d patterns: at most %d", n, MaxArtifactPatterns)

@@ -383,8 +383,17 @@ func (n *Node) waitMCP(ctx context.Context, a *api.Agent, lg *runLog) error {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != a.Status.Attempts {
 			return errEndedElsewhere
 		}
+		if d, reason, msg := agentstate.MCPDeadline(cur, n.now()); reason == "HeartbeatLost" && !n.now().Before(d) {
+			return heartbeatLost(msg)
+		}
 	}
 }
+
+// heartbeatLost: an mcp-agent's external agent stopped sending heartbeats
+// (completion.heartbeatSeconds); the attempt fails with HeartbeatLost.
+type heartbeatLost string
+
+func (e heartbeatLost) Error() string { return string(e) }
 
 // collect copies the files matching output.artifacts out of the guest into
 // the attempt's artifacts/, and takes a final screenshot with

@@ -27,6 +27,7 @@ type Agents interface {
 func (s *Server) agentRoutes() {
 	m := s.mux
 	m.HandleFunc("POST /api/v1/agents/{name}/complete", s.completeAgent)
+	m.HandleFunc("POST /api/v1/agents/{name}/heartbeat", s.heartbeatAgent)
 	m.HandleFunc("GET /api/v1/agents/{name}/logs", s.agentLogs)
 	m.HandleFunc("GET /api/v1/agents/{name}/files/{path...}", s.agentFile(""))
 }
@@ -99,6 +100,53 @@ func (s *Server) completeAttempt(ctx context.Context, name string, req CompleteR
 	}
 	reconcile.Event(ctx, s.opts.Store, s.log, out, typ, reason, "completed through "+via)
 	return out, nil
+}
+
+// Heartbeat answers POST /agents/{name}/heartbeat: when the attempt ends
+// unless another heartbeat or its completion comes first.
+type Heartbeat struct {
+	Agent    string    `json:"agent"`
+	Attempt  int       `json:"attempt"`
+	Deadline time.Time `json:"deadline"`
+}
+
+// heartbeatAgent records that the external agent of a running attempt is
+// alive (spec.completion.heartbeatSeconds): one status write, or none when
+// the last one is less than a quarter of the interval old.
+func (s *Server) heartbeatAgent(w http.ResponseWriter, r *http.Request) {
+	if !s.decodeOptional(w, r, &struct{}{}) {
+		return
+	}
+	name := r.PathValue("name")
+	now := time.Now().UTC()
+	applied := false
+	out, err := reconcile.UpdateStatus(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) bool {
+		secs := a.Spec.Completion.HeartbeatSeconds
+		applied = a.Status.Phase == api.AgentRunning && secs > 0
+		if !applied {
+			return false
+		}
+		// At most four writes an interval, however often they come.
+		if hb := a.Status.HeartbeatAt; hb != nil && a.Status.StartedAt != nil && !hb.Before(*a.Status.StartedAt) &&
+			now.Sub(*hb) < time.Duration(secs)*time.Second/4 {
+			return false
+		}
+		a.Status.HeartbeatAt = &now
+		return true
+	})
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	case out.Spec.Completion.HeartbeatSeconds == 0:
+		s.fail(w, r, api.Invalid("spec.completion.heartbeatSeconds", "agent %s takes no heartbeats (0)", name))
+		return
+	case !applied:
+		s.fail(w, r, fmt.Errorf("agent %s is %s, not Running: only a running attempt takes heartbeats: %w", name, orPending(out.Status.Phase), api.ErrConflict))
+		return
+	}
+	deadline, _, _ := agentstate.MCPDeadline(out, now)
+	writeJSON(w, http.StatusOK, Heartbeat{Agent: name, Attempt: out.Status.Attempts, Deadline: deadline})
 }
 
 func orPending(phase string) string {

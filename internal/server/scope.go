@@ -52,7 +52,7 @@ func scopedNeed(method, path string, sc authtoken.Scope) need {
 		switch {
 		case get && (rest == "" || rest == "/result" || rest == "/logs" || rest == "/hitl" || strings.HasPrefix(rest, "/files/")):
 			return needAgentRead
-		case method == http.MethodPost && (rest == "/complete" || rest == "/hitl"):
+		case method == http.MethodPost && (rest == "/complete" || rest == "/hitl" || rest == "/heartbeat"):
 			return needAgentWrite
 		}
 		return needRefused

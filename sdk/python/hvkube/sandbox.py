@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
 import secrets
+import threading
 import time
 from typing import Any, Callable
 
@@ -12,6 +15,8 @@ import httpx
 from ._client import AsyncClient, Client
 from ._errors import HvkubeError, NotFound
 from ._flow import Call, Flow, Sleep, arun, json_body, one, run
+
+log = logging.getLogger("hvkube")
 
 RUNNING, PAUSED, SAVED, ERROR = "Running", "Paused", "Saved", "Error"
 
@@ -96,6 +101,15 @@ class _Ops:
         """Waits until the sandbox runs; raises if it fails or time runs out."""
         return self._flow(_wait_running(self.name, timeout))
 
+    def heartbeat(self) -> Any:
+        """Tells the server that the holder of this pool's sandbox is alive
+        (``create(pool=..., heartbeat=N)`` holds it only while heartbeats
+        come; a Sandbox sends them itself). Returns the server's answer,
+        whose ``deadline`` is when the lease ends without another."""
+        if not self._lease:
+            raise ValueError("heartbeat: only a sandbox taken from a pool (pool=...) is held by a lease")
+        return self._flow(one(Call("POST", f"agents/{self._lease}/heartbeat", {}, parse=json_body)))
+
     def release(self) -> Any:
         """Gives back what this object took: a sandbox of a pool goes back
         to the pool (its lease agent is deleted, and the pool resets the
@@ -104,6 +118,7 @@ class _Ops:
         return self._flow(self._release())
 
     def _release(self) -> Flow:
+        self._stop_keepalive()
         if self._lease:
             try:
                 yield Call("DELETE", f"agents/{self._lease}")
@@ -116,6 +131,9 @@ class _Ops:
             except NotFound:
                 pass
             self._owned = False
+
+    def _stop_keepalive(self) -> None:
+        pass
 
     def _post(self, op: str, body: Any = None, *, timeout: float | None = None,
               parse: Callable[[httpx.Response], Any] = lambda r: None) -> Any:
@@ -226,11 +244,12 @@ class Sandbox(_Ops):
         self.client, self.name, self._owned, self._lease = client, name, owned, lease
         self.commands = Commands(self)
         self.files = Files(self)
+        self._keepalive: threading.Event | None = None
 
     @classmethod
     def create(cls, template: str | None = None, *, pool: str | None = None, name: str | None = None,
                client: Client | None = None, labels: dict[str, str] | None = None, wait: float = 300,
-               minutes: int | None = None) -> "Sandbox":
+               minutes: int | None = None, heartbeat: int | None = None) -> "Sandbox":
         """A new sandbox cloned from ``template`` (the server's default
         when None), waited for up to ``wait`` seconds until it runs.
 
@@ -238,13 +257,21 @@ class Sandbox(_Ops):
         tool acquire_sandbox does: an mcp-agent holds it for you for
         ``minutes`` (default 30) or until :meth:`release`. If none is free
         and running within ``wait`` seconds, that agent is deleted again and
-        TimeoutError raised."""
+        TimeoutError raised. With ``heartbeat`` (seconds, 10 or more) the
+        hold also ends that long after this process stops sending
+        heartbeats: a thread of this object sends one every third of it
+        until :meth:`release`, so a process that dies gives its sandbox back
+        within ``heartbeat`` seconds."""
         client = client or Client()
         if pool is not None:
             _check_lease_args(template, name, labels, wait)
-            sandbox, agent = run(client, _acquire(pool, wait, minutes))
-            return cls(client, sandbox, lease=agent)
+            sandbox, agent = run(client, _acquire(pool, wait, minutes, heartbeat))
+            sb = cls(client, sandbox, lease=agent)
+            if heartbeat:
+                sb._start_keepalive(heartbeat)
+            return sb
         _check_minutes(minutes)
+        _check_heartbeat(heartbeat)
         out = client.create("sandboxes", _new_sandbox(template, name, labels))
         sb = cls(client, out["metadata"]["name"], owned=True)
         if wait:
@@ -266,6 +293,25 @@ class Sandbox(_Ops):
 
     def _flow(self, flow: Flow) -> Any:
         return run(self.client, flow)
+
+    def _start_keepalive(self, seconds: int) -> None:
+        stop = self._keepalive = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(seconds / 3):
+                try:
+                    self.heartbeat()
+                except (HvkubeError, httpx.HTTPError) as e:
+                    if isinstance(e, HvkubeError) and e.status in (404, 409):
+                        return  # the lease ended: nothing to keep alive
+                    log.warning("heartbeat of sandbox %s (lease %s): %s", self.name, self._lease, e)
+
+        threading.Thread(target=beat, name=f"hvkube-heartbeat-{self.name}", daemon=True).start()
+
+    def _stop_keepalive(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.set()
+            self._keepalive = None
 
     @property
     def phase(self) -> str:
@@ -289,18 +335,39 @@ class AsyncSandbox(_Ops):
         self.client, self.name, self._owned, self._lease = client, name, owned, lease
         self.commands = Commands(self)
         self.files = Files(self)
+        self._keepalive: asyncio.Task[None] | None = None
+
+    async def _beat(self, seconds: int) -> None:
+        while True:
+            await asyncio.sleep(seconds / 3)
+            try:
+                await self.heartbeat()
+            except (HvkubeError, httpx.HTTPError) as e:
+                if isinstance(e, HvkubeError) and e.status in (404, 409):
+                    return
+                log.warning("heartbeat of sandbox %s (lease %s): %s", self.name, self._lease, e)
+
+    def _stop_keepalive(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
 
     @classmethod
     async def create(cls, template: str | None = None, *, pool: str | None = None, name: str | None = None,
                      client: AsyncClient | None = None, labels: dict[str, str] | None = None, wait: float = 300,
-                     minutes: int | None = None) -> "AsyncSandbox":
-        """Sandbox.create, awaited."""
+                     minutes: int | None = None, heartbeat: int | None = None) -> "AsyncSandbox":
+        """Sandbox.create, awaited. With ``heartbeat``, an asyncio task of
+        this object sends the heartbeats until :meth:`release`."""
         client = client or AsyncClient()
         if pool is not None:
             _check_lease_args(template, name, labels, wait)
-            sandbox, agent = await arun(client, _acquire(pool, wait, minutes))
-            return cls(client, sandbox, lease=agent)
+            sandbox, agent = await arun(client, _acquire(pool, wait, minutes, heartbeat))
+            sb = cls(client, sandbox, lease=agent)
+            if heartbeat:
+                sb._keepalive = asyncio.get_running_loop().create_task(sb._beat(heartbeat))
+            return sb
         _check_minutes(minutes)
+        _check_heartbeat(heartbeat)
         out = await client.create("sandboxes", _new_sandbox(template, name, labels))
         sb = cls(client, out["metadata"]["name"], owned=True)
         if wait:
@@ -341,6 +408,11 @@ def _wait_running(name: str, timeout: float) -> Flow:
         yield Sleep(0.2)
 
 
+def _check_heartbeat(heartbeat: int | None) -> None:
+    if heartbeat is not None:
+        raise ValueError("heartbeat: only a sandbox taken from a pool (pool=...) is held by a lease")
+
+
 def _check_minutes(minutes: int | None) -> None:
     if minutes is not None:
         raise ValueError("minutes: only a sandbox taken from a pool (pool=...) is held for a time")
@@ -360,7 +432,7 @@ def _lease_name() -> str:
     return "mcp-" + base64.b32encode(secrets.token_bytes(10)).decode().lower()[:10]
 
 
-def _acquire(pool: str, wait: float, minutes: int | None) -> Flow:
+def _acquire(pool: str, wait: float, minutes: int | None, heartbeat: int | None = None) -> Flow:
     """Takes a sandbox of pool: an mcp-agent (completion mcp-done, labelled
     as a lease) that selects the pool, waited for until it runs on a
     sandbox and that sandbox runs. Returns (sandbox, agent). Whatever ends
@@ -370,6 +442,10 @@ def _acquire(pool: str, wait: float, minutes: int | None) -> Flow:
     completion: dict[str, Any] = {"type": "mcp-done"}
     if minutes is not None:
         completion["timeoutMinutes"] = minutes
+    if heartbeat is not None:
+        if heartbeat < 10:
+            raise ValueError("heartbeat: at least 10 seconds")
+        completion["heartbeatSeconds"] = heartbeat
     yield Call("POST", "agents", {
         "apiVersion": "hvkube/v1", "kind": "Agent", "metadata": {"name": name, "labels": {LEASE_LABEL: "mcp"}},
         "spec": {"type": "mcp-agent", "sandboxSelector": {"pool": pool}, "completion": completion,
@@ -386,8 +462,13 @@ def _acquire(pool: str, wait: float, minutes: int | None) -> Flow:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no sandbox of pool {pool} was free within {wait}s (see `hvkube get pool {pool}`)")
             yield Sleep(0.2)
-        # The node marks the agent Running, then resumes its sandbox.
+        # The node marks the agent Running, then resumes its sandbox; the
+        # hold's heartbeats start now, while the sandbox resumes.
+        beat = time.monotonic()
         while not _running(sandbox, (yield Call("GET", _path(sandbox, ""), parse=json_body)), deadline, wait):
+            if heartbeat and time.monotonic() - beat >= heartbeat / 3:
+                yield Call("POST", f"agents/{name}/heartbeat", {})
+                beat = time.monotonic()
             yield Sleep(0.2)
     except BaseException as e:
         if isinstance(e, GeneratorExit):

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +85,52 @@ def test_async_lease(pool, server):
                     await asyncio.sleep(0.1)
 
     asyncio.run(main())
+
+
+def test_heartbeat_arguments(server):
+    client, _, _ = server
+    with pytest.raises(ValueError, match="heartbeat"):
+        Sandbox.create("desk", heartbeat=30, client=client)
+
+
+def test_a_dead_holder_gives_its_sandbox_back(pool, server):
+    """A process that holds a pool's sandbox with heartbeats and is killed
+    (no release, no atexit) loses it once its heartbeats stop: the lease
+    fails with HeartbeatLost and the pool has the sandbox again, long
+    before the lease's minutes."""
+    client, url, token = server
+    script = (
+        "import sys, time\n"
+        "from hvkube import Client, Sandbox\n"
+        "sb = Sandbox.create(pool='sdk', client=Client(sys.argv[1], sys.argv[2]), wait=180, minutes=600, heartbeat=10)\n"
+        "print(sb.lease, sb.name, flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-c", script, url, token], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        lease, name = proc.stdout.readline().split()
+        # Alive: its heartbeats keep the lease past 10 s.
+        time.sleep(15)
+        agent = client.get("agents", lease)
+        assert agent["status"]["phase"] == "Running", agent["status"]
+        assert agent["spec"]["completion"]["heartbeatSeconds"] == 10
+        assert agent["status"].get("heartbeatAt"), "no heartbeat was recorded"
+    finally:
+        proc.kill()
+        proc.wait()
+    killed = time.monotonic()
+    deadline = killed + 60
+    while True:
+        try:
+            st = client.get("agents", lease)["status"]
+        except NotFound:
+            break
+        if st.get("phase") == "Failed":
+            assert st.get("reason") == "HeartbeatLost", st
+            break
+        assert time.monotonic() < deadline, f"lease {lease} still {st.get('phase')} 60 s after its holder died"
+        time.sleep(0.5)
+    # The pool's sandbox is free for the next holder.
+    with Sandbox.create(pool="sdk", client=client, wait=180) as again:
+        assert again.name == name
