@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hvkube/hvkube/internal/kube"
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/nodeapi"
@@ -140,6 +141,9 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 	}
 
 	mx := metrics.New(st)
+	if ks, ok := st.(*kube.Store); ok {
+		mx.CountEventDrops(ks.EventDrops)
+	}
 	nd := newNode(cfg, st, be, key, nc.serverURL, hostCommands, roots, mx, log, func(o *node.Options) {
 		o.WaitForPlacement, o.Address = true, addr
 	})

@@ -384,6 +384,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	mx := metrics.New(st)
+	if ks, ok := st.(*kube.Store); ok {
+		mx.CountEventDrops(ks.EventDrops)
+	}
 	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace, ScopedKey: key, Metrics: mx}
 	be, err := openBackend(ctx, cfg, roots, log)
 	if err != nil {

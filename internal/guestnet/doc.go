@@ -46,20 +46,24 @@
 // Rules are checked in this order, and the first step that decides wins:
 //
 //  1. a Deny rule that matches refuses;
-//  2. an Allow rule that matches permits;
-//  3. a destination in the built-in blocked set is refused: 0.0.0.0/8,
-//     loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10),
-//     private (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7), shared
-//     address space (100.64.0.0/10), multicast (224.0.0.0/4, ff00::/8),
-//     reserved and broadcast (240.0.0.0/4), the unspecified ::, and the
-//     host's own interface addresses (Config.HostAddrs);
+//  2. an Allow rule that matches permits, except that a name rule does
+//     not open a destination of step 3 through a name's DNS answer (only
+//     through a name of Options.Hosts): a name opens only what its public
+//     answer is, so a name that resolves, or is re-pointed, to loopback,
+//     the metadata address or the host does not reach it;
+//  3. a destination in the built-in blocked set is refused: every range of
+//     IANA's special-purpose registries that is not globally reachable or
+//     leads to one (the blocked variable: loopback, link-local, private,
+//     shared address space, documentation, benchmarking, multicast,
+//     reserved, NAT64, 6to4, …), and the host's own interface addresses
+//     (Config.HostAddrs);
 //  4. when Policy.Allow is empty, the connection is permitted (the public
 //     internet); when it is not empty, the connection is refused (only what
 //     is allowed).
 //
-// So an Allow rule is how a guest reaches something in the blocked set (a
-// service on the host's loopback, a private range), and a Deny rule takes
-// away what an Allow rule or the default would give.
+// So an address or CIDR Allow rule is how a guest reaches something in the
+// blocked set (a service on the host's loopback, a private range), and a
+// Deny rule takes away what an Allow rule or the default would give.
 //
 // A rule is one of:
 //

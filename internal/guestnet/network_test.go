@@ -74,10 +74,10 @@ func TestPrivateAndLinkLocal(t *testing.T) {
 		{"CGNAT, no rules", "100.64.0.1:80", nil, nil, false, ReasonBlocked, "100.64.0.0/10 (shared address space)"},
 		{"metadata, no rules", "169.254.169.254:80", nil, nil, false, ReasonBlocked, "169.254.0.0/16 (link-local)"},
 		{"metadata, allowed", "169.254.169.254:80", []string{"169.254.169.254:80"}, nil, true, "", ""},
-		{"public, no rules", "203.0.113.7:80", nil, nil, true, "", ""},
-		{"public, not in the allow list", "203.0.113.7:80", []string{"10.0.0.0/8"}, nil, false, ReasonNotAllowed, ""},
-		{"public, denied", "203.0.113.7:80", nil, []string{"203.0.113.0/24:80"}, false, ReasonDenyRule, "203.0.113.0/24:80"},
-		{"public, denied on another port", "203.0.113.7:80", nil, []string{"203.0.113.0/24:443"}, true, "", ""},
+		{"public, no rules", "203.0.114.7:80", nil, nil, true, "", ""},
+		{"public, not in the allow list", "203.0.114.7:80", []string{"10.0.0.0/8"}, nil, false, ReasonNotAllowed, ""},
+		{"public, denied", "203.0.114.7:80", nil, []string{"203.0.114.0/24:80"}, false, ReasonDenyRule, "203.0.114.0/24:80"},
+		{"public, denied on another port", "203.0.114.7:80", nil, []string{"203.0.114.0/24:443"}, true, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -270,23 +270,42 @@ type blockedRange struct {
 	what   string
 }
 
-// blocked is the built-in blocked set, besides the host's own addresses.
+// blocked is the built-in blocked set, besides the host's own addresses:
+// every range of IANA's special-purpose address registries (IPv4 and IPv6)
+// that is not globally reachable, and those that lead to one (6to4 and
+// NAT64 prefixes embed an IPv4 address). docs/resources.md has it as a
+// table; keep the two alike.
 var blocked = func() []blockedRange {
 	var out []blockedRange
 	for _, b := range []struct{ cidr, what string }{
 		{"0.0.0.0/8", "this network"},
-		{"127.0.0.0/8", "loopback"},
 		{"10.0.0.0/8", "private"},
-		{"172.16.0.0/12", "private"},
-		{"192.168.0.0/16", "private"},
 		{"100.64.0.0/10", "shared address space"},
+		{"127.0.0.0/8", "loopback"},
 		{"169.254.0.0/16", "link-local"},
+		{"172.16.0.0/12", "private"},
+		{"192.0.0.0/24", "IETF protocol assignments"},
+		{"192.0.2.0/24", "documentation"},
+		{"192.88.99.0/24", "6to4 relay anycast"},
+		{"192.168.0.0/16", "private"},
+		{"198.18.0.0/15", "benchmarking"},
+		{"198.51.100.0/24", "documentation"},
+		{"203.0.113.0/24", "documentation"},
 		{"224.0.0.0/4", "multicast"},
 		{"240.0.0.0/4", "reserved and broadcast"},
 		{"::/128", "unspecified"},
 		{"::1/128", "loopback"},
-		{"fe80::/10", "link-local"},
+		{"::/96", "IPv4-compatible"},
+		{"64:ff9b::/96", "NAT64"},
+		{"64:ff9b:1::/48", "local NAT64"},
+		{"100::/64", "discard-only"},
+		{"2001::/23", "IETF protocol assignments"},
+		{"2001:db8::/32", "documentation"},
+		{"2002::/16", "6to4"},
+		{"3fff::/20", "documentation"},
+		{"5f00::/16", "segment routing"},
 		{"fc00::/7", "unique local"},
+		{"fe80::/10", "link-local"},
 		{"ff00::/8", "multicast"},
 	} {
 		out = append(out, blockedRange{netip.MustParsePrefix(b.cidr), b.what})
@@ -294,30 +313,51 @@ var blocked = func() []blockedRange {
 	return out
 }()
 
+// blockedBy returns the refusal of an address of the blocked set or of
+// the host's own, and false for any other address.
+func blockedBy(a netip.Addr, hostAddrs []netip.Addr) (verdict, bool) {
+	for _, b := range blocked {
+		if b.prefix.Contains(a) {
+			return verdict{reason: ReasonBlocked, rule: b.prefix.String() + " (" + b.what + ")"}, true
+		}
+	}
+	for _, h := range hostAddrs {
+		if h.Unmap() == a {
+			return verdict{reason: ReasonBlocked, rule: "host address " + a.String()}, true
+		}
+	}
+	return verdict{}, false
+}
+
 // decide judges a connection to dst, whose address was resolved from
-// names; hostAddrs are the host's own addresses.
-func (p *Policy) decide(dst netip.AddrPort, names []string, hostAddrs []netip.Addr) verdict {
+// names; static are those of names whose address is the operator's
+// (Options.Hosts), not a DNS answer; hostAddrs are the host's own
+// addresses.
+//
+// A name rule opens only what the name's public answer is: an address of
+// the blocked set or of the host is opened by an address or CIDR rule, or
+// by a name rule through a static name, never by a name's DNS answer (a
+// name the guest may make resolve anywhere: 127.0.0.1.nip.io, or a name
+// re-pointed after its first answer).
+func (p *Policy) decide(dst netip.AddrPort, names, static []string, hostAddrs []netip.Addr) verdict {
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	for _, r := range p.Deny {
 		if r.matches(dst, names) {
 			return verdict{reason: ReasonDenyRule, rule: r.text}
 		}
 	}
+	block, isBlocked := blockedBy(dst.Addr(), hostAddrs)
+	opening := names
+	if isBlocked {
+		opening = static
+	}
 	for _, r := range p.Allow {
-		if r.matches(dst, names) {
+		if r.matches(dst, opening) {
 			return verdict{allow: true, rule: r.text}
 		}
 	}
-	a := dst.Addr()
-	for _, b := range blocked {
-		if b.prefix.Contains(a) {
-			return verdict{reason: ReasonBlocked, rule: b.prefix.String() + " (" + b.what + ")"}
-		}
-	}
-	for _, h := range hostAddrs {
-		if h.Unmap() == a {
-			return verdict{reason: ReasonBlocked, rule: "host address " + a.String()}
-		}
+	if isBlocked {
+		return block
 	}
 	if len(p.Allow) > 0 {
 		return verdict{reason: ReasonNotAllowed}

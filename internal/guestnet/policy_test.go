@@ -134,7 +134,7 @@ func TestParsePolicyNamesFields(t *testing.T) {
 }
 
 func TestDecide(t *testing.T) {
-	host := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
+	host := []netip.Addr{netip.MustParseAddr("203.0.114.10"), netip.MustParseAddr("2a00:1450::10")}
 	tests := []struct {
 		name        string
 		allow, deny []string
@@ -143,44 +143,58 @@ func TestDecide(t *testing.T) {
 		allowed     bool
 		reason      Reason
 		rule        string
+		static      []string // of names: from Options.Hosts
 	}{
-		{"public by default", nil, nil, "93.184.216.34:443", nil, true, "", ""},
-		{"loopback blocked", nil, nil, "127.0.0.1:8080", nil, false, ReasonBlocked, "127.0.0.0/8 (loopback)"},
-		{"loopback v6 blocked", nil, nil, "[::1]:8080", nil, false, ReasonBlocked, "::1/128 (loopback)"},
-		{"this network", nil, nil, "0.1.2.3:80", nil, false, ReasonBlocked, "0.0.0.0/8 (this network)"},
-		{"private 172.16", nil, nil, "172.20.1.1:80", nil, false, ReasonBlocked, "172.16.0.0/12 (private)"},
-		{"172.32 is public", nil, nil, "172.32.0.1:80", nil, true, "", ""},
-		{"link-local", nil, nil, "169.254.169.254:80", nil, false, ReasonBlocked, "169.254.0.0/16 (link-local)"},
-		{"link-local v6", nil, nil, "[fe80::1]:80", nil, false, ReasonBlocked, "fe80::/10 (link-local)"},
-		{"unique local", nil, nil, "[fd00::1]:80", nil, false, ReasonBlocked, "fc00::/7 (unique local)"},
-		{"CGNAT", nil, nil, "100.100.1.1:80", nil, false, ReasonBlocked, "100.64.0.0/10 (shared address space)"},
-		{"multicast", nil, nil, "239.1.1.1:80", nil, false, ReasonBlocked, "224.0.0.0/4 (multicast)"},
-		{"broadcast", nil, nil, "255.255.255.255:80", nil, false, ReasonBlocked, "240.0.0.0/4 (reserved and broadcast)"},
-		{"host address", nil, nil, "192.0.2.10:22", nil, false, ReasonBlocked, "host address 192.0.2.10"},
-		{"host address v6", nil, nil, "[2001:db8::10]:22", nil, false, ReasonBlocked, "host address 2001:db8::10"},
-		{"host address allowed", []string{"192.0.2.10:22"}, nil, "192.0.2.10:22", nil, true, "", "192.0.2.10:22"},
-		{"mapped address judged as IPv4", nil, nil, "[::ffff:127.0.0.1]:80", nil, false, ReasonBlocked, "127.0.0.0/8 (loopback)"},
-		{"allow opens loopback port", []string{"127.0.0.1:8443"}, nil, "127.0.0.1:8443", nil, true, "", "127.0.0.1:8443"},
-		{"allow list excludes the rest", []string{"127.0.0.1:8443"}, nil, "93.184.216.34:443", nil, false, ReasonNotAllowed, ""},
-		{"allow port only", []string{"127.0.0.1:8443"}, nil, "127.0.0.1:8444", nil, false, ReasonBlocked, "127.0.0.0/8 (loopback)"},
-		{"deny beats allow", []string{"10.0.0.0/8"}, []string{"10.1.2.3"}, "10.1.2.3:80", nil, false, ReasonDenyRule, "10.1.2.3"},
-		{"deny public", nil, []string{"93.184.216.0/24"}, "93.184.216.34:443", nil, false, ReasonDenyRule, "93.184.216.0/24"},
-		{"deny port only", nil, []string{"0.0.0.0/0:25"}, "93.184.216.34:443", nil, true, "", ""},
-		{"name allows", []string{"example.com"}, nil, "93.184.216.34:443", []string{"example.com"}, true, "", "example.com"},
-		{"name allows private", []string{"intranet.corp"}, nil, "10.5.5.5:443", []string{"intranet.corp"}, true, "", "intranet.corp"},
-		{"name unknown", []string{"example.com"}, nil, "93.184.216.34:443", nil, false, ReasonNotAllowed, ""},
-		{"one of several names", []string{"b.example"}, nil, "93.184.216.34:443", []string{"a.example", "b.example"}, true, "", "b.example"},
-		{"name with port", []string{"example.com:443"}, nil, "93.184.216.34:80", []string{"example.com"}, false, ReasonNotAllowed, ""},
-		{"wildcard", []string{"*.example.com"}, nil, "93.184.216.34:443", []string{"a.b.example.com"}, true, "", "*.example.com"},
-		{"wildcard not apex", []string{"*.example.com"}, nil, "93.184.216.34:443", []string{"example.com"}, false, ReasonNotAllowed, ""},
-		{"wildcard not suffix of label", []string{"*.example.com"}, nil, "93.184.216.34:443", []string{"badexample.com"}, false, ReasonNotAllowed, ""},
-		{"deny name", nil, []string{"*.ads.example"}, "93.184.216.34:443", []string{"x.ads.example"}, false, ReasonDenyRule, "*.ads.example"},
-		{"deny name beats allow address", []string{"0.0.0.0/0"}, []string{"evil.example"}, "93.184.216.34:443", []string{"evil.example"}, false, ReasonDenyRule, "evil.example"},
+		{"public by default", nil, nil, "93.184.216.34:443", nil, true, "", "", nil},
+		{"loopback blocked", nil, nil, "127.0.0.1:8080", nil, false, ReasonBlocked, "127.0.0.0/8 (loopback)", nil},
+		{"loopback v6 blocked", nil, nil, "[::1]:8080", nil, false, ReasonBlocked, "::1/128 (loopback)", nil},
+		{"this network", nil, nil, "0.1.2.3:80", nil, false, ReasonBlocked, "0.0.0.0/8 (this network)", nil},
+		{"private 172.16", nil, nil, "172.20.1.1:80", nil, false, ReasonBlocked, "172.16.0.0/12 (private)", nil},
+		{"172.32 is public", nil, nil, "172.32.0.1:80", nil, true, "", "", nil},
+		{"link-local", nil, nil, "169.254.169.254:80", nil, false, ReasonBlocked, "169.254.0.0/16 (link-local)", nil},
+		{"link-local v6", nil, nil, "[fe80::1]:80", nil, false, ReasonBlocked, "fe80::/10 (link-local)", nil},
+		{"unique local", nil, nil, "[fd00::1]:80", nil, false, ReasonBlocked, "fc00::/7 (unique local)", nil},
+		{"CGNAT", nil, nil, "100.100.1.1:80", nil, false, ReasonBlocked, "100.64.0.0/10 (shared address space)", nil},
+		{"multicast", nil, nil, "239.1.1.1:80", nil, false, ReasonBlocked, "224.0.0.0/4 (multicast)", nil},
+		{"broadcast", nil, nil, "255.255.255.255:80", nil, false, ReasonBlocked, "240.0.0.0/4 (reserved and broadcast)", nil},
+		{"host address", nil, nil, "203.0.114.10:22", nil, false, ReasonBlocked, "host address 203.0.114.10", nil},
+		{"host address v6", nil, nil, "[2a00:1450::10]:22", nil, false, ReasonBlocked, "host address 2a00:1450::10", nil},
+		{"host address allowed", []string{"203.0.114.10:22"}, nil, "203.0.114.10:22", nil, true, "", "203.0.114.10:22", nil},
+		{"IETF protocol assignments", nil, nil, "192.0.0.8:80", nil, false, ReasonBlocked, "192.0.0.0/24 (IETF protocol assignments)", nil},
+		{"documentation", nil, nil, "192.0.2.1:80", nil, false, ReasonBlocked, "192.0.2.0/24 (documentation)", nil},
+		{"benchmarking", nil, nil, "198.19.1.1:80", nil, false, ReasonBlocked, "198.18.0.0/15 (benchmarking)", nil},
+		{"NAT64 of loopback", nil, nil, "[64:ff9b::7f00:1]:80", nil, false, ReasonBlocked, "64:ff9b::/96 (NAT64)", nil},
+		{"6to4 of loopback", nil, nil, "[2002:7f00:1::1]:80", nil, false, ReasonBlocked, "2002::/16 (6to4)", nil},
+		{"IPv6 public", nil, nil, "[2a00:1450::1]:443", nil, true, "", "", nil},
+		{"mapped address judged as IPv4", nil, nil, "[::ffff:127.0.0.1]:80", nil, false, ReasonBlocked, "127.0.0.0/8 (loopback)", nil},
+		{"allow opens loopback port", []string{"127.0.0.1:8443"}, nil, "127.0.0.1:8443", nil, true, "", "127.0.0.1:8443", nil},
+		{"allow list excludes the rest", []string{"127.0.0.1:8443"}, nil, "93.184.216.34:443", nil, false, ReasonNotAllowed, "", nil},
+		{"allow port only", []string{"127.0.0.1:8443"}, nil, "127.0.0.1:8444", nil, false, ReasonBlocked, "127.0.0.0/8 (loopback)", nil},
+		{"deny beats allow", []string{"10.0.0.0/8"}, []string{"10.1.2.3"}, "10.1.2.3:80", nil, false, ReasonDenyRule, "10.1.2.3", nil},
+		{"deny public", nil, []string{"93.184.216.0/24"}, "93.184.216.34:443", nil, false, ReasonDenyRule, "93.184.216.0/24", nil},
+		{"deny port only", nil, []string{"0.0.0.0/0:25"}, "93.184.216.34:443", nil, true, "", "", nil},
+		{"name allows", []string{"example.com"}, nil, "93.184.216.34:443", []string{"example.com"}, true, "", "example.com", nil},
+		{"a name's answer does not open private", []string{"intranet.corp"}, nil, "10.5.5.5:443", []string{"intranet.corp"}, false, ReasonBlocked, "10.0.0.0/8 (private)", nil},
+		{"a CIDR opens private", []string{"intranet.corp", "10.5.0.0/16"}, nil, "10.5.5.5:443", []string{"intranet.corp"}, true, "", "10.5.0.0/16", nil},
+		{"a static name opens private", []string{"intranet.corp"}, nil, "10.5.5.5:443", []string{"intranet.corp"}, true, "", "intranet.corp", []string{"intranet.corp"}},
+		{"a name's answer does not open loopback", []string{"*.nip.io"}, nil, "127.0.0.1:8080", []string{"127.0.0.1.nip.io"}, false, ReasonBlocked, "127.0.0.0/8 (loopback)", nil},
+		{"a static name opens loopback", []string{"api.test:8080"}, nil, "127.0.0.1:8080", []string{"api.test"}, true, "", "api.test:8080", []string{"api.test"}},
+		{"a name's answer does not open the metadata address", []string{"meta.example"}, nil, "169.254.169.254:80", []string{"meta.example"}, false, ReasonBlocked, "169.254.0.0/16 (link-local)", nil},
+		{"a name's answer does not open a host address", []string{"*.example"}, nil, "203.0.114.10:22", []string{"h.example"}, false, ReasonBlocked, "host address 203.0.114.10", nil},
+		{"a name's answer does not open special-purpose", []string{"*.example"}, nil, "198.18.0.1:80", []string{"b.example"}, false, ReasonBlocked, "198.18.0.0/15 (benchmarking)", nil},
+		{"name unknown", []string{"example.com"}, nil, "93.184.216.34:443", nil, false, ReasonNotAllowed, "", nil},
+		{"one of several names", []string{"b.example"}, nil, "93.184.216.34:443", []string{"a.example", "b.example"}, true, "", "b.example", nil},
+		{"name with port", []string{"example.com:443"}, nil, "93.184.216.34:80", []string{"example.com"}, false, ReasonNotAllowed, "", nil},
+		{"wildcard", []string{"*.example.com"}, nil, "93.184.216.34:443", []string{"a.b.example.com"}, true, "", "*.example.com", nil},
+		{"wildcard not apex", []string{"*.example.com"}, nil, "93.184.216.34:443", []string{"example.com"}, false, ReasonNotAllowed, "", nil},
+		{"wildcard not suffix of label", []string{"*.example.com"}, nil, "93.184.216.34:443", []string{"badexample.com"}, false, ReasonNotAllowed, "", nil},
+		{"deny name", nil, []string{"*.ads.example"}, "93.184.216.34:443", []string{"x.ads.example"}, false, ReasonDenyRule, "*.ads.example", nil},
+		{"deny name beats allow address", []string{"0.0.0.0/0"}, []string{"evil.example"}, "93.184.216.34:443", []string{"evil.example"}, false, ReasonDenyRule, "evil.example", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := mustPolicy(t, tt.allow, tt.deny)
-			v := p.decide(netip.MustParseAddrPort(tt.dst), tt.names, host)
+			v := p.decide(netip.MustParseAddrPort(tt.dst), tt.names, tt.static, host)
 			if v.allow != tt.allowed || v.reason != tt.reason || v.rule != tt.rule {
 				t.Errorf("decide(%s, %q) = %+v, want allow %v reason %q rule %q", tt.dst, tt.names, v, tt.allowed, tt.reason, tt.rule)
 			}

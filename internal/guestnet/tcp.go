@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,7 +82,19 @@ func (n *Network) judge(dst netip.AddrPort) (netip.AddrPort, verdict, []string) 
 		return dst, verdict{reason: ReasonGuestNetwork, rule: n.cfg.Guest.Masked().String()}, nil
 	}
 	names := n.names.lookup(dst.Addr(), n.opts.Now())
-	return dst, n.policy.Load().decide(dst, names, n.cfg.HostAddrs), names
+	return dst, n.policy.Load().decide(dst, names, n.static(dst.Addr(), names), n.cfg.HostAddrs), names
+}
+
+// static returns those of names that Options.Hosts maps to a.
+func (n *Network) static(a netip.Addr, names []string) []string {
+	var out []string
+	a = a.Unmap()
+	for _, name := range names {
+		if slices.Contains(n.opts.Hosts[name], a) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // refuse counts and reports a refused connection.

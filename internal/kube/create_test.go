@@ -3,11 +3,18 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/kube"
+	"github.com/hvkube/hvkube/internal/kube/kubetest"
 )
 
 // TestCreateKeepsLaterStatusOnKubernetes: a create with a status is two
@@ -89,5 +96,45 @@ func TestCreateKeepsLaterStatusOnKubernetes(t *testing.T) {
 			t.Fatalf("%d of %d sandboxes lost the node written after their creation, or their phase: %v", len(lost), len(items), lost)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// failStatus fails every write of a status subresource with a 503, as an
+// API server that goes away between a create and its status write.
+type failStatus struct{ next http.RoundTripper }
+
+func (f failStatus) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/status") {
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(strings.NewReader("unavailable")), Request: r}, nil
+	}
+	return f.next.RoundTrip(r)
+}
+
+// TestCreateWhoseStatusWriteFailsOnKubernetes: a create is reported as
+// done once the object exists, also when the status write after it
+// fails: a caller told otherwise makes another (a pool, its next member).
+func TestCreateWhoseStatusWriteFailsOnKubernetes(t *testing.T) {
+	env := kubetest.Start(t)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return failStatus{rt} }
+	st, err := kube.Open(context.Background(), kube.Options{Config: cfg, Namespace: env.Namespace(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+	sb.Metadata.Name = "created"
+	sb.Status.Phase = api.SandboxPending
+	out, err := st.Create(ctx, sb)
+	if err != nil {
+		t.Fatalf("create reported %v for an object it made", err)
+	}
+	if out.GetMeta().Name != "created" || out.GetMeta().UID == "" {
+		t.Fatalf("create returned %+v, want the object the API server made", out.GetMeta())
+	}
+	if _, err := st.Get(ctx, api.KindSandbox, "created"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,90 +2,175 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"hash/fnv"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
-// eventQueue bounds the events waiting to be written; past it an event is
-// dropped with a warning rather than holding a controller up.
-const eventQueue = 10000
+// Event writing: record never waits. Each event goes through client-go's
+// EventCorrelator (tools/record), as the kubelet's do: the same event
+// about the same object again is one Event whose count and last timestamp
+// grow; more than ten that differ only in their message within ten
+// minutes become one "(combined from similar events)" Event; and a token
+// bucket per object drops what floods. What it keeps waits, by Event name,
+// for one of eventWriters writers (client-go's workqueue: one write of a
+// name at a time, a newer count replacing an unwritten one).
+//
+// Not client-go's tools/events (events.k8s.io): it merges every event of
+// one reason about an object whatever its message, and writes a series'
+// count only every 30 minutes, while `hvkube describe` and `kubectl get
+// events` read core/v1 Events with their counts.
+// eventQueue bounds the Events waiting to be written; past it an event is
+// dropped (and counted) rather than held. A variable for tests.
+var eventQueue = 10000
 
-// events writes the store's events, one at a time and in order, as
-// Kubernetes Events, aggregated as kubectl users know them: the same
-// type, reason and message about the same object is one Event whose count
-// and last timestamp grow.
+const (
+	// eventWriters write Events at once.
+	eventWriters = 4
+	// eventTries is how many times an Event's write is tried.
+	eventTries = 3
+	// eventBurst events about one object pass at once, then eventQPS a
+	// second: a pool member claimed a few times a second keeps its
+	// events, one that loops without end does not flood the API server.
+	eventBurst = 100
+	eventQPS   = 2
+)
+
+// Reasons an event was not written (Store.EventDrops).
+const (
+	DropFull      = "queue-full"   // eventQueue Events waited already
+	DropRateLimit = "rate-limit"   // the object's token bucket was empty
+	DropFailed    = "write-failed" // eventTries writes failed
+	DropClosed    = "store-closed" // recorded after Close
+)
+
+// events writes the store's events as Kubernetes Events.
 type events struct {
 	s         *Store
 	component string
-	q         chan eventItem
-	done      chan struct{}
+	corr      *record.EventCorrelator
+	q         workqueue.TypedRateLimitingInterface[string] // Event names
+	wg        sync.WaitGroup
+	seq       atomic.Uint64 // numbers the Events' names
 
-	mu     sync.Mutex // guards closed, and sends to q against close
-	closed bool
+	mu      sync.Mutex               // guards the fields below
+	pending map[string]*eventWrite   // by Event name: what is still to write
+	writing map[string]*corev1.Event // by Event name: being written now
+	dropped map[string]uint64        // by reason
+	warned  time.Time                // the last warning of a drop
+	closed  bool
 }
 
-type eventItem struct {
-	obj                  api.ObjectReference
-	typ, reason, message string
-	at                   time.Time
-	flushed              chan struct{} // a flush marker when set
+// eventWrite is the state of an Event to write, and whether the API
+// server may already have it (a patch, else a create).
+type eventWrite struct {
+	ev     *corev1.Event
+	exists bool
 }
 
 func newEvents(s *Store, component string) *events {
-	e := &events{s: s, component: component, q: make(chan eventItem, eventQueue), done: make(chan struct{})}
-	go e.run()
+	e := &events{s: s, component: component,
+		corr:    record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{BurstSize: eventBurst, QPS: eventQPS}),
+		q:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		pending: map[string]*eventWrite{}, writing: map[string]*corev1.Event{}, dropped: map[string]uint64{}}
+	for range eventWriters {
+		e.wg.Add(1)
+		go e.run()
+	}
 	return e
 }
 
+// record queues an event about o; it never waits.
 func (e *events) record(o api.Object, typ, reason, message string) {
 	m := o.GetMeta()
-	it := eventItem{obj: api.ObjectReference{Kind: o.GetTypeMeta().Kind, Name: m.Name, UID: m.UID}, typ: typ, reason: reason, message: message, at: e.s.now()}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
+	at := metav1.NewTime(e.s.now())
+	name := strings.ToLower(m.Name)
+	if len(name) > 200 {
+		name = name[:200]
+	}
+	ev := &corev1.Event{
+		// The time as Kubernetes names Events, and a count: two events of
+		// one clock tick (a coarse or a test's clock) are two Events.
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x.%x", name, at.UnixNano(), e.seq.Add(1)), Namespace: e.s.ns},
+		InvolvedObject: corev1.ObjectReference{APIVersion: api.KubeVersion, Kind: o.GetTypeMeta().Kind, Name: m.Name,
+			UID: typesUID(m.UID), Namespace: e.s.ns},
+		Type: typ, Reason: reason, Message: message,
+		Source:         corev1.EventSource{Component: e.component},
+		FirstTimestamp: at, LastTimestamp: at, Count: 1,
+	}
+	res, err := e.corr.EventCorrelate(ev)
+	switch {
+	case err != nil:
+		e.s.log.Warn("correlate event", "kind", ev.InvolvedObject.Kind, "object", m.Name, "reason", reason, "err", err)
+		return
+	case res.Skip:
+		e.drop(DropRateLimit, ev)
 		return
 	}
-	select {
-	case e.q <- it:
-	default:
-		e.s.log.Warn("event queue full; event dropped", "kind", it.obj.Kind, "object", it.obj.Name, "reason", reason)
-	}
-}
-
-// flush waits until every event queued before it is written.
-func (e *events) flush(ctx context.Context) {
-	mark := eventItem{flushed: make(chan struct{})}
+	ev = res.Event
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
+		e.drop(DropClosed, ev)
 		return
 	}
-	select {
-	case e.q <- mark:
-	case <-ctx.Done():
+	if w, ok := e.pending[ev.Name]; ok {
+		w.ev = ev // a newer count of an Event not written yet
+	} else if len(e.pending) >= eventQueue {
 		e.mu.Unlock()
+		e.drop(DropFull, ev)
 		return
+	} else {
+		_, busy := e.writing[ev.Name]
+		e.pending[ev.Name] = &eventWrite{ev: ev, exists: res.Patch != nil || busy}
 	}
 	e.mu.Unlock()
-	select {
-	case <-mark.flushed:
-	case <-ctx.Done():
+	e.q.Add(ev.Name)
+}
+
+// drop counts an event not written, and says so at most once a minute.
+func (e *events) drop(why string, ev *corev1.Event) {
+	e.mu.Lock()
+	e.dropped[why]++
+	n := e.dropped[why]
+	now := time.Now()
+	warn := now.Sub(e.warned) >= time.Minute
+	if warn {
+		e.warned = now
+	}
+	e.mu.Unlock()
+	if warn {
+		e.s.log.Warn("event not written", "why", why, "kind", ev.InvolvedObject.Kind, "object", ev.InvolvedObject.Name,
+			"reason", ev.Reason, "droppedSoFar", n)
 	}
 }
 
+// drops is how many events were not written, by why.
+func (e *events) drops() map[string]uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.dropped)
+}
+
+// close writes what is queued, for at most closeWait, and stops the
+// writers.
 func (e *events) close() {
 	e.mu.Lock()
 	if e.closed {
@@ -93,74 +178,135 @@ func (e *events) close() {
 		return
 	}
 	e.closed = true
-	close(e.q)
 	e.mu.Unlock()
-	<-e.done
+	drained := make(chan struct{})
+	go func() {
+		e.q.ShutDownWithDrain()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(closeWait):
+		e.q.ShutDown()
+	}
+	e.wg.Wait()
 }
+
+// closeWait bounds how long Close writes the Events still queued.
+const closeWait = 10 * time.Second
 
 func (e *events) run() {
-	defer close(e.done)
-	for it := range e.q {
-		if it.flushed != nil {
-			close(it.flushed)
-			continue
+	defer e.wg.Done()
+	for {
+		name, shutdown := e.q.Get()
+		if shutdown {
+			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := e.write(ctx, it); err != nil {
-			e.s.log.Warn("record event", "kind", it.obj.Kind, "object", it.obj.Name, "reason", it.reason, "err", err)
-		}
-		cancel()
+		e.writeNext(name)
+		e.q.Done(name)
 	}
 }
 
-// eventName is the name of the aggregated Event of it: the object's name
-// and a hash of what makes two events the same.
-func eventName(it eventItem) string {
-	h := fnv.New64a()
-	for _, s := range []string{it.obj.Kind, it.obj.UID, it.typ, it.reason, it.message} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
+// writeNext writes the pending state of the Event name; a failed write
+// is tried again later unless a newer state replaced it meanwhile.
+func (e *events) writeNext(name string) {
+	e.mu.Lock()
+	w, ok := e.pending[name]
+	if ok {
+		delete(e.pending, name)
+		e.writing[name] = w.ev
 	}
-	name := it.obj.Name
-	if len(name) > 200 {
-		name = name[:200]
+	e.mu.Unlock()
+	if !ok {
+		return
 	}
-	return fmt.Sprintf("%s.%016x", strings.ToLower(name), h.Sum64())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := e.write(ctx, w)
+	cancel()
+	e.mu.Lock()
+	delete(e.writing, name)
+	_, newer := e.pending[name]
+	retry := err != nil && !newer && e.q.NumRequeues(name) < eventTries-1 && !e.closed
+	switch {
+	case err == nil:
+		if newer {
+			e.pending[name].exists = true
+		}
+	case retry:
+		e.pending[name] = w
+	case newer:
+		// The next write carries this one's count.
+	}
+	e.mu.Unlock()
+	switch {
+	case err == nil:
+		// The correlator's count stays this store's: the API server's
+		// answer may be older than an event recorded meanwhile.
+		e.q.Forget(name)
+	case retry:
+		e.q.AddRateLimited(name)
+	case !newer:
+		e.q.Forget(name)
+		e.drop(DropFailed, w.ev)
+		e.s.log.Debug("write event", "event", name, "err", err)
+	}
 }
 
-func (e *events) write(ctx context.Context, it eventItem) error {
+// write creates the Event, or updates the count, last timestamp and
+// message of the one the API server has.
+func (e *events) write(ctx context.Context, w *eventWrite) error {
 	evs := e.s.core.CoreV1().Events(e.s.ns)
-	name := eventName(it)
-	at := metav1.NewTime(it.at)
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.s.ns},
-		InvolvedObject: corev1.ObjectReference{APIVersion: api.KubeVersion, Kind: it.obj.Kind, Name: it.obj.Name,
-			UID: typesUID(it.obj.UID), Namespace: e.s.ns},
-		Type: it.typ, Reason: it.reason, Message: it.message,
-		Source:         corev1.EventSource{Component: e.component},
-		FirstTimestamp: at, LastTimestamp: at, Count: 1,
+	if !w.exists {
+		_, err := evs.Create(ctx, w.ev, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
 	}
-	_, err := evs.Create(ctx, ev, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
+	patch, err := json.Marshal(map[string]any{"count": w.ev.Count, "lastTimestamp": w.ev.LastTimestamp, "message": w.ev.Message})
+	if err != nil {
 		return err
 	}
-	for range 3 {
-		cur, err := evs.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cur.Count++
-		cur.LastTimestamp = at
-		if _, err = evs.Update(ctx, cur, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
-			return err
-		}
+	_, err = evs.Patch(ctx, w.ev.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		// Expired (Events live an hour): it starts again.
+		fresh := w.ev.DeepCopy()
+		fresh.ResourceVersion = ""
+		_, err = evs.Create(ctx, fresh, metav1.CreateOptions{})
 	}
-	return fmt.Errorf("event %s: three conflicts in a row", name)
+	return err
 }
 
-// list returns the events f asks for, oldest first.
+// unwritten is what list adds to the API server's answer: the Events
+// still to write (or being written) that f asks for.
+func (e *events) unwritten(f store.EventFilter) map[string]*corev1.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]*corev1.Event{}
+	add := func(ev *corev1.Event) {
+		if (f.Kind == "" || ev.InvolvedObject.Kind == f.Kind) && (f.Name == "" || ev.InvolvedObject.Name == f.Name) {
+			if cur, ok := out[ev.Name]; !ok || ev.Count > cur.Count {
+				out[ev.Name] = ev
+			}
+		}
+	}
+	for _, ev := range e.writing {
+		add(ev)
+	}
+	for _, w := range e.pending {
+		add(w.ev)
+	}
+	return out
+}
+
+// list returns the events f asks for, oldest first: the API server's,
+// with what this store recorded and has not written yet (without waiting
+// for it), unless f asks for what comes after a resourceVersion (those
+// come in a later list, with theirs).
 func (e *events) list(ctx context.Context, f store.EventFilter) ([]*api.Event, error) {
-	e.flush(ctx)
+	var unwritten map[string]*corev1.Event
+	if f.After == "" {
+		unwritten = e.unwritten(f)
+	}
 	var sel []fields.Selector
 	if f.Kind != "" {
 		sel = append(sel, fields.OneTermEqualSelector("involvedObject.kind", f.Kind))
@@ -182,11 +328,25 @@ func (e *events) list(ctx context.Context, f store.EventFilter) ([]*api.Event, e
 	}
 	var out []*api.Event
 	for i := range l.Items {
-		ev := fromKubeEvent(&l.Items[i])
+		k := &l.Items[i]
+		if u, ok := unwritten[k.Name]; ok {
+			if u.Count > k.Count {
+				k.Count, k.LastTimestamp, k.Message = u.Count, u.LastTimestamp, u.Message
+			}
+			delete(unwritten, k.Name)
+		}
+		ev := fromKubeEvent(k)
 		if !f.Since.IsZero() && ev.Timestamp.Before(f.Since) {
 			continue
 		}
 		if f.After != "" && rvNumber(ev.Metadata.ResourceVersion) <= after {
+			continue
+		}
+		out = append(out, ev)
+	}
+	for _, u := range unwritten {
+		ev := fromKubeEvent(u)
+		if !f.Since.IsZero() && ev.Timestamp.Before(f.Since) {
 			continue
 		}
 		out = append(out, ev)

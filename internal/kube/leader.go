@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
@@ -51,7 +52,9 @@ func (s *Store) Lead(ctx context.Context, o LeaderOptions, lead func(ctx context
 	if err != nil {
 		return fmt.Errorf("kube: leader Lease: %w", err)
 	}
-	led := false
+	// OnStartedLeading runs on a goroutine of its own, OnStoppedLeading
+	// on Run's.
+	var led atomic.Bool
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:          lock,
 		LeaseDuration: o.LeaseDuration,
@@ -63,12 +66,12 @@ func (s *Store) Lead(ctx context.Context, o LeaderOptions, lead func(ctx context
 		Name:            o.Lease,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				led = true
+				led.Store(true)
 				s.log.Info("leading", "lease", o.Lease, "identity", o.Identity)
 				lead(ctx)
 			},
 			OnStoppedLeading: func() {
-				if led {
+				if led.Load() {
 					s.log.Warn("stopped leading", "lease", o.Lease, "identity", o.Identity)
 				}
 			},

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +45,9 @@ type Options struct {
 	// Now is the clock of event timestamps; time.Now when nil.
 	Now func() time.Time
 }
+
+// klogOnce sets client-go's logger (Open).
+var klogOnce sync.Once
 
 // Store is the Kubernetes store. It is safe for concurrent use.
 type Store struct {
@@ -87,9 +91,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	// client-go logs through klog: into this store's log instead of its
-	// own lines on stderr.
-	klog.SetSlogLogger(s.log.With("from", "client-go"))
+	// client-go logs through klog: into the first store's log instead of
+	// its own lines on stderr. klog's logger is the process's, and setting
+	// it while clients log is a data race: once.
+	klogOnce.Do(func() { klog.SetSlogLogger(s.log.With("from", "client-go")) })
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -238,8 +243,14 @@ func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 		return nil, err
 	}
 	if st := o.GetStatus(); st != nil && !isZero(st) {
-		if out, err = s.initStatus(ctx, out, o); err != nil {
-			return nil, fmt.Errorf("write the status of the created %s %s: %w", o.GetTypeMeta().Kind, o.GetMeta().Name, err)
+		// The object exists whatever becomes of its status: a caller told
+		// the create failed would make another (a pool, its next member).
+		// Without it, the status is the API server's empty one, which
+		// every controller reads as the phase the creator set (Pending).
+		if withStatus, err := s.initStatus(ctx, out, o); err != nil {
+			s.log.Warn("created without its initial status", "kind", o.GetTypeMeta().Kind, "name", o.GetMeta().Name, "err", err)
+		} else {
+			out = withStatus
 		}
 	}
 	s.ev.record(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
@@ -422,8 +433,12 @@ func (s *Store) RecordEvent(ctx context.Context, o api.Object, eventType, reason
 	return nil
 }
 
+// EventDrops is how many events this store did not write, by why (the
+// Drop constants).
+func (s *Store) EventDrops() map[string]uint64 { return s.ev.drops() }
+
 // ListEvents returns events oldest first, every event recorded before the
-// call included.
+// call included (those not written yet from this store's memory).
 func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]*api.Event, error) {
 	return s.ev.list(ctx, f)
 }

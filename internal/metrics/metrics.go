@@ -117,6 +117,27 @@ func (m *Metrics) ObserveReconcile(controller string, err error) {
 	}
 }
 
+// CountEventDrops exports drops (how many events the store did not
+// write, by why) as hvkube_events_dropped_total at each scrape.
+func (m *Metrics) CountEventDrops(drops func() map[string]uint64) {
+	if m != nil {
+		m.reg.MustRegister(eventDrops(drops))
+	}
+}
+
+var eventsDroppedDesc = prometheus.NewDesc("hvkube_events_dropped_total",
+	"Events not written to the store, by why: queue-full, rate-limit (too many about one object), write-failed, store-closed.", []string{"why"}, nil)
+
+type eventDrops func() map[string]uint64
+
+func (d eventDrops) Describe(ch chan<- *prometheus.Desc) { ch <- eventsDroppedDesc }
+
+func (d eventDrops) Collect(ch chan<- prometheus.Metric) {
+	for why, n := range d() {
+		ch <- prometheus.MustNewConstMetric(eventsDroppedDesc, prometheus.CounterValue, float64(n), why)
+	}
+}
+
 // objects collects the object gauges from the store at scrape time: one
 // list per kind, bounded by ScrapeTimeout.
 type objects struct {

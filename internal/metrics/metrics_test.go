@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -542,5 +543,29 @@ func TestNodeGauges(t *testing.T) {
 		if got := gauge(t, fams, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
 		}
+	}
+}
+
+// TestEventDrops: the store's count of events it did not write is read at
+// each scrape, as a counter by why.
+func TestEventDrops(t *testing.T) {
+	m := metrics.New(openStore(t))
+	drops := map[string]uint64{"queue-full": 3}
+	m.CountEventDrops(func() map[string]uint64 { return maps.Clone(drops) })
+	read := func() map[string]float64 {
+		out := map[string]float64{}
+		if f := families(t, m)["hvkube_events_dropped_total"]; f != nil {
+			for _, mt := range f.GetMetric() {
+				out[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
+			}
+		}
+		return out
+	}
+	if got := read(); len(got) != 1 || got["queue-full"] != 3 {
+		t.Fatalf("hvkube_events_dropped_total: %v, want queue-full 3", got)
+	}
+	drops["rate-limit"] = 7
+	if got := read(); got["queue-full"] != 3 || got["rate-limit"] != 7 {
+		t.Fatalf("after more drops: %v, want queue-full 3, rate-limit 7", got)
 	}
 }

@@ -63,7 +63,9 @@ func (n *Node) reconcileAgentFrom(ctx context.Context, name string, fresh bool) 
 		o, err = n.read(ctx, api.KindAgent, name)
 	}
 	if errors.Is(err, api.ErrNotFound) {
-		n.stopRun(name)
+		if n.stopRun(name) {
+			return reconcile.Result{}, nil // back here when the run has ended
+		}
 		n.removeAgentFiles(name)
 		return reconcile.Result{}, nil
 	}
@@ -91,7 +93,12 @@ func (n *Node) reconcileAgentFrom(ctx context.Context, name string, fresh bool) 
 		a.Status.Phase == api.AgentRunning && a.Status.Sandbox != "" && n.runs.get(name) == nil):
 		return n.reconcileAgentFrom(ctx, name, true)
 	case a.Metadata.DeletionTimestamp != nil:
-		n.stopRun(name)
+		if n.stopRun(name) {
+			// The attempt releases its sandbox as it ends (a reset takes
+			// seconds), and the agent comes back here then: no worker
+			// waits for it.
+			return reconcile.Result{}, nil
+		}
 		if agentstate.Bound(a) {
 			if err := n.release(ctx, a.Status.Sandbox, name); err != nil {
 				return reconcile.Result{}, err
@@ -243,12 +250,20 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 }
 
 // stopRun cancels the attempt of agent name, if this node runs one, and
-// waits for it to end.
-func (n *Node) stopRun(name string) {
-	if r := n.runs.get(name); r != nil {
-		r.cancel()
-		<-r.done
+// reports whether it is still ending: the run puts the agent back in the
+// queue when it has. Without a queue (a node driven directly) it waits
+// for the run to end and reports false.
+func (n *Node) stopRun(name string) bool {
+	r := n.runs.get(name)
+	if r == nil {
+		return false
 	}
+	r.cancel()
+	if n.agentsQ != nil {
+		return true
+	}
+	<-r.done
+	return false
 }
 
 // attempt runs one attempt of a, writes its outcome, and releases the
@@ -300,8 +315,12 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 	}
 	now := n.now()
 	reason := "Failed"
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	var lost heartbeatLost
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		reason = "DeadlineExceeded"
+	case errors.As(err, &lost):
+		reason = "HeartbeatLost"
 	}
 	out, uerr := reconcile.UpdateStatus(bg, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
@@ -311,7 +330,7 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 			agentstate.Complete(cur, res, now)
 		} else {
 			cur.Status.Result = res
-			agentstate.FailAttempt(cur, reason, err.Error(), now)
+			failAttempt(cur, reason, err.Error(), now)
 		}
 		return true
 	})
@@ -356,26 +375,30 @@ func (n *Node) releaseLogged(ctx context.Context, sandbox, agent string, lg *run
 // watchMCP follows an mcp-agent's attempt: the external agent completes it
 // through the API; the node ends it when its deadline passes.
 func (n *Node) watchMCP(ctx context.Context, a *api.Agent, now time.Time) (reconcile.Result, error) {
-	deadline := now
-	if a.Status.StartedAt != nil {
-		deadline = a.Status.StartedAt.Add(agentstate.Timeout(a))
-	}
+	deadline, reason, msg := agentstate.MCPDeadline(a, now)
 	if now.Before(deadline) {
 		return reconcile.Result{RequeueAfter: deadline.Sub(now)}, nil
 	}
 	attempt := a.Status.Attempts
-	msg := fmt.Sprintf("nothing completed it within %s", agentstate.Timeout(a))
 	out, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
 			return false
 		}
-		agentstate.FailAttempt(cur, "DeadlineExceeded", msg, now)
+		// A heartbeat may have come since a was read.
+		if d, _, _ := agentstate.MCPDeadline(cur, now); now.Before(d) {
+			return false
+		}
+		failAttempt(cur, reason, msg, now)
 		return true
 	})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	n.event(ctx, out, api.EventWarning, "DeadlineExceeded", msg)
+	if out.Status.Phase == api.AgentRunning && out.Status.Attempts == attempt {
+		d, _, _ := agentstate.MCPDeadline(out, now)
+		return reconcile.Result{RequeueAfter: max(d.Sub(now), time.Second)}, nil
+	}
+	n.event(ctx, out, api.EventWarning, reason, msg)
 	return reconcile.Result{}, n.release(ctx, a.Status.Sandbox, a.Metadata.Name)
 }
 
@@ -451,4 +474,15 @@ func (n *Node) AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser,
 		return nil, notFound(" (it is not a regular file)")
 	}
 	return f, nil
+}
+
+// failAttempt fails a's attempt for reason: HeartbeatLost fails it for
+// good (its external agent is gone: a retry would wait for nobody), any
+// other reason as its retries allow.
+func failAttempt(a *api.Agent, reason, msg string, now time.Time) {
+	if reason == "HeartbeatLost" {
+		agentstate.FailFinally(a, reason, msg, now)
+		return
+	}
+	agentstate.FailAttempt(a, reason, msg, now)
 }

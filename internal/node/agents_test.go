@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -390,10 +391,11 @@ spec:
 	}
 }
 
-// TestMCPAgentDeadline lets an mcp-agent's deadline pass on the injected
-// clock with nothing completing it: it fails with DeadlineExceeded and
-// its sandbox is released.
-func TestMCPAgentDeadline(t *testing.T) {
+// runningMCPAgent runs mcp-agent "job", with the completion given (YAML),
+// on the one sandbox of pool "web", on an injected clock; it returns once
+// the agent runs.
+func runningMCPAgent(t *testing.T, completion string) (*cluster, *clock.Fake, string) {
+	t.Helper()
 	clk := clock.NewFake(time.Now())
 	c := newClusterWith(t, clusterOptions{now: clk.Now})
 	c.create(t, yamlObj(t, poolYAML("web", 1, "")))
@@ -404,13 +406,53 @@ metadata: {name: job}
 spec:
   sandboxSelector: {pool: web}
   type: mcp-agent
-  completion: {timeoutMinutes: 1}
+  completion: `+completion+`
 `))
 	c.waitAgent(t, "job", api.AgentRunning)
+	return c, clk, member
+}
+
+// TestMCPAgentDeadline lets an mcp-agent's deadline pass on the injected
+// clock with nothing completing it: it fails with DeadlineExceeded and
+// its sandbox is released.
+func TestMCPAgentDeadline(t *testing.T) {
+	c, clk, member := runningMCPAgent(t, "{timeoutMinutes: 1}")
 	clk.Advance(3*time.Minute + time.Second)
 	a := c.waitAgent(t, "job", api.AgentFailed)
 	if got, want := a.Status.Reason, "DeadlineExceeded"; got != want {
 		t.Errorf("reason %q, want %q", got, want)
+	}
+	c.waitReleased(t, member, api.SandboxPaused)
+}
+
+// TestMCPAgentHeartbeat: an mcp-agent that takes heartbeats runs on while
+// they come, past the heartbeat interval, and fails with HeartbeatLost,
+// its sandbox released, once they stop: a lease held by a process that
+// died goes back to the pool long before its timeout.
+func TestMCPAgentHeartbeat(t *testing.T) {
+	c, clk, member := runningMCPAgent(t, "{timeoutMinutes: 60, heartbeatSeconds: 30}")
+	beat := func() {
+		t.Helper()
+		now := clk.Now()
+		if _, err := reconcile.UpdateStatus(context.Background(), c.st, api.KindAgent, "job", func(a *api.Agent) bool {
+			a.Status.HeartbeatAt = &now
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		clk.Advance(20 * time.Second)
+		beat()
+	}
+	time.Sleep(200 * time.Millisecond) // the node sees the last one
+	if a := c.agent(t, "job"); a.Status.Phase != api.AgentRunning {
+		t.Fatalf("agent %s (%s) after 80 s of heartbeats every 20 s, want Running", a.Status.Phase, a.Status.Message)
+	}
+	clk.Advance(31 * time.Second)
+	a := c.waitAgent(t, "job", api.AgentFailed)
+	if got, want := a.Status.Reason, "HeartbeatLost"; got != want {
+		t.Errorf("reason %q (%s), want %q", got, a.Status.Message, want)
 	}
 	c.waitReleased(t, member, api.SandboxPaused)
 }
@@ -463,6 +505,75 @@ func TestDeleteRunningAgent(t *testing.T) {
 		_, err := os.Stat(filepath.Join(c.dir, "agents", "job"))
 		return errors.Is(err, os.ErrNotExist), fmt.Sprint(err)
 	})
+}
+
+// TestDeleteRunningAgentsFreesTheWorkers: an agent deleted while it runs
+// does not hold one of the node's agent workers while its sandbox resets.
+// With every reset held back, deleting more running agents than the node
+// has workers still leaves a worker to start the next agent.
+func TestDeleteRunningAgentsFreesTheWorkers(t *testing.T) {
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	c := newClusterWith(t, clusterOptions{fake: fake.Options{Delay: func(op string) time.Duration {
+		if op == fake.OpReset {
+			<-gate
+		}
+		return 0
+	}}})
+	t.Cleanup(open)
+	const deleted = 5 // more than the node's 4 agent workers
+	c.create(t, yamlObj(t, poolYAML("web", deleted+1, "")))
+	c.waitPool(t, "web", deleted+1, api.SandboxPaused)
+	agent := func(name, steps string) {
+		c.create(t, yamlObj(t, `apiVersion: hvkube/v1
+kind: Agent
+metadata: {name: `+name+`}
+spec:
+  sandboxSelector: {pool: web}
+  task:
+    steps: [`+steps+`]
+`))
+	}
+	for i := range deleted {
+		agent(fmt.Sprintf("job-%d", i), `{action: wait, duration: 100}`)
+	}
+	for i := range deleted {
+		c.waitAgent(t, fmt.Sprintf("job-%d", i), api.AgentRunning)
+	}
+	for i := range deleted {
+		if _, _, err := c.st.Delete(context.Background(), api.KindAgent, fmt.Sprintf("job-%d", i), store.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent("late", `{action: type, text: "z"}`)
+	c.waitAgent(t, "late", api.AgentCompleted)
+	open()
+	for i := range deleted {
+		c.waitGone(t, api.KindAgent, fmt.Sprintf("job-%d", i))
+	}
+	eventually(t, "one reset per released sandbox", func() (bool, string) {
+		got := c.be.Count(fake.OpReset)
+		return got == deleted+1, fmt.Sprintf("%d resets, want %d", got, deleted+1)
+	})
+}
+
+// TestPausedByItsAgentIsReset: a sandbox its agent paused (through the
+// API) before it ended was used all the same: the next agent gets it
+// reset, not as the last one left it.
+func TestPausedByItsAgentIsReset(t *testing.T) {
+	c, member := waitingAgent(t, "100")
+	if err := c.nd.Pause(context.Background(), member); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.st.Delete(context.Background(), api.KindAgent, "job", store.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitGone(t, api.KindAgent, "job")
+	c.waitReleased(t, member, api.SandboxPaused)
+	if got, want := c.be.Count(fake.OpReset), 1; got != want {
+		t.Errorf("%d resets, want %d: a sandbox its agent paused was released as unused", got, want)
+	}
 }
 
 func TestAcquireFallbacks(t *testing.T) {

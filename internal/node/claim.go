@@ -153,7 +153,9 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 	}
 	policy, warmTier := n.releasePolicy(ctx, sb)
 	start := n.now()
-	used := sb.Status.Phase == api.SandboxRunning
+	// Used once it ran for the agent: running now, or resumed since the
+	// claim (the agent may have paused or saved it since, through the API).
+	used := sb.Status.Phase == api.SandboxRunning || resumedSinceClaim(sb)
 	phase := sb.Status.Phase
 	var msg string
 	switch {
@@ -213,4 +215,11 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 		n.event(ctx, sb, api.EventNormal, "ControlReleased", fmt.Sprintf("take-over %s of %s ended: the sandbox was reset to its clean snapshot", ended.ID, ended.Holder))
 	}
 	return err
+}
+
+// resumedSinceClaim reports whether sb was resumed after its current
+// claim was taken.
+func resumedSinceClaim(sb *api.Sandbox) bool {
+	r, c := sb.Status.LastResumedAt, sb.Status.ClaimedAt
+	return r != nil && c != nil && !r.Before(*c)
 }

@@ -64,12 +64,12 @@ func (n *Node) networkOf(sb *api.Sandbox, info backend.Info) networkUpdate {
 		want.DeniedConnections, want.LastDenied = prev.DeniedConnections, prev.LastDenied
 	case want.DeniedConnections > prev.DeniedConnections:
 		now, every := n.now(), interval(sb)
-		if last := egressReported.last(n, sb.Metadata.Name); !last.IsZero() && now.Sub(last) < every {
+		if last := n.egress.last(sb.Metadata.Name); !last.IsZero() && now.Sub(last) < every {
 			want.DeniedConnections, want.LastDenied = prev.DeniedConnections, prev.LastDenied
 			u.retry = every - now.Sub(last)
 			break
 		}
-		egressReported.mark(n, sb.Metadata.Name, now)
+		n.egress.mark(sb.Metadata.Name, now, every)
 		u.denied = deniedMessage(want.DeniedConnections, want.DeniedConnections-prev.DeniedConnections, want.LastDenied)
 	}
 	u.status = want
@@ -114,48 +114,62 @@ func deniedMessage(total, more int64, last *api.NetworkDenial) string {
 	return msg
 }
 
-// egressReports remembers, per node and sandbox, when the last
-// EgressDenied event was recorded.
+// egressReports remembers, per sandbox of one node, when the last
+// EgressDenied event was recorded and for how long it holds the next one
+// back. It is the process's: a node that restarts may report once more.
 type egressReports struct {
 	mu sync.Mutex // guards at
-	at map[egressKey]time.Time
+	at map[string]egressReport
 }
 
-type egressKey struct {
-	n       *Node
-	sandbox string
+type egressReport struct {
+	at, until time.Time
 }
 
-// egressReported is the nodes' memory of their EgressDenied events. It is
-// the process's: a node that restarts may report once more.
-var egressReported = egressReports{at: map[egressKey]time.Time{}}
-
-// maxEgressReports bounds the memory: past it, entries older than a
-// day go.
+// maxEgressReports bounds the memory. Past it, the entries that hold
+// nothing back any more go first, then the oldest.
 const maxEgressReports = 4096
 
-func (r *egressReports) last(n *Node, sandbox string) time.Time {
+func (r *egressReports) last(sandbox string) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.at[egressKey{n, sandbox}]
+	return r.at[sandbox].at
 }
 
-func (r *egressReports) mark(n *Node, sandbox string, now time.Time) {
+// mark records an event for sandbox at now, holding the next one back
+// for every.
+func (r *egressReports) mark(sandbox string, now time.Time, every time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.at) >= maxEgressReports {
-		for k, t := range r.at {
-			if now.Sub(t) > 24*time.Hour {
+	if r.at == nil {
+		r.at = map[string]egressReport{}
+	}
+	if _, ok := r.at[sandbox]; !ok && len(r.at) >= maxEgressReports {
+		oldest := ""
+		for k, e := range r.at {
+			if !now.Before(e.until) {
 				delete(r.at, k)
+			} else if oldest == "" || e.at.Before(r.at[oldest].at) {
+				oldest = k
 			}
 		}
+		if len(r.at) >= maxEgressReports {
+			delete(r.at, oldest)
+		}
 	}
-	r.at[egressKey{n, sandbox}] = now
+	r.at[sandbox] = egressReport{at: now, until: now.Add(every)}
 }
 
-// forget drops a deleted sandbox's entry.
-func (r *egressReports) forget(n *Node, sandbox string) {
+// forget drops the entry of a sandbox deleted or gone from this node.
+func (r *egressReports) forget(sandbox string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.at, egressKey{n, sandbox})
+	delete(r.at, sandbox)
+}
+
+// size is how many sandboxes r remembers.
+func (r *egressReports) size() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.at)
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -130,4 +131,37 @@ func storeEventList(t *testing.T, d *directNode, name string) []*api.Event {
 		t.Fatal(err)
 	}
 	return evs
+}
+
+// TestEgressReportsAreBounded: a node remembers at most maxEgressReports
+// sandboxes' last EgressDenied events however many sandboxes it has seen
+// denied; entries that hold nothing back go first, then the oldest, and
+// the sandboxes still held back keep their entries.
+func TestEgressReportsAreBounded(t *testing.T) {
+	var r egressReports
+	now := time.Unix(1_700_000_000, 0)
+	for i := range maxEgressReports {
+		r.mark(fmt.Sprintf("old-%d", i), now, time.Second) // expired by the next round
+	}
+	r.mark("held", now.Add(time.Minute), time.Hour)
+	if got := r.size(); got != 1 {
+		t.Fatalf("after the expired entries went: %d remembered, want 1", got)
+	}
+	later := now.Add(2 * time.Minute)
+	for i := range 2 * maxEgressReports {
+		r.mark(fmt.Sprintf("new-%d", i), later.Add(time.Duration(i)*time.Millisecond), time.Hour)
+		if got := r.size(); got > maxEgressReports {
+			t.Fatalf("%d remembered after %d marks, want at most %d", got, i+1, maxEgressReports)
+		}
+	}
+	if !r.last("held").IsZero() {
+		t.Fatal("the oldest entry stayed at the limit")
+	}
+	if last := r.last(fmt.Sprintf("new-%d", 2*maxEgressReports-1)); last.IsZero() {
+		t.Fatal("the newest entry went")
+	}
+	r.forget(fmt.Sprintf("new-%d", 2*maxEgressReports-1))
+	if got := r.size(); got != maxEgressReports-1 {
+		t.Fatalf("after forget: %d, want %d", got, maxEgressReports-1)
+	}
 }

@@ -107,6 +107,9 @@ type Node struct {
 	// status is the status loop (memory.go), started by Start.
 	status   sync.WaitGroup
 	pressure pressureBook
+	// egress remembers when each sandbox's last EgressDenied event was
+	// recorded (network.go).
+	egress egressReports
 	// fence ends this node's attempts when it cannot write its Node
 	// object (fence.go).
 	fence fenceState

@@ -60,7 +60,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 	defer unlock()
 	o, err = n.st.Get(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
-		egressReported.forget(n, name)
+		n.egress.forget(name)
 		return reconcile.Result{}, n.be.Delete(ctx, name)
 	}
 	if err != nil {
@@ -70,6 +70,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 	if sb.Status.Node != "" && sb.Status.Node != n.name {
 		// Another node's: its VM and its finalizer are that node's to
 		// remove, also when the sandbox is being deleted.
+		n.egress.forget(name)
 		return reconcile.Result{}, nil
 	}
 	if sb.Metadata.DeletionTimestamp != nil {
@@ -79,7 +80,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 		if err := n.be.Delete(ctx, name); err != nil {
 			return reconcile.Result{}, err
 		}
-		egressReported.forget(n, name)
+		n.egress.forget(name)
 		n.event(ctx, sb, api.EventNormal, "Deleted", "VM stopped and removed")
 		return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, n.st, sb, api.FinalizerVM)
 	}
