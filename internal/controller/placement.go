@@ -105,7 +105,9 @@ func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 	byName := map[string]*cand{}
 	p.nodes.Range(func(o api.Object) bool {
 		n := o.(*api.Node)
-		if n.Metadata.DeletionTimestamp != nil || nodeLost(n) {
+		// A node's object is made before its first status (free memory
+		// 0 until then): it is a candidate once it has reported.
+		if n.Metadata.DeletionTimestamp != nil || nodeLost(n) || n.Status.LastHeartbeat == nil {
 			return true
 		}
 		c := &cand{name: n.Metadata.Name, free: n.Status.Memory.FreeMB}

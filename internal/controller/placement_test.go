@@ -15,6 +15,7 @@ func TestPlacement(t *testing.T) {
 		free     int
 		pressure bool
 		lost     bool
+		silent   bool // made, but no status written yet
 	}
 	type member struct{ name, node string }
 	tests := []struct {
@@ -25,16 +26,21 @@ func TestPlacement(t *testing.T) {
 		want       string   // "" : left unplaced
 	}{
 		{"no node yet", nil, 0, nil, ""},
-		{"one node", []node{{"n1", 1000, false, false}}, 0, nil, "n1"},
-		{"the most free memory", []node{{"n1", 1000, false, false}, {"n2", 3000, false, false}}, 0, nil, "n2"},
-		{"spread before free memory", []node{{"n1", 1000, false, false}, {"n2", 3000, false, false}},
+		{"one node", []node{{"n1", 1000, false, false, false}}, 0, nil, "n1"},
+		{"the most free memory", []node{{"n1", 1000, false, false, false}, {"n2", 3000, false, false, false}}, 0, nil, "n2"},
+		{"spread before free memory", []node{{"n1", 1000, false, false, false}, {"n2", 3000, false, false, false}},
 			0, []member{{"web-a", "n2"}}, "n1"},
-		{"maxPerHost per node", []node{{"n1", 1000, false, false}, {"n2", 3000, false, false}},
+		{"maxPerHost per node", []node{{"n1", 1000, false, false, false}, {"n2", 3000, false, false, false}},
 			1, []member{{"web-a", "n1"}, {"web-b", "n2"}}, ""},
-		{"maxPerHost leaves one", []node{{"n1", 1000, false, false}, {"n2", 3000, false, false}},
+		{"maxPerHost leaves one", []node{{"n1", 1000, false, false, false}, {"n2", 3000, false, false, false}},
 			2, []member{{"web-a", "n2"}, {"web-b", "n2"}, {"web-c", "n1"}}, "n1"},
-		{"pressure last", []node{{"n1", 1000, false, false}, {"n2", 3000, true, false}}, 0, nil, "n1"},
-		{"never a lost node", []node{{"n1", 1000, false, true}}, 0, nil, ""},
+		{"pressure last", []node{{"n1", 1000, false, false, false}, {"n2", 3000, true, false, false}}, 0, nil, "n1"},
+		{"never a lost node", []node{{"n1", 1000, false, true, false}}, 0, nil, ""},
+		// A node's object is made before its first status: until that
+		// status, its free memory reads 0 and says nothing.
+		{"never a node that has not reported", []node{{"n1", 1000, false, false, false}, {"n2", 0, false, false, true}},
+			0, []member{{"web-a", "n1"}}, "n1"},
+		{"only a node that has not reported", []node{{"n2", 0, false, false, true}}, 0, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +57,10 @@ func TestPlacement(t *testing.T) {
 				nd := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}}
 				nd.Metadata.Name = n.name
 				nd.Status.Memory.FreeMB = n.free
+				if !n.silent {
+					at := e.clk.Now()
+					nd.Status.LastHeartbeat = &at
+				}
 				if n.pressure {
 					nd.Status.Conditions = []api.Condition{{Type: "MemoryPressure", Status: api.ConditionTrue}}
 				}

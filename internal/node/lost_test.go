@@ -330,9 +330,17 @@ func TestNodeLostAndBack(t *testing.T) {
 	// n2 has the most memory: the first sandboxes go there.
 	n1 := r.startNode("n1", fake.DefaultMemoryMB)
 	n2 := r.startNode("n2", 2*fake.DefaultMemoryMB)
+	// Reported: a node's object is made a moment before its first status,
+	// and the sandboxes are placed by what that status says.
 	waitFor(t, 30*time.Second, 10*time.Millisecond, "both nodes report", func() (bool, string) {
 		items, _, err := r.st.List(r.ctx, api.KindNode, api.Selector{})
-		return err == nil && len(items) == 2, fmt.Sprintf("%d nodes (%v)", len(items), err)
+		reported := 0
+		for _, it := range items {
+			if it.(*api.Node).Status.LastHeartbeat != nil {
+				reported++
+			}
+		}
+		return err == nil && reported == 2, fmt.Sprintf("%d nodes, %d reported (%v)", len(items), reported, err)
 	})
 	r.create(deskTemplate)
 	r.create(poolYAML("web", 1, ""))

@@ -67,7 +67,7 @@ func startAgent(t *testing.T) *agentProc {
 		}
 	})
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(a.sock); err == nil {
+		if listening(a.sock) {
 			break
 		}
 		select {
@@ -80,6 +80,26 @@ func startAgent(t *testing.T) *agentProc {
 		}
 	}
 	return a
+}
+
+// listening reports whether a unix socket at path accepts connections:
+// qemu-ga binds its socket (the file appears) a moment before it listens,
+// and a connection in between is refused. /proc/net/unix marks a
+// listening socket with the __SO_ACCEPTCON flag (00010000); reading it
+// does not take the agent's one client slot as a trial dial would.
+func listening(path string) bool {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		_, err := os.Stat(path)
+		return err == nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 8 && f[7] == path && f[3] == "00010000" {
+			return true
+		}
+	}
+	return false
 }
 
 // openFDs counts the agent's open descriptors, to see that handles are
