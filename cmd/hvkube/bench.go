@@ -134,9 +134,10 @@ a real server's API. Under TCG this takes several minutes. Clone, resume and
 reset are followed by one row per step the backend took (↳), so that each
 change shows where it saved.
 
---image browser-desktop (built by make image-browser) measures that image;
---clones-only stops after the cold boots, the clones and their memory. An
-image other than linux-desktop writes its own section (qemu-IMAGE).
+--image browser-desktop (built by make image-browser) or osworld (make
+image-osworld) measures that image; --clones-only stops after the cold
+boots, the clones and their memory. An image other than linux-desktop
+writes its own section (qemu-IMAGE).
 
 --compare-loadvm also boots the same image in a plain QEMU (the same devices,
 no template snapshot), takes an internal snapshot once with savevm, and then
@@ -528,7 +529,7 @@ than linux-desktop writes its own section (density-IMAGE), and a run with
 			return report(cmd, rep, o.Key(), write)
 		},
 	}
-	cmd.Flags().StringVar(&o.Image, "image", "linux-desktop", "the image to use (linux-desktop or browser-desktop)")
+	cmd.Flags().StringVar(&o.Image, "image", "linux-desktop", "the image to use (linux-desktop, browser-desktop or osworld)")
 	cmd.Flags().StringVar(&o.ImageDir, "image-dir", qemu.DefaultImageDir(), "where make image left the image")
 	cmd.Flags().IntVar(&o.Max, "max", 400, "most desktops to try")
 	cmd.Flags().IntVar(&o.Resumes, "resumes", 20, "held desktops to resume one at a time")

@@ -35,10 +35,18 @@ die() {
 # A flavor's flavor.sh (sourced here) may set:
 #   flavor_packages=(...)   packages installed on top of the base ones
 #   flavor_memory_mb=N      the recommended guest memory (default 512)
+#   flavor_resolution=WxH   the screen (default 1280x800)
+#   flavor_disk_size=SIZE   the root filesystem's size (default 4G)
+#   flavor_user=NAME        the desktop's user (default agent), uid 1000
+#   flavor_password=WORD    that user's password, and sudo for it (default:
+#                           no password, no sudo)
 #   flavor_json='  "key": ...,'  image.json members describing the window
 #                           the desktop starts with (instead of "terminal")
 #   flavor_helpers=(NAME=PATH ...)  helper commands added to image.json's
 #                           "helpers"
+#   flavor_inputs=(...)     files of other images' directories that the
+#                           flavor installs (paths under images/): part of
+#                           the image's hash, as its own files are
 # and define flavor_install, run in step 6 after the base configuration with
 # $root (the guest root), $flavor_dir and the in_root helper at hand.
 name=${1:-linux-desktop}
@@ -47,7 +55,12 @@ name=${1:-linux-desktop}
 flavor_dir=
 flavor_packages=()
 flavor_helpers=()
+flavor_inputs=()
 flavor_memory_mb=512
+flavor_resolution=1280x800
+flavor_disk_size=4G
+flavor_user=agent
+flavor_password=
 flavor_json=
 if [[ $name != linux-desktop ]]; then
 	flavor_dir=$(readlink -f "$here/../$name")
@@ -61,8 +74,8 @@ fi
 suite=${HVKUBE_DEBIAN_SUITE:-bookworm}
 mirror=${HVKUBE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${HVKUBE_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
-resolution=${HVKUBE_RESOLUTION:-1280x800}
-disk_size=${HVKUBE_DISK_SIZE:-4G}
+resolution=${HVKUBE_RESOLUTION:-$flavor_resolution}
+disk_size=${HVKUBE_DISK_SIZE:-$flavor_disk_size}
 memory_mb=${HVKUBE_MEMORY_MB:-$flavor_memory_mb}
 cpus=${HVKUBE_CPUS:-1}
 cache_root=${HVKUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hvkube}
@@ -72,7 +85,7 @@ base_dir=$cache_root/images/linux-desktop
 verbose=${HVKUBE_BUILD_VERBOSE:-0}
 
 # Fixed properties of the image (documented in README.md and image.json).
-guest_user=agent
+guest_user=$flavor_user
 guest_uid=1000
 x_display=:0
 x_authority=/home/$guest_user/.Xauthority
@@ -144,6 +157,8 @@ step() {
 [[ $memory_mb =~ ^[1-9][0-9]*$ ]] || die "HVKUBE_MEMORY_MB=$memory_mb: want a number"
 [[ $cpus =~ ^[1-9][0-9]*$ ]] || die "HVKUBE_CPUS=$cpus: want a number"
 [[ $suite =~ ^[a-z]+$ ]] || die "HVKUBE_DEBIAN_SUITE=$suite: want a suite name"
+[[ $guest_user =~ ^[a-z][a-z0-9-]{0,30}$ ]] || die "flavor_user=$guest_user: want a user name"
+[[ $flavor_password != *[$':\n']* ]] || die "flavor_password: no colon or newline"
 [[ $(uname -m) == x86_64 ]] || die "this builds an amd64 guest and needs an x86_64 host"
 
 # --- input hash ------------------------------------------------------------------
@@ -157,6 +172,9 @@ input_hash() {
 		for f in build.sh initrd-init guest/*; do
 			[[ -f $f ]] || continue # e.g. a __pycache__ left by py_compile
 			printf '%s %s\n' "$f" "$(sha256sum <"$f" | cut -d' ' -f1)"
+		done
+		for f in "${flavor_inputs[@]}"; do
+			printf 'input %s %s\n' "$f" "$(sha256sum <"$here/../$f" | cut -d' ' -f1)"
 		done
 		if [[ -n $flavor_dir ]]; then
 			cd "$flavor_dir"
@@ -195,6 +213,7 @@ if [[ ${HVKUBE_BUILD_IN_NS:-} != 1 ]]; then
 	command -v cpio >/dev/null || missing+=(cpio)
 	command -v gzip >/dev/null || missing+=(gzip)
 	command -v xz >/dev/null || missing+=(xz-utils)
+	command -v zstd >/dev/null || missing+=(zstd)
 	command -v unshare >/dev/null || missing+=(util-linux)
 	[[ -r /usr/share/keyrings/debian-archive-keyring.gpg ]] || missing+=(debian-archive-keyring)
 	if ((${#missing[@]})); then
@@ -271,51 +290,116 @@ in_root() {
 		DEBIAN_FRONTEND=noninteractive chroot "$root" "$@"
 }
 
-step 2 "debootstrap $suite (minbase)"
-run debootstrap --variant=minbase --arch=amd64 --cache-dir="$deb_cache" \
-	"$suite" "$root" "$mirror"
+# mount_build: what apt needs in the build root (undone by umount_build,
+# and by cleanup).
+mount_build() {
+	mount -t proc proc "$root/proc"
+	mount -t sysfs -o ro sysfs "$root/sys"
+	# Packages go to (and come from) the cache shared by builds.
+	mount --bind "$deb_cache" "$root/var/cache/apt/archives"
+}
+umount_build() {
+	umount "$root/var/cache/apt/archives"
+	umount "$root/sys"
+	umount "$root/proc"
+}
 
-step 3 "guest packages"
-{
-	echo "deb $mirror $suite main"
-	if [[ $suite != sid && $suite != unstable ]]; then
-		echo "deb $mirror $suite-updates main"
-		echo "deb $security_mirror $suite-security main"
+# package_layer: steps 2 and 3, debootstrap and every package. Their
+# result is kept as one layer (a tarball of the root) keyed by the package
+# lists and this function's text, so that a change to the configuration
+# or the files of an image does not download and unpack its packages
+# again. (Package versions are the mirror's when the layer was made:
+# HVKUBE_REBUILD_PACKAGES=1 makes it anew.)
+package_layer() {
+	step 2 "debootstrap $suite (minbase)"
+	run debootstrap --variant=minbase --arch=amd64 --cache-dir="$deb_cache" \
+		"$suite" "$root" "$mirror"
+
+	step 3 "guest packages"
+	{
+		echo "deb $mirror $suite main"
+		if [[ $suite != sid && $suite != unstable ]]; then
+			echo "deb $mirror $suite-updates main"
+			echo "deb $security_mirror $suite-security main"
+		fi
+	} >"$root/etc/apt/sources.list"
+	cat >"$root/etc/apt/apt.conf.d/90hvkube" <<-'EOF'
+	APT::Install-Recommends "false";
+	APT::Install-Suggests "false";
+	Acquire::Languages "none";
+	EOF
+	# No documentation, manual pages or translations (copyright files stay).
+	cat >"$root/etc/dpkg/dpkg.cfg.d/90hvkube-nodoc" <<-'EOF'
+	path-exclude=/usr/share/doc/*
+	path-include=/usr/share/doc/*/copyright
+	path-exclude=/usr/share/man/*
+	path-exclude=/usr/share/info/*
+	path-exclude=/usr/share/locale/*
+	path-exclude=/usr/share/lintian/*
+	path-exclude=/usr/share/bug/*
+	path-exclude=/usr/share/menu/*
+	# X runs on a dumb framebuffer without OpenGL: Mesa's drivers and the LLVM
+	# and Z3 libraries behind them (about 160 MB) are never loaded.
+	path-exclude=/usr/lib/x86_64-linux-gnu/dri/*
+	path-exclude=/usr/lib/x86_64-linux-gnu/libLLVM-*
+	path-exclude=/usr/lib/x86_64-linux-gnu/libz3.so*
+	# cpp is there only for xrdb (x11-xserver-utils); xrdb -nocpp still works.
+	path-exclude=/usr/lib/gcc/*/cc1
+	EOF
+	# Nothing may start services inside the build root.
+	printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+	chmod 0755 "$root/usr/sbin/policy-rc.d"
+	mount_build
+	in_root apt-get -q update
+	in_root apt-get -q -y dist-upgrade
+	in_root apt-get -q -y install "${packages[@]}" "${flavor_packages[@]}"
+}
+layer_dir=$base_dir/.cache/layers
+# layer_key FLAVOR_PACKAGE...: the key of the layer of the base packages
+# and those.
+layer_key() {
+	{
+		declare -f package_layer
+		printf '%s\n' "$suite" "${packages[@]}" -- "$@"
+	} | sha256sum | cut -c1-16
+}
+layer_key=$(layer_key "${flavor_packages[@]}")
+layer=$layer_dir/$name-$layer_key.tar.zst
+# A flavor's packages go on top of the base image's layer when there is
+# one (make builds the base image first): no second debootstrap.
+base_layer=$layer_dir/linux-desktop-$(layer_key).tar.zst
+# untar_layer LAYER: unpack a layer into the build root, then bring its
+# packages up to the mirror's (security updates since it was made). A
+# layer is run as root (in the chroot): only root's own is taken.
+untar_layer() {
+	[[ -O $1 && ! -L $1 ]] || die "$1: a layer not owned by root; remove it"
+	run tar -x --zstd --numeric-owner -p --xattrs --xattrs-include='*' -f "$1" -C "$root"
+	mount_build
+	in_root apt-get -q update
+	in_root apt-get -q -y dist-upgrade
+}
+if [[ -f $layer && ${HVKUBE_REBUILD_PACKAGES:-0} != 1 ]]; then
+	step 3 "guest packages (the cached layer $layer_key)"
+	untar_layer "$layer"
+else
+	if ((${#flavor_packages[@]})) && [[ -f $base_layer && ${HVKUBE_REBUILD_PACKAGES:-0} != 1 ]]; then
+		step 3 "guest packages (on the base image's layer $(basename "$base_layer" .tar.zst))"
+		untar_layer "$base_layer"
+		in_root apt-get -q -y install "${packages[@]}" "${flavor_packages[@]}"
+	else
+		package_layer
 	fi
-} >"$root/etc/apt/sources.list"
-cat >"$root/etc/apt/apt.conf.d/90hvkube" <<'EOF'
-APT::Install-Recommends "false";
-APT::Install-Suggests "false";
-Acquire::Languages "none";
-EOF
-# No documentation, manual pages or translations (copyright files stay).
-cat >"$root/etc/dpkg/dpkg.cfg.d/90hvkube-nodoc" <<'EOF'
-path-exclude=/usr/share/doc/*
-path-include=/usr/share/doc/*/copyright
-path-exclude=/usr/share/man/*
-path-exclude=/usr/share/info/*
-path-exclude=/usr/share/locale/*
-path-exclude=/usr/share/lintian/*
-path-exclude=/usr/share/bug/*
-path-exclude=/usr/share/menu/*
-# X runs on a dumb framebuffer without OpenGL: Mesa's drivers and the LLVM
-# and Z3 libraries behind them (about 160 MB) are never loaded.
-path-exclude=/usr/lib/x86_64-linux-gnu/dri/*
-path-exclude=/usr/lib/x86_64-linux-gnu/libLLVM-*
-path-exclude=/usr/lib/x86_64-linux-gnu/libz3.so*
-# cpp is there only for xrdb (x11-xserver-utils); xrdb -nocpp still works.
-path-exclude=/usr/lib/gcc/*/cc1
-EOF
-# Nothing may start services inside the build root.
-printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
-chmod 0755 "$root/usr/sbin/policy-rc.d"
-mount -t proc proc "$root/proc"
-mount -t sysfs -o ro sysfs "$root/sys"
-# Packages go to (and come from) the cache shared by builds.
-mount --bind "$deb_cache" "$root/var/cache/apt/archives"
-in_root apt-get -q update
-in_root apt-get -q -y dist-upgrade
-in_root apt-get -q -y install "${packages[@]}" "${flavor_packages[@]}"
+	step 3 "guest packages: keeping the layer $layer_key"
+	install -d -m 0700 "$layer_dir"
+	umount_build # nothing of the host in the layer
+	run tar -c -I 'zstd -1 -T0' --numeric-owner --xattrs --xattrs-include='*' -f "$layer.part" -C "$root" .
+	mv -f "$layer.part" "$layer"
+	mount_build
+	# One layer per image: the ones of earlier package lists go.
+	for f in "$layer_dir/$name"-*.tar.zst; do
+		[[ $f == "$layer" ]] || rm -f -- "$f"
+	done
+fi
 
 step 4 "kernel and modules"
 kernel_pkg=$(chroot "$root" apt-cache depends linux-image-amd64 |
@@ -386,6 +470,13 @@ rm -rf "$kdir"
 
 step 6 "guest configuration"
 in_root useradd --create-home --uid "$guest_uid" --user-group --shell /bin/bash "$guest_user"
+if [[ -n $flavor_password ]]; then
+	# A password, and sudo with it (as OSWorld's image has: tasks run
+	# `echo PASSWORD | sudo -S …`).
+	chroot "$root" test -x /usr/bin/sudo || die "flavor_password needs the sudo package"
+	printf '%s:%s\n' "$guest_user" "$flavor_password" | in_root chpasswd
+	in_root usermod -aG sudo "$guest_user"
+fi
 g=$here/guest
 install -m 0755 "$g/init" "$root/sbin/hvkube-init"
 ln -sfn hvkube-init "$root/sbin/init"
@@ -446,9 +537,7 @@ done
 
 step 7 "trim"
 in_root apt-get -q -y autoclean # drop superseded packages from the cache
-umount "$root/var/cache/apt/archives"
-umount "$root/sys"
-umount "$root/proc"
+umount_build
 rm -f "$root/usr/sbin/policy-rc.d"
 # debootstrap copied the build host's resolv.conf for apt; hvkube-init
 # writes the guest's when it brings the NIC up. Without one there is no

@@ -24,7 +24,7 @@ import (
 // DensityOptions size the density benchmark on QEMU.
 type DensityOptions struct {
 	ImageDir string
-	Image    string // image name: linux-desktop or browser-desktop
+	Image    string // image name: linux-desktop, browser-desktop or osworld
 	// Max is the most desktops the pool asks for.
 	Max int
 	// Resumes is how many held desktops are resumed one at a time.

@@ -32,22 +32,43 @@ func Home(user string) string {
 	return "/home/" + user
 }
 
-// AsUser makes req run as user, with the user's HOME, USER and LOGNAME and
-// the rest of the environment kept (the desktop's DISPLAY and XAUTHORITY).
-// user "" or root leaves req as it is. Nothing is parsed by a shell: the
-// user and the program are setpriv's arguments.
+// AsUser makes req run as user as the user's login would: with the
+// user's HOME, USER, LOGNAME and SHELL, in the home directory (a relative
+// path is the user's, as for a program started from the user's session),
+// with the session's bus and runtime directory when the session has them
+// (/run/user/UID/bus, see loginScript), and the rest of the environment
+// kept (the desktop's DISPLAY and XAUTHORITY). user "" or root leaves req
+// as it is. Nothing is parsed by a shell but the fixed loginScript: the
+// user and the program are arguments.
 func AsUser(user string, req backend.ExecRequest) backend.ExecRequest {
 	if user == "" || user == "root" {
 		return req
 	}
 	home := Home(user)
 	args := []string{"--reuid=" + user, "--regid=" + user, "--init-groups", "--",
-		"/usr/bin/env", "HOME=" + home, "USER=" + user, "LOGNAME=" + user, req.Path}
+		"/usr/bin/env", "HOME=" + home, "USER=" + user, "LOGNAME=" + user, "SHELL=/bin/bash",
+		"/bin/sh", "-c", loginScript, "sh", req.Path}
 	out := req
 	out.Path = "/usr/bin/setpriv"
 	out.Args = append(args, req.Args...)
 	return out
 }
+
+// loginScript runs its arguments (a program and its arguments) in the
+// home directory, with the environment of the image's desktop session
+// (/etc/hvkube/session.env, plain exports, when the image has one) and the
+// session bus of the user's session when there is one: a runtime
+// directory /run/user/UID of the user's that holds the bus socket.
+// env(1) runs the program, so that a missing one is said as env says it
+// (see osworld's notFound).
+const loginScript = `cd "$HOME" 2>/dev/null || cd /
+[ -r /etc/hvkube/session.env ] && . /etc/hvkube/session.env
+for d in /run/user/*; do
+	if [ -O "$d" ] && [ -S "$d/bus" ]; then
+		export XDG_RUNTIME_DIR="$d" DBUS_SESSION_BUS_ADDRESS="unix:path=$d/bus"
+	fi
+done
+exec /usr/bin/env -- "$@"`
 
 // readScript prints file $1 to stdout when it is a regular file of at most
 // $2 bytes, its size first on stderr; exit 3: not a regular file (or

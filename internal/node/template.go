@@ -81,6 +81,10 @@ func (n *Node) reconcileTemplate(ctx context.Context, name string) (reconcile.Re
 	start := n.now()
 	info, err := n.be.BuildTemplate(ctx, spec, func(step string) {
 		n.event(ctx, t, api.EventNormal, "Building", step)
+		// The status says what the build waits for now.
+		if err := n.templateStatus(ctx, t, api.TemplateBuilding, "Building", step, nil); err != nil {
+			n.log.Warn("template status", "template", t.Metadata.Name, "err", err)
+		}
 	})
 	if err != nil {
 		if ctx.Err() != nil {

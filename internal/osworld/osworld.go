@@ -14,6 +14,7 @@ package osworld
 import (
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
@@ -46,6 +48,12 @@ type Desktop struct {
 	// OS is the guest's operating system: linux (OSWorld's routes), or
 	// windows (Windows Agent Arena's variant, windows.go).
 	OS string
+	// Name is the sandbox's; Recordings keeps what /start_recording
+	// started, for whom Holder says holds the sandbox (nil: the recording
+	// routes answer 501).
+	Name       string
+	Recordings *Recordings
+	Holder     Holder
 }
 
 // Bounds of the API.
@@ -56,9 +64,13 @@ const (
 	ExecTimeout = 120 * time.Second
 	// pythonTimeout is OSWorld's bound on /run_python.
 	pythonTimeout = 30 * time.Second
-	// maxWait bounds every wait a request asks for (open_file's timeout,
-	// a script's, a verification's).
+	// maxWait bounds every other wait a request asks for (a script's, a
+	// verification's).
 	maxWait = 10 * time.Minute
+	// openWait is OSWorld's bound on /setup/open_file's wait for the
+	// window (its server's TIMEOUT): its client waits 10 s longer, and a
+	// first start of an application under emulation takes minutes.
+	openWait = 30 * time.Minute
 	// maxTreeEntries bounds /list_directory.
 	maxTreeEntries = 20000
 )
@@ -66,8 +78,7 @@ const (
 // MaxBody bounds a request body (an upload).
 const MaxBody = guest.MaxFile + maxJSON
 
-// Routes are the paths Serve answers, OSWorld's (desktop_env/server/main.py)
-// less the recording pair, which it answers 501.
+// Routes are the paths Serve answers, OSWorld's (desktop_env/server/main.py).
 var Routes = []string{
 	"/execute", "/setup/execute", "/execute_with_verification", "/setup/execute_with_verification",
 	"/setup/launch", "/screenshot", "/terminal", "/accessibility", "/screen_size", "/window_size",
@@ -116,7 +127,7 @@ func init() {
 		"/cursor_position": (*call).cursorPosition, "/setup/change_wallpaper": (*call).changeWallpaper,
 		"/setup/download_file": (*call).downloadFile, "/setup/open_file": (*call).openFile,
 		"/setup/activate_window": (*call).activateWindow, "/setup/close_window": (*call).closeWindow,
-		"/start_recording": (*call).recording, "/end_recording": (*call).recording,
+		"/start_recording": (*call).startRecording, "/end_recording": (*call).endRecording,
 		"/run_python": (*call).runPython, "/run_bash_script": (*call).runBashScript,
 	}
 }
@@ -372,6 +383,10 @@ func (a *call) launch() {
 	a.text(http.StatusOK, strings.Join(words, " ")+" launched successfully")
 }
 
+// screenshot answers the screen. It shows the pointer, as OSWorld's
+// server's screenshots do (it pastes the cursor's image at the pointer):
+// the virtual display has no cursor plane, so X draws the pointer into the
+// framebuffer the hypervisor reads.
 func (a *call) screenshot() {
 	ctx, cancel := context.WithTimeout(a.r.Context(), 30*time.Second)
 	defer cancel()
@@ -385,16 +400,95 @@ func (a *call) screenshot() {
 	a.w.Write(png)
 }
 
-// terminal answers as OSWorld's server does when no GNOME terminal is
-// active: its text is read from the accessibility tree of
-// gnome-terminal-server, which these desktops do not run.
+// terminal answers the text of the active GNOME Terminal, as OSWorld's
+// server reads it from the accessibility tree: the focused terminal of
+// gnome-terminal-server's active window. No such window (or an image
+// without GNOME Terminal or the accessibility helper) is null.
 func (a *call) terminal() {
-	a.json(http.StatusOK, map[string]any{"output": nil, "status": "success"})
+	out, err := TerminalText(a.r.Context(), a.g)
+	if err != nil && !errors.Is(err, ErrNoAccessibility) {
+		a.json(http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	var v any
+	if out != nil {
+		v = *out
+	}
+	a.json(http.StatusOK, map[string]any{"output": v, "status": "success"})
+}
+
+// TerminalText is the text of the active GNOME Terminal window's focused
+// terminal, nil when there is none.
+func TerminalText(ctx context.Context, g Guest) (*string, error) {
+	doc, err := accessibilityTree(ctx, g, "--app", "gnome-terminal-server", "--timeout", "10")
+	if err != nil {
+		return nil, err
+	}
+	return focusedTerminal(doc)
+}
+
+// accessNode is an element of the accessibility XML.
+type accessNode struct {
+	XMLName  xml.Name
+	Attrs    []xml.Attr   `xml:",any,attr"`
+	Text     string       `xml:",chardata"`
+	Children []accessNode `xml:",any"`
+}
+
+func (n *accessNode) attr(local string) string {
+	for _, a := range n.Attrs {
+		if a.Name.Local == local {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+// focusedTerminal reads the text as OSWorld does: the nodes of its XPath
+// //application[@name="gnome-terminal-server"]/frame[@st:active="true"]//terminal[@st:focused="true"],
+// the text of the one there is with its trailing blanks cut, none when
+// there are none or several.
+func focusedTerminal(doc string) (*string, error) {
+	var root accessNode
+	if err := xml.Unmarshal([]byte(doc), &root); err != nil {
+		return nil, fmt.Errorf("the accessibility tree: %w", err)
+	}
+	var found []string
+	var find func(n *accessNode)
+	find = func(n *accessNode) {
+		if n.XMLName.Local == "terminal" && n.attr("focused") == "true" {
+			found = append(found, n.Text)
+		}
+		for i := range n.Children {
+			find(&n.Children[i])
+		}
+	}
+	for i := range root.Children {
+		app := &root.Children[i]
+		if app.XMLName.Local != "application" || app.attr("name") != "gnome-terminal-server" {
+			continue
+		}
+		for j := range app.Children {
+			if f := &app.Children[j]; f.XMLName.Local == "frame" && f.attr("active") == "true" {
+				for k := range f.Children {
+					find(&f.Children[k])
+				}
+			}
+		}
+	}
+	if len(found) != 1 {
+		return nil, nil
+	}
+	t := strings.TrimRightFunc(found[0], unicode.IsSpace)
+	return &t, nil
 }
 
 // AccessibilityHelper is the image's program that prints the desktop's
 // accessibility tree as OSWorld's XML (images/browser-desktop).
 const AccessibilityHelper = "/usr/local/bin/hvkube-accessibility"
+
+// accessibilityWait bounds one run of the accessibility helper.
+const accessibilityWait = 4 * time.Minute
 
 // ErrNoAccessibility: the guest has no accessibility helper.
 var ErrNoAccessibility = fmt.Errorf("the desktop's image has no accessibility helper (%s): %w", AccessibilityHelper, api.ErrUnsupported)
@@ -402,9 +496,19 @@ var ErrNoAccessibility = fmt.Errorf("the desktop's image has no accessibility he
 // Accessibility is the desktop's accessibility tree as OSWorld's XML,
 // from the image's helper; ErrNoAccessibility without one.
 func Accessibility(ctx context.Context, g Guest) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	return accessibilityTree(ctx, g)
+}
+
+// accessibilityTree runs the helper with the arguments args (constant
+// ones, never a request's).
+func accessibilityTree(ctx context.Context, g Guest, args ...string) (string, error) {
+	// The helper bounds its own reading (20 s by default); its start
+	// (python, two bus connections) took 1-3 minutes in guests of a host
+	// running four emulated desktops with Chrome at once. OSWorld's
+	// client waits without a limit.
+	ctx, cancel := context.WithTimeout(ctx, accessibilityWait)
 	defer cancel()
-	res, err := g.Exec(ctx, backend.ExecRequest{Path: "/bin/sh", Args: []string{"-c", `[ -x "$0" ] || exit 127; exec "$0"`, AccessibilityHelper}})
+	res, err := g.Exec(ctx, backend.ExecRequest{Path: "/bin/sh", Args: append([]string{"-c", `[ -x "$0" ] || exit 127; exec "$0" "$@"`, AccessibilityHelper}, args...)})
 	switch {
 	case err != nil:
 		return "", err
@@ -499,10 +603,60 @@ func (a *call) desktopPath() {
 	a.json(http.StatusOK, map[string]string{"desktop_path": p})
 }
 
-// wallpaper: OSWorld reads GNOME's background setting; these desktops
-// have none, and OSWorld answers this when it finds no wallpaper.
+// The background is GNOME's setting, as OSWorld's server reads and
+// writes it: org.gnome.desktop.background picture-uri, through gsettings
+// as the desktop's user (on the session's bus). An image without GNOME's
+// settings (no gsettings, or no schema) has no background to read (404,
+// as OSWorld answers when it finds none) or to set (501).
+const (
+	backgroundSchema = "org.gnome.desktop.background"
+	backgroundKey    = "picture-uri"
+)
+
+// noSettings reports whether gsettings could not be used at all: the
+// program or the schema is missing.
+func noSettings(res backend.ExecResult) bool {
+	return notFound(res) || strings.Contains(string(res.Stderr), "No such schema")
+}
+
 func (a *call) wallpaper() {
-	a.text(http.StatusNotFound, "Wallpaper file not found")
+	ctx, cancel := context.WithTimeout(a.r.Context(), 30*time.Second)
+	defer cancel()
+	res, err := a.run(ctx, backend.ExecRequest{Path: "gsettings", Args: []string{"get", backgroundSchema, backgroundKey}})
+	if err != nil {
+		a.json(http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	p := ""
+	if res.ExitCode == 0 {
+		p = wallpaperPath(strings.TrimSpace(string(res.Stdout)))
+	}
+	if p == "" || noSettings(res) {
+		a.text(http.StatusNotFound, "Wallpaper file not found")
+		return
+	}
+	data, err := guest.ReadFile(ctx, a.g, a.d.User, p, guest.MaxFile)
+	switch {
+	case errors.Is(err, api.ErrNotFound):
+		a.text(http.StatusNotFound, "Wallpaper file not found")
+		return
+	case err != nil:
+		a.json(http.StatusInternalServerError, map[string]string{"error": "Failed to serve wallpaper: " + err.Error()})
+		return
+	}
+	// OSWorld sends it as image/png whatever it is.
+	a.w.Header().Set("Content-Type", "image/png")
+	a.w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	a.w.Write(data)
+}
+
+// wallpaperPath is the file of a picture-uri value as gsettings prints it
+// ('file:///usr/share/…', quoted), read as OSWorld reads it: the scheme
+// and the quotes cut, nothing else (change_wallpaper writes the path as it
+// is).
+func wallpaperPath(v string) string {
+	v = strings.Trim(v, "'\"")
+	return strings.TrimPrefix(v, "file://")
 }
 
 func (a *call) changeWallpaper() {
@@ -516,7 +670,26 @@ func (a *call) changeWallpaper() {
 		a.text(http.StatusBadRequest, "Path not supplied!")
 		return
 	}
-	a.text(http.StatusNotImplemented, "Failed to change wallpaper. Error: this desktop (JWM) has no GNOME background setting")
+	p := a.expand(b.Path)
+	ctx, cancel := context.WithTimeout(a.r.Context(), 30*time.Second)
+	defer cancel()
+	// OSWorld checks the file first, as the user sees it.
+	if res, err := a.run(ctx, backend.ExecRequest{Path: "test", Args: []string{"-e", p}}); err == nil && res.ExitCode != 0 {
+		a.text(http.StatusNotFound, "File not found: "+p)
+		return
+	}
+	// As OSWorld writes it: the path as it is after file://.
+	res, err := a.run(ctx, backend.ExecRequest{Path: "gsettings", Args: []string{"set", backgroundSchema, backgroundKey, "file://" + p}})
+	switch {
+	case err != nil:
+		a.text(http.StatusInternalServerError, "Failed to change wallpaper. Error: "+err.Error())
+	case noSettings(res):
+		a.text(http.StatusNotImplemented, "Failed to change wallpaper. Error: this desktop has no GNOME background setting (gsettings, "+backgroundSchema+"): use the osworld image")
+	case res.ExitCode != 0:
+		a.text(http.StatusInternalServerError, "Failed to change wallpaper. Error: "+guestMessage(res))
+	default:
+		a.text(http.StatusOK, "Wallpaper changed successfully")
+	}
 }
 
 // expand is OSWorld's expanduser for a path a request gives.
@@ -807,7 +980,10 @@ func (a *call) openFile() {
 		a.text(http.StatusBadRequest, "Path not supplied!")
 		return
 	}
-	wait := seconds(b.Timeout, maxWait.Seconds())
+	wait := openWait
+	if b.Timeout != nil && *b.Timeout >= 0 && *b.Timeout < openWait.Seconds() {
+		wait = time.Duration(*b.Timeout * float64(time.Second))
+	}
 	ctx, cancel := context.WithTimeout(a.r.Context(), wait+30*time.Second)
 	defer cancel()
 	secs := int(wait.Seconds())
@@ -863,10 +1039,6 @@ func (a *call) wmctrl(action byte, done string) {
 
 func (a *call) activateWindow() { a.wmctrl('a', "Window activated successfully") }
 func (a *call) closeWindow()    { a.wmctrl('c', "Window closed successfully.") }
-
-func (a *call) recording() {
-	a.failed(http.StatusNotImplemented, "screen recording is not served by this API: record the attempt with hvkube instead (an Agent's recording, docs/agents.md)")
-}
 
 func (a *call) runPython() {
 	var b struct {

@@ -65,3 +65,55 @@ func TestCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestWallpaperPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"'file:///usr/share/backgrounds/hvkube/osworld.png'": "/usr/share/backgrounds/hvkube/osworld.png",
+		"'file:///home/user/My Pictures/100%.png'":           "/home/user/My Pictures/100%.png",
+		"'/home/user/plain.png'":                             "/home/user/plain.png",
+		"''":                                                 "",
+	} {
+		if got := wallpaperPath(in); got != want {
+			t.Errorf("wallpaperPath(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestFocusedTerminal reads the text of the active GNOME Terminal as
+// OSWorld's XPath does: the focused terminal of an active frame of
+// gnome-terminal-server, not an inactive window's, not another
+// application's.
+func TestFocusedTerminal(t *testing.T) {
+	const ns = `xmlns:st="https://accessibility.ubuntu.example.org/ns/state"`
+	for _, c := range []struct {
+		name, doc string
+		want      any // string, or nil for none
+	}{
+		{"active", `<desktop-frame ` + ns + `><application name="gnome-terminal-server"><frame name="x" st:active="true"><filler><terminal name="Terminal" st:focused="true">user@osworld:~$ ls
+a.txt
+   </terminal></filler></frame></application></desktop-frame>`, "user@osworld:~$ ls\na.txt"},
+		{"two focused terminals", `<desktop-frame ` + ns + `><application name="gnome-terminal-server"><frame st:active="true"><terminal st:focused="true">a</terminal><terminal st:focused="true">b</terminal></frame></application></desktop-frame>`, nil},
+		{"inactive window", `<desktop-frame ` + ns + `><application name="gnome-terminal-server"><frame name="x"><terminal st:focused="true">no</terminal></frame></application></desktop-frame>`, nil},
+		{"not focused", `<desktop-frame ` + ns + `><application name="gnome-terminal-server"><frame st:active="true"><terminal>no</terminal></frame></application></desktop-frame>`, nil},
+		{"another application", `<desktop-frame ` + ns + `><application name="xterm"><frame st:active="true"><terminal st:focused="true">no</terminal></frame></application></desktop-frame>`, nil},
+		{"empty desktop", `<desktop-frame ` + ns + `></desktop-frame>`, nil},
+	} {
+		got, err := focusedTerminal(c.doc)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		switch want := c.want.(type) {
+		case nil:
+			if got != nil {
+				t.Errorf("%s: %q, want none", c.name, *got)
+			}
+		case string:
+			if got == nil || *got != want {
+				t.Errorf("%s: %v, want %q", c.name, got, want)
+			}
+		}
+	}
+	if _, err := focusedTerminal("<not xml"); err == nil {
+		t.Error("a broken tree gave no error")
+	}
+}

@@ -21,12 +21,13 @@ import (
 
 // Task is the part of an OSWorld task file the import reads.
 type Task struct {
-	ID          string          `json:"id"`
-	Snapshot    string          `json:"snapshot"`
-	Instruction string          `json:"instruction"`
-	Source      string          `json:"source"`
-	Config      []TaskStep      `json:"config"`
-	Evaluator   json.RawMessage `json:"evaluator"`
+	ID          string `json:"id"`
+	Snapshot    string `json:"snapshot"`
+	Instruction string `json:"instruction"`
+	// Source is where the task comes from: a string, or a list of them.
+	Source    json.RawMessage `json:"source"`
+	Config    []TaskStep      `json:"config"`
+	Evaluator json.RawMessage `json:"evaluator"`
 }
 
 // TaskStep is one step of a task's config or postconfig.
@@ -50,6 +51,23 @@ type ImportOptions struct {
 	// again until it passes: a desktop acts after its input arrives, as
 	// OSWorld's runner waits before it evaluates.
 	Settle float64
+	// OSWorld, when set, runs the task with OSWorld's own code instead of
+	// mapping it: a custom Agent whose host command is the Python SDK's
+	// hvkube.osworld_task, which sets the task up, runs the actions of
+	// OSWorld.Steps and evaluates it with the task's own evaluator.
+	OSWorld *OSWorldRun
+}
+
+// OSWorldRun is how an Agent runs a task with OSWorld's code, on the host
+// of the node that runs the Agent (paths are that host's).
+type OSWorldRun struct {
+	// Dir is OSWorld's directory, Task the task file's path (both
+	// absolute); Steps, when set, a JSON list of OSWorld actions; Cache
+	// OSWorld's cache directory (empty: Dir/cache).
+	Dir, Task, Steps, Cache string
+	// Python runs the SDK (python3 when empty); PythonPath, when set,
+	// is its PYTHONPATH (the SDK's directory and OSWorld's modules).
+	Python, PythonPath string
 }
 
 // Annotations and labels an imported Agent carries.
@@ -83,6 +101,13 @@ func Import(data []byte, opts ImportOptions) (*api.Agent, []string, error) {
 	if opts.User == "" {
 		opts.User = api.DefaultGuestUser
 	}
+	if err := checkSource(t.Source); err != nil {
+		return nil, nil, err
+	}
+	if opts.OSWorld != nil {
+		a, err := runWithOSWorld(t, opts)
+		return a, nil, err
+	}
 	m := &mapper{user: opts.User}
 	var steps []api.Action
 	for i, st := range t.Config {
@@ -96,22 +121,79 @@ func Import(data []byte, opts ImportOptions) (*api.Agent, []string, error) {
 		steps = append(steps, st)
 	}
 
-	name := opts.Name
-	if name == "" {
-		name = agentName(t.ID)
-	}
-	input, _ := json.Marshal(map[string]string{"instruction": t.Instruction, "osworldTask": t.ID, "snapshot": t.Snapshot, "source": t.Source})
-	a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}}
-	a.Metadata.Name = name
-	a.Metadata.Labels = map[string]string{TaskLabel: labelValue(t.ID)}
+	a := newAgent(t, opts)
 	if len(m.notes) > 0 {
 		a.Metadata.Annotations = map[string]string{UnmappedAnnotation: strings.Join(m.notes, "; ")}
 	}
 	a.Spec.Type = "workflow"
-	a.Spec.SandboxSelector = &api.SandboxSelector{Pool: opts.Pool}
-	a.Spec.Task.Input = input
 	a.Spec.Task.Steps = steps
 	return a, m.notes, nil
+}
+
+// newAgent is the Agent of task t, without what it runs.
+func newAgent(t Task, opts ImportOptions) *api.Agent {
+	name := opts.Name
+	if name == "" {
+		name = agentName(t.ID)
+	}
+	input, _ := json.Marshal(map[string]any{"instruction": t.Instruction, "osworldTask": t.ID, "snapshot": t.Snapshot, "source": t.Source})
+	a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}}
+	a.Metadata.Name = name
+	a.Metadata.Labels = map[string]string{TaskLabel: labelValue(t.ID)}
+	a.Spec.SandboxSelector = &api.SandboxSelector{Pool: opts.Pool}
+	a.Spec.Task.Input = input
+	return a
+}
+
+// checkSource reads a task's source: absent, a string or a list of strings.
+func checkSource(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return nil
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) == nil {
+		return nil
+	}
+	return api.Invalid("source", "want a string or a list of strings")
+}
+
+// runWithOSWorld is the custom Agent that runs task t with OSWorld's own
+// code on the host (hvkube.osworld_task), on the Agent's sandbox.
+func runWithOSWorld(t Task, opts ImportOptions) (*api.Agent, error) {
+	o := opts.OSWorld
+	for _, f := range []struct{ field, v string }{{"osworld", o.Dir}, {"task", o.Task}, {"steps", o.Steps}, {"cache", o.Cache}} {
+		if f.v != "" && !strings.HasPrefix(f.v, "/") {
+			return nil, api.Invalid(f.field, "%q: want an absolute path (the Agent's command runs in a directory of its own)", f.v)
+		}
+	}
+	if o.Dir == "" || o.Task == "" {
+		return nil, api.Invalid("osworld", "OSWorld's directory and the task's file are required")
+	}
+	python := o.Python
+	if python == "" {
+		python = "python3"
+	}
+	var cmd []string
+	if o.PythonPath != "" {
+		cmd = []string{"/usr/bin/env", "PYTHONPATH=" + o.PythonPath}
+	}
+	cmd = append(cmd, python, "-m", "hvkube.osworld_task", "--osworld", o.Dir)
+	if o.Cache != "" {
+		cmd = append(cmd, "--cache", o.Cache)
+	}
+	if o.Steps != "" {
+		cmd = append(cmd, "--steps", o.Steps)
+	}
+	cmd = append(cmd, "--", o.Task)
+	a := newAgent(t, opts)
+	a.Spec.Type = "custom"
+	a.Spec.Task.Command = cmd
+	a.Spec.Task.In = "host"
+	return a, nil
 }
 
 var notLabel = regexp.MustCompile(`[^a-z0-9-]+`)
@@ -216,7 +298,7 @@ func (m *mapper) setup(where string, st TaskStep) []api.Action {
 			m.note("%s (open): no path", where)
 			return nil
 		}
-		return []api.Action{execStep(m.asUser(OpenCommand(m.user, path, "", 120)...), intent)}
+		return []api.Action{execStep(m.asUser(OpenCommand(m.user, path, "", int(openWait.Seconds()))...), intent)}
 	case "activate_window", "close_window":
 		name := str("window_name")
 		if name == "" {

@@ -81,3 +81,38 @@ func TestImportRefuses(t *testing.T) {
 		t.Errorf("an or of metrics: %v steps, notes %q, %v", len(a.Spec.Task.Steps), notes, err)
 	}
 }
+
+// TestImportWithOSWorld: with OSWorld's own code, a task becomes a custom
+// Agent whose host command runs hvkube.osworld_task on the task file,
+// whatever its evaluator is; paths must be absolute; a source may be a
+// list.
+func TestImportWithOSWorld(t *testing.T) {
+	task := `{"id": "T1", "instruction": "do it", "source": ["https://a.example", "https://b.example"],
+		"config": [{"type": "googledrive", "parameters": {}}],
+		"evaluator": {"func": "compare_pptx_files", "result": {"type": "vm_file", "path": "/home/user/a.pptx"}}}`
+	run := &OSWorldRun{Dir: "/opt/OSWorld", Task: "/tasks/t1.json", Steps: "/tasks/t1.steps.json", PythonPath: "/opt/hvkube/sdk/python"}
+	a, notes, err := Import([]byte(task), ImportOptions{Pool: "ow", OSWorld: run})
+	if err != nil || len(notes) != 0 {
+		t.Fatalf("import: %v, notes %q", err, notes)
+	}
+	want := "/usr/bin/env PYTHONPATH=/opt/hvkube/sdk/python python3 -m hvkube.osworld_task --osworld /opt/OSWorld --steps /tasks/t1.steps.json -- /tasks/t1.json"
+	if a.Spec.Type != "custom" || a.Spec.Task.In != "host" || strings.Join(a.Spec.Task.Command, " ") != want {
+		t.Errorf("agent %s in %s runs %q, want custom on the host running %q", a.Spec.Type, a.Spec.Task.In, a.Spec.Task.Command, want)
+	}
+	if !strings.Contains(string(a.Spec.Task.Input), `"source":["https://a.example","https://b.example"]`) {
+		t.Errorf("input %s", a.Spec.Task.Input)
+	}
+	c := *a
+	api.Default(&c)
+	if err := api.Validate(&c); err != nil {
+		t.Errorf("the imported agent is not valid: %v", err)
+	}
+	for _, bad := range []*OSWorldRun{{Dir: "OSWorld", Task: "/t.json"}, {Dir: "/o", Task: "t.json"}, {Dir: "/o", Task: "/t.json", Cache: "cache"}} {
+		if _, _, err := Import([]byte(task), ImportOptions{Pool: "ow", OSWorld: bad}); err == nil {
+			t.Errorf("a relative path %+v was taken", bad)
+		}
+	}
+	if _, _, err := Import([]byte(`{"id": "a", "instruction": "x", "source": 42}`), ImportOptions{Pool: "p"}); api.FieldOf(err) != "source" {
+		t.Errorf("a source of a number: %v", err)
+	}
+}

@@ -198,5 +198,32 @@ func (s *Server) osworld(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	osworld.Serve(w, r, sandboxGuest{s.opts.Sandboxes, name}, osworld.Desktop{User: info.User, OS: info.OS}, "/"+r.PathValue("route"))
+	osworld.Serve(w, r, sandboxGuest{s.opts.Sandboxes, name}, osworld.Desktop{User: info.User, OS: info.OS, Name: name, Recordings: &s.recordings, Holder: s.holderOf(name)}, "/"+r.PathValue("route"))
+}
+
+// holderOf says who holds sandbox name now, and since when: the agent it
+// runs (its current attempt; "" for nobody) and the VM's process, which a
+// reset replaces (as OSWorld's revert ends what ran in the VM).
+func (s *Server) holderOf(name string) osworld.Holder {
+	return func(ctx context.Context) (string, error) {
+		o, err := s.opts.Store.Get(ctx, api.KindSandbox, name)
+		if err != nil {
+			return "", err
+		}
+		sb := o.(*api.Sandbox)
+		vm := fmt.Sprintf("@%s/%d", sb.Status.BackendID, sb.Status.PID)
+		if sb.Status.CurrentAgent == "" {
+			return vm, nil
+		}
+		// The agent's UID and attempt: the same name again is another.
+		a, err := s.opts.Store.Get(ctx, api.KindAgent, sb.Status.CurrentAgent)
+		if errors.Is(err, api.ErrNotFound) {
+			return "gone:" + sb.Status.CurrentAgent + vm, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		ag := a.(*api.Agent)
+		return fmt.Sprintf("%s/%s/%d%s", ag.Metadata.Name, ag.Metadata.UID, ag.Status.Attempts, vm), nil
+	}
 }

@@ -64,6 +64,20 @@ func (c osworldCall) send(t *testing.T, base, sandbox, token string) (int, strin
 	return resp.StatusCode, resp.Header.Get("Content-Type"), b
 }
 
+// osworld returns a function that sends a request of OSWorld's clients to
+// sandbox's guest API with the server's token, fails the test unless it
+// answers wantCode, and returns the body.
+func (d *qemuDesk) osworld(sandbox string) func(t *testing.T, c osworldCall, wantCode int) []byte {
+	return func(t *testing.T, c osworldCall, wantCode int) []byte {
+		t.Helper()
+		code, _, body := c.send(t, d.url, sandbox, "admin")
+		if code != wantCode {
+			t.Fatalf("%s %s: %d %s, want %d", c.method, c.route, code, body, wantCode)
+		}
+		return body
+	}
+}
+
 // TestOSWorldGuestAPIOnQEMU replays the requests of OSWorld's
 // PythonController and SetupController (desktop_env/controllers) against
 // the guest API of a real linux-desktop clone, in the formats OSWorld's
@@ -73,14 +87,7 @@ func (c osworldCall) send(t *testing.T, base, sandbox, token string) (int, strin
 // application is launched, activated and closed by its window's name.
 func TestOSWorldGuestAPIOnQEMU(t *testing.T) {
 	d := startQEMUDesk(t)
-	do := func(t *testing.T, c osworldCall, wantCode int) []byte {
-		t.Helper()
-		code, _, body := c.send(t, d.url, "desk", "admin")
-		if code != wantCode {
-			t.Fatalf("%s %s: %d %s, want %d", c.method, c.route, code, body, wantCode)
-		}
-		return body
-	}
+	do := d.osworld("desk")
 	execute := func(t *testing.T, body string) map[string]any {
 		t.Helper()
 		var out map[string]any

@@ -36,8 +36,9 @@ import (
 // client's request without hvkube's credentials: no Authorization, no
 // X-Hvkube-* headers, no Origin (the guard has checked it, and it names
 // hvkube, which the guest's servers do not know: Chromium's DevTools
-// refuses WebSocket upgrades with an Origin it was not told to allow),
-// and Host localhost:PORT (DevTools answers only a Host that is localhost
+// refuses WebSocket upgrades with an Origin it was not told to allow), an
+// X-Guest-Authorization header as its Authorization (the guest service's
+// own credentials, such as VLC's password), and Host localhost:PORT (DevTools answers only a Host that is localhost
 // or an address). What comes back streams unchanged, but for DevTools'
 // target lists (/json/version, /json/list, /json, /json/new), whose
 // WebSocket URLs name the guest's own localhost: they are rewritten to the
@@ -243,6 +244,13 @@ func (fw *forward) serve(w http.ResponseWriter, r *http.Request) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(fw.port)), Path: upath, RawPath: gpath, RawQuery: r.URL.RawQuery}
 			pr.Out.Host = "localhost:" + strconv.Itoa(fw.port)
 			stripCredentials(pr.Out.Header)
+			// The guest service's own credentials (VLC's web interface asks
+			// for a password) come in GuestAuthorizationHeader, since the
+			// request's Authorization is hvkube's.
+			if v := r.Header.Values(GuestAuthorizationHeader); len(v) == 1 {
+				pr.Out.Header.Set("Authorization", v[0])
+			}
+			pr.Out.Header.Del(GuestAuthorizationHeader)
 		},
 		Transport:      tr,
 		FlushInterval:  -1,
@@ -313,6 +321,11 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// GuestAuthorizationHeader carries, through a port forward, the
+// Authorization header meant for the guest's service: it reaches the guest
+// as its Authorization.
+const GuestAuthorizationHeader = "X-Guest-Authorization"
 
 // stripCredentials removes from a forwarded request what is hvkube's: the
 // bearer token (the server's or an agent's), hvkube's own headers, and the

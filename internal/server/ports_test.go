@@ -257,6 +257,11 @@ func TestPortForwardHTTP(t *testing.T) {
 			guestSaw{Method: "POST", Path: "/echo/session", RawPath: "/echo/session", Host: "localhost:9222", Body: `{"capabilities":{}}`}},
 		{"DELETE", "DELETE", "/api/v1/sandboxes/other/ports/8080/echo/session/1", "", nil,
 			guestSaw{Method: "DELETE", Path: "/echo/session/1", RawPath: "/echo/session/1", Host: "localhost:8080"}},
+		// The guest service's password (VLC's) in X-Guest-Authorization
+		// reaches it as its Authorization; hvkube's never does.
+		{"the guest's own credentials", "GET", "/api/v1/sandboxes/box/ports/8080/echo/requests/status.xml", "",
+			map[string]string{GuestAuthorizationHeader: "Basic OnBhc3N3b3Jk"},
+			guestSaw{Method: "GET", Path: "/echo/requests/status.xml", RawPath: "/echo/requests/status.xml", Host: "localhost:8080", Authorization: "Basic OnBhc3N3b3Jk"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := r.send(t, "admin", tt.method, tt.path, tt.body, tt.hdr)

@@ -18,6 +18,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// base context on shutdown ends them.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
+	defer s.recordings.Close()
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,

@@ -21,6 +21,7 @@ import (
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/metrics"
+	"github.com/hvkube/hvkube/internal/osworld"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -99,6 +100,8 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	hosts HostPolicy
+	// recordings are OSWorld's /start_recording's, until /end_recording.
+	recordings osworld.Recordings
 }
 
 // New builds the server and its routes.

@@ -84,7 +84,7 @@ func (g *guest) waitAgent(ctx context.Context, p *proc) error {
 			return err
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			return fmt.Errorf("%w (last: %v)", context.Cause(ctx), err)
 		}
 		select {
 		case <-ctx.Done():
@@ -152,7 +152,7 @@ func (g *guest) waitReady(ctx context.Context, p *proc) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+			return fmt.Errorf("%w (last: %v)", context.Cause(ctx), last)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

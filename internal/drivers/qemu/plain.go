@@ -92,11 +92,12 @@ func (v *PlainVM) Start(ctx context.Context) error {
 	}
 	v.p = p
 	v.g = newGuest(qga.New(v.m.QGASocket), v.img)
-	bctx, cancel := context.WithTimeout(ctx, v.b.cfg.BootTimeout)
-	defer cancel()
+	bctx, watch, stopWatch := v.b.watchBoot(ctx, p.pid, v.img.CPUs, nil)
+	defer stopWatch()
 	if err := v.g.waitAgent(bctx, p); err != nil {
 		return fmt.Errorf("plain vm: guest agent: %w%s", err, p.logTail())
 	}
+	watch.begin("the desktop to be ready")
 	if err := v.g.waitReady(bctx, p); err != nil {
 		return fmt.Errorf("plain vm: desktop: %w%s", err, p.logTail())
 	}

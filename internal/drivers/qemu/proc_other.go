@@ -18,6 +18,7 @@ func killProcess(pid int, name string, timeout time.Duration) error { return nil
 func privateMemory(pid int) (int64, error)                          { return 0, errNoQEMU }
 func diskUsage(path string) int64                                   { return 0 }
 
-func freeSpace(dir string) (int64, error) { return 0, errNoQEMU }
+func freeSpace(dir string) (int64, error)       { return 0, errNoQEMU }
+func processCPU(pid int) (time.Duration, error) { return 0, errNoQEMU }
 
 func ownProcesses(dir string) []procRef { return nil }

@@ -85,7 +85,9 @@ type Config struct {
 	RunningReserveMB int
 	// Memory measures the host and the VMs (default capacity.ProcReader).
 	Memory capacity.Reader
-	// BootTimeout bounds a cold boot (default 5 minutes: TCG is slow).
+	// BootTimeout bounds each stage of a cold boot (the guest agent, the
+	// desktop) in the CPU time QEMU gets, and at most bootWallFactor times
+	// it on the clock (default 5 minutes: TCG is slow; boot.go).
 	BootTimeout time.Duration
 	// NoSpares turns off spare clones (see spare): every clone then starts
 	// its QEMU on demand.
@@ -473,12 +475,13 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	ga := qga.New(m.QGASocket)
 	defer ga.Close()
 	g := newGuest(ga, img)
-	bootCtx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
-	defer cancel()
+	bootCtx, watch, stopWatch := b.watchBoot(ctx, p.pid, meta.CPUs, progress)
+	defer stopWatch()
 	if err := g.waitAgent(bootCtx, p); err != nil {
 		return backend.TemplateInfo{}, fmt.Errorf("template %s: guest agent: %w%s", spec.ID, err, p.logTail())
 	}
 	progress(fmt.Sprintf("guest agent answers after %.1fs", time.Since(start).Seconds()))
+	watch.begin("the desktop to be ready")
 	if err := g.waitReady(bootCtx, p); err != nil {
 		return backend.TemplateInfo{}, fmt.Errorf("template %s: desktop: %w%s", spec.ID, err, p.logTail())
 	}
@@ -487,6 +490,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 			return backend.TemplateInfo{}, fmt.Errorf("template %s: %w", spec.ID, err)
 		}
 	}
+	stopWatch() // the boot is over: nothing more to report of it
 	boot := time.Since(start)
 	meta.BootSeconds = boot.Seconds()
 	progress(fmt.Sprintf("desktop ready after %.1fs; taking the snapshot", boot.Seconds()))

@@ -383,11 +383,12 @@ func (b *Backend) coldBootLocked(ctx context.Context, v *vm) error {
 	}
 	v.attach(p)
 	v.paused = false // it boots
-	bctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
-	defer cancel()
+	bctx, watch, stopWatch := b.watchBoot(ctx, p.pid, v.tpl.CPUs, nil)
+	defer stopWatch()
 	if err := v.g.waitAgent(bctx, p); err != nil {
 		return fmt.Errorf("cold boot: guest agent: %w%s", err, p.logTail())
 	}
+	watch.begin("the desktop to be ready")
 	if err := v.g.waitReady(bctx, p); err != nil {
 		return fmt.Errorf("cold boot: desktop: %w", err)
 	}

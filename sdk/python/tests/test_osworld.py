@@ -4,6 +4,7 @@ what the forwarders refuse."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -29,18 +30,24 @@ def provider(server, pool):
 
 
 def ports(provider) -> dict[str, int]:
-    ip, server, chromium, vnc, vlc = provider.get_ip_address(PATH).split(":")
-    assert ip == "127.0.0.1"
-    return {"server": int(server), "chromium": int(chromium), "vnc": int(vnc), "vlc": int(vlc)}
+    """The forwarders' ports: OSWorld's, at the environment's own address."""
+    ip = provider.get_ip_address(PATH)
+    assert re.fullmatch(r"127\.0\.0\.(\d+)", ip) and ip != "127.0.0.1", ip
+    return {"server": 5000, "chromium": 9222, "vlc": 8080}
+
+
+def addr(provider) -> str:
+    return provider.get_ip_address(PATH)
 
 
 def forwarded(provider) -> int:
     return sum(f.forwarded for f in provider.forwarders.values())
 
 
-def send(port: int, raw: bytes) -> tuple[int, bytes, bytes]:
-    """Sends raw bytes as a request; the answer's status, head and body."""
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+def send(port: int, raw: bytes, ip: str = "127.0.0.1") -> tuple[int, bytes, bytes]:
+    """Sends raw bytes as a request to ip:port; the answer's status, head
+    and body."""
+    with socket.create_connection((ip, port), timeout=60) as s:
         s.sendall(raw)
         data = b""
         while chunk := s.recv(65536):
@@ -50,16 +57,19 @@ def send(port: int, raw: bytes) -> tuple[int, bytes, bytes]:
 
 
 def request(port: int, method: str, path: str, body: bytes = b"", ctype: str = "", host: str | None = None,
-            extra: str = "") -> tuple[int, bytes, bytes]:
-    """A request as OSWorld's clients send one (Host 127.0.0.1:PORT, no
+            extra: str = "", ip: str = "127.0.0.1") -> tuple[int, bytes, bytes]:
+    """A request to ip:port as OSWorld's clients send one (Host IP:PORT, no
     Origin), or as told."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host or f'127.0.0.1:{port}'}", "Connection: close"]
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host or f'{ip}:{port}'}", "Connection: close"]
     if ctype:
         lines.append(f"Content-Type: {ctype}")
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
     raw = ("\r\n".join(lines) + "\r\n" + extra + "\r\n").encode() + body
-    return send(port, raw)
+    return send(port, raw, ip)
+
+
+_send, _request = send, request
 
 
 def test_path_to_vm_names_a_pool(monkeypatch):
@@ -72,24 +82,55 @@ def test_path_to_vm_names_a_pool(monkeypatch):
             pool_of(bad)
 
 
-def test_ip_address_names_the_forwarders(provider):
-    p = ports(provider)
-    assert p["vnc"] == 0
-    assert len({p["server"], p["chromium"], p["vlc"]}) == 3
-    assert ports(provider) == p  # started once
+def test_ip_address_is_the_environments_own(provider, server, pool):
+    """An address alone, as every OSWorld release reads it; the guest
+    server answers at its port 5000, as on a VM. A second environment (a
+    second DesktopEnv, num_envs) gets another; its sandbox is held with
+    heartbeats."""
+    ip = addr(provider)
+    assert addr(provider) == ip  # started once
+    status, _, body = request(5000, "GET", "/platform", ip=ip)
+    assert status == 200 and body == b"Linux"
     sb = provider.sandbox
     assert sb.name.startswith("sdk-") and sb.lease and sb.phase == "Running"
+    client, _, _ = server
+    assert client.get("agents", sb.lease)["spec"]["completion"]["heartbeatSeconds"] == 45
+    pool.scale(2)
+    pool.wait_ready(1)  # one idle beside the one this environment holds
+    other = HvkubeProvider(client=client, wait=180)
+    try:
+        other.start_emulator(PATH, True, "Ubuntu")
+        ip2 = other.get_ip_address(PATH)
+        assert ip2 != ip and re.fullmatch(r"127\.0\.0\.\d+", ip2)
+        assert other.sandbox.name != sb.name
+        # Each address reaches its own sandbox.
+        cmd = json.dumps({"command": ["cat", "/proc/sys/kernel/hostname"], "shell": False}).encode()
+        names = {json.loads(request(5000, "POST", "/execute", cmd, "application/json", ip=a)[2])["output"].strip()
+                 for a in (ip, ip2)}
+        assert names == {sb.name, other.sandbox.name}, names
+    finally:
+        other.stop_emulator(PATH)
+        pool.scale(1)
 
 
 def test_forwarder_refuses_what_a_web_page_or_a_stranger_sends(provider):
     port = ports(provider)["server"]
+    ip = addr(provider)
     sb = provider.sandbox
     touch = json.dumps({"command": ["touch", "/tmp/forwarded"], "shell": False}).encode()
     before = forwarded(provider)
-    here = f"127.0.0.1:{port}"
+    here = f"{ip}:{port}"
+
+    def request(*args, **kw):
+        return _request(*args, ip=ip, **kw)
+
+    def send(port, raw):
+        return _send(port, raw, ip)
     attacks = {
         "a foreign Host (DNS rebinding)": (request(port, "POST", "/execute", touch, "application/json", host=f"evil.example:{port}"), 403),
-        "another port in Host": (request(port, "POST", "/execute", touch, "application/json", host="127.0.0.1:1"), 403),
+        "another port in Host": (request(port, "POST", "/execute", touch, "application/json", host=f"{ip}:1"), 403),
+        "localhost in Host": (request(port, "POST", "/execute", touch, "application/json", host=f"localhost:{port}"), 403),
+        "another address in Host": (request(port, "POST", "/execute", touch, "application/json", host=f"127.0.0.1:{port}"), 403),
         "no Host": (send(port, b"GET /screenshot HTTP/1.0\r\n\r\n"), 403),
         "two Hosts": (request(port, "GET", "/screenshot", extra=f"Host: {here}\r\n"), 403),
         "an Origin": (request(port, "POST", "/execute", touch, "application/json", extra="Origin: http://evil.example\r\n"), 403),
@@ -114,7 +155,8 @@ def test_forwarder_refuses_what_a_web_page_or_a_stranger_sends(provider):
         assert "error" in json.loads(body), what
     assert forwarded(provider) == before, "a refused request was forwarded"
     assert sb.commands.run("test -e /tmp/forwarded").exit_code == 1
-    # The same request as OSWorld sends it goes through.
+    # The same request as OSWorld sends it goes through; the command runs
+    # in the user's home.
     status, _, body = request(port, "POST", "/execute", touch, "application/json")
     assert status == 200, body
     assert forwarded(provider) == before + 1
@@ -123,9 +165,13 @@ def test_forwarder_refuses_what_a_web_page_or_a_stranger_sends(provider):
 
 def test_forwarder_reaches_its_sandbox_only(provider):
     p = ports(provider)
+    ip = addr(provider)
+
+    def request(*args, **kw):
+        return _request(*args, ip=ip, **kw)
     sb = provider.sandbox
     before = forwarded(provider)
-    status, head, body = request(p["server"], "GET", "/screenshot", host=f"localhost:{p['server']}")
+    status, head, body = request(p["server"], "GET", "/screenshot")
     assert status == 200 and b"image/png" in head.lower()
     assert png_size(body) == sb.screen_size()
     # Another API route is a path under the sandbox's OSWorld prefix.
@@ -141,6 +187,10 @@ def test_forwarder_reaches_its_sandbox_only(provider):
 def test_python_controller_requests(provider):
     """What OSWorld's PythonController sends, through the forwarder."""
     port = ports(provider)["server"]
+    ip = addr(provider)
+
+    def request(*args, **kw):
+        return _request(*args, ip=ip, **kw)
     w, h = provider.sandbox.screen_size()
     status, _, body = request(port, "GET", "/screenshot")
     assert status == 200 and png_size(body) == (w, h)
@@ -160,12 +210,24 @@ def test_python_controller_requests(provider):
     assert status == 200, body
     status, _, body = request(port, "POST", "/file", b"file_path=%2Ftmp%2Fup.txt", "application/x-www-form-urlencoded")
     assert status == 200 and body == b"uploaded"
+    # A relative path is in the user's home, as on OSWorld's VM, and so is
+    # a command's working directory.
+    form = form.replace(b"/tmp/up.txt", b"setup.sh")
+    status, _, body = request(port, "POST", "/setup/upload", form, f"multipart/form-data; boundary={boundary}")
+    assert status == 200, body
+    cmd = json.dumps({"command": "pwd; cat setup.sh", "shell": True}).encode()
+    status, _, body = request(port, "POST", "/execute", cmd, "application/json")
+    assert status == 200 and json.loads(body)["output"] == "/home/agent\nuploaded", body
 
 
 def test_revert_save_and_stop(provider, server):
     client, _, _ = server
     sb, lease = provider.sandbox, provider.sandbox.lease
     p = ports(provider)
+    ip = addr(provider)
+
+    def request(*args, **kw):
+        return _request(*args, ip=ip, **kw)
     assert sb.commands.run("touch /tmp/dirty").exit_code == 0
     assert provider.revert_to_snapshot(PATH, "init_state") == PATH
     assert provider.sandbox is sb and sb.lease == lease  # the same sandbox, clean again
@@ -176,14 +238,14 @@ def test_revert_save_and_stop(provider, server):
     assert request(p["server"], "GET", "/screenshot")[0] == 200
     # DesktopEnv starts again after a revert: the same sandbox.
     provider.start_emulator(PATH, True, "Ubuntu")
-    assert provider.sandbox is sb and ports(provider) == p
+    assert provider.sandbox is sb and addr(provider) == ip
     provider.stop_emulator(PATH)
     assert provider.sandbox is None
     with pytest.raises(NotFound):
         for _ in range(600):
             client.get("agents", lease)
     with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", p["server"]), timeout=5).close()
+        socket.create_connection((ip, p["server"]), timeout=5).close()
     provider.stop_emulator(PATH)  # again: nothing to do
     with pytest.raises(RuntimeError):
         provider.get_ip_address(PATH)
@@ -215,11 +277,20 @@ class _FakeServer(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
+        if self.path.endswith("/requests/status.xml"):
+            body = (self.headers.get("X-Guest-Authorization") or "none").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path == prefix + "/slow":
             time.sleep(2)
             self.send_error(500)
             return
         if self.headers.get("Upgrade") == "websocket":
+            if self.path.endswith("/slow"):
+                time.sleep(12)  # a guest that takes its time to answer
             self.send_response(101)
             self.send_header("Upgrade", "websocket")
             self.send_header("Connection", "Upgrade")
@@ -230,6 +301,17 @@ class _FakeServer(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.send_error(404)
+
+
+def upgrade(s: socket.socket, port: int, path: str) -> bytes:
+    """Sends a WebSocket upgrade for path on s; the answer's head."""
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+              "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+              "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    return head
 
 
 def test_devtools_forwarder_relays_websockets():
@@ -244,21 +326,22 @@ def test_devtools_forwarder_relays_websockets():
         assert status == 200
         assert json.loads(body)["webSocketDebuggerUrl"] == f"ws://127.0.0.1:{fwd.port}/devtools/browser/b1"
         with socket.create_connection(("127.0.0.1", fwd.port), timeout=10) as s:
-            s.sendall(f"GET /devtools/browser/b1 HTTP/1.1\r\nHost: 127.0.0.1:{fwd.port}\r\nUpgrade: websocket\r\n"
-                      "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                      "Sec-WebSocket-Version: 13\r\n\r\n".encode())
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += s.recv(1)
+            head = upgrade(s, fwd.port, "/devtools/browser/b1")
             assert head.startswith(b"HTTP/1.1 101")
             s.sendall(b"\x81\x04ping")
             assert s.recv(6) == b"\x81\x04ping"
+        # An upgrade the guest answers late (past the connection's own 10 s)
+        # still goes through.
+        with socket.create_connection(("127.0.0.1", fwd.port), timeout=30) as s:
+            head = upgrade(s, fwd.port, "/devtools/browser/slow")
+            assert head.startswith(b"HTTP/1.1 101"), head
         # A WebSocket from a page is refused like any request from one.
         status, _, _ = request(fwd.port, "GET", "/devtools/browser/b1",
                                extra="Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://evil.example\r\n")
         assert status == 403
         assert [p for p, _ in _FakeServer.seen] == ["/api/v1/sandboxes/desk/ports/9222/json/version",
-                                                    "/api/v1/sandboxes/desk/ports/9222/devtools/browser/b1"]
+                                                    "/api/v1/sandboxes/desk/ports/9222/devtools/browser/b1",
+                                                    "/api/v1/sandboxes/desk/ports/9222/devtools/browser/slow"]
         assert {a for _, a in _FakeServer.seen} == {"Bearer secret"}
     finally:
         fwd.close()
@@ -297,3 +380,26 @@ def test_provider_without_a_sandbox(server):
         p.start_emulator("pool/no-such-pool", True, "Ubuntu")
     assert p.sandbox is None
     p.stop_emulator(PATH)
+
+
+def test_guest_password_goes_to_the_guest_service():
+    """VLC's password, which OSWorld's getter sends as Basic auth, reaches
+    the guest's service (as X-Guest-Authorization through the server, whose
+    Authorization is the token); the guest server's forwarder passes none."""
+    fake = ThreadingHTTPServer(("127.0.0.1", 0), _FakeServer)
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    client = Client(f"http://127.0.0.1:{fake.server_address[1]}", "secret")
+    vlc = Forwarder(client, lambda: "/api/v1/sandboxes/desk/ports/9222", guest_auth=True)
+    plain = Forwarder(client, lambda: "/api/v1/sandboxes/desk/ports/9222")
+    try:
+        basic = "Basic OnBhc3N3b3Jk"  # ('', 'password')
+        status, _, body = request(vlc.port, "GET", "/requests/status.xml", extra=f"Authorization: {basic}\r\n")
+        assert status == 200 and body.decode() == basic
+        status, _, body = request(plain.port, "GET", "/requests/status.xml", extra=f"Authorization: {basic}\r\n")
+        assert status == 200 and body == b"none"
+    finally:
+        vlc.close()
+        plain.close()
+        client.close()
+        fake.shutdown()
+        fake.server_close()

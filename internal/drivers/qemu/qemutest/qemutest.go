@@ -15,6 +15,7 @@ import (
 var requirements = map[string]struct{ env, make string }{
 	"linux-desktop":   {"HVKUBE_REQUIRE_QEMU", "make image"},
 	"browser-desktop": {"HVKUBE_REQUIRE_BROWSER_IMAGE", "make image-browser"},
+	"osworld":         {"HVKUBE_REQUIRE_OSWORLD_IMAGE", "make image-osworld"},
 }
 
 // RequireImage returns the image directory holding flavor, or skips t when
