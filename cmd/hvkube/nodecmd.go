@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/kube"
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
@@ -39,12 +44,21 @@ them, and writes its Node object (capacity, heartbeat, and the
 cluster controllers and the API run in hvkube serve, in replicas of their
 own; docs/kubernetes.md shows how the two are deployed.
 
+The node holds no key that signs anything. It proves who it is to the API
+servers at --server-url with its identity (--identity-file): on
+Kubernetes, its pod's service-account token of audience hvkube (the API
+servers ask the cluster who it is, and take the node's name from the
+token); elsewhere, one minted for it alone with hvkube node identity NAME.
+On start it joins them: it is given the public key that checks their
+requests. For each attempt of a custom agent it runs, it asks them for
+the attempt's scoped token, which they give only while the attempt runs
+on this node.
+
 The API servers send it sandbox operations (screen, input, exec,
 clipboard, logs, the live view, port forwards, agents' files) on --listen.
-Each request must carry a short-lived token minted under the key in
---key-file, which the API servers hold too; browsers are refused, and
-/healthz answers without a token. Custom agents' programs reach the API at
---server-url with tokens minted under the same key.
+Each request must carry a credential an API server signed for that very
+request (this node, its method and path), good for 30 seconds and once;
+browsers are refused, and /healthz answers without one.
 
 A node that cannot write its Node object for a while stops the agents it
 runs (the cluster fails those attempts as NodeLost and may run them again
@@ -61,10 +75,59 @@ It needs --store kubernetes: with SQLite, hvkube serve runs the one node.`,
 	f.StringVar(&nc.listen, "listen", "127.0.0.1:8090", "address the node API listens on (in a cluster, 0.0.0.0:8090)")
 	f.StringVar(&nc.advertise, "advertise-address", "", "host:port the API servers reach this node by, written in its Node object (default --listen, when it names a host)")
 	f.StringVar(&nc.serverURL, "server-url", "", "the API's address custom agents' programs are given (the hvkube serve Service, e.g. http://hvkube.hvkube-system.svc:8080)")
-	f.StringVar(&cfg.keyFile, "key-file", "", "the key shared with the API servers: it signs agents' tokens and checks the API servers' (required; at least 32 bytes, not readable by others)")
+	f.StringVar(&cfg.identityFile, "identity-file", "", "the node's identity, read at each use: its pod's projected service-account token (audience hvkube), or one made by hvkube node identity NAME (required; not readable by others)")
 	hostFlags(cmd, &cfg)
 	f.StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, hyperv, or auto (hyperv on Windows, qemu elsewhere)")
+	cmd.AddCommand(newNodeIdentityCmd())
 	return cmd
+}
+
+func newNodeIdentityCmd() *cobra.Command {
+	var keyFile string
+	var valid time.Duration
+	cmd := &cobra.Command{
+		Use:   "identity NAME",
+		Short: "Print the identity of node NAME, for its --identity-file",
+		Long: `Print the identity of node NAME: what hvkube node --node-name NAME
+proves who it is with, outside Kubernetes (there, the node's pod's
+service-account token is its identity). Run it where the API servers'
+key is (--key-file), and give the output to that node alone: it speaks
+for NAME and no other node, and signs nothing. Make a new one before
+--valid ends; all of a node's identities end when the key changes.`,
+		Example: `  hvkube node identity host-b --key-file /etc/hvkube/key > host-b.identity
+  # on host-b:
+  install -m 600 host-b.identity /etc/hvkube/identity
+  hvkube node --node-name host-b --identity-file /etc/hvkube/identity ...`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if errs := validation.IsDNS1123Subdomain(args[0]); len(errs) > 0 {
+				return fmt.Errorf("NAME %q: %s", args[0], strings.Join(errs, "; "))
+			}
+			if keyFile == "" {
+				return errors.New("--key-file: required: the API servers' key")
+			}
+			if valid <= 0 || valid > 10*365*24*time.Hour {
+				return fmt.Errorf("--valid %s: want more than 0 and at most 10 years", valid)
+			}
+			key, err := loadKey(serveConfig{keyFile: keyFile})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), key.MintNodeIdentity(args[0], time.Now(), valid))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&keyFile, "key-file", "", "the API servers' key (hvkube serve --key-file)")
+	cmd.Flags().DurationVar(&valid, "valid", 365*24*time.Hour, "how long the identity is good for")
+	return cmd
+}
+
+// identityReader reads the node's identity from path at each use, and
+// refuses a file that group or others can read.
+func identityReader(path string) func() (string, error) {
+	return func() (string, error) {
+		return readSecretToken("--identity-file", path)
+	}
 }
 
 // advertiseAddress is where the API servers reach the node: --advertise-
@@ -93,8 +156,8 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 	if cfg.store.kind != storeKubernetes {
 		return fmt.Errorf("--store %q: hvkube node needs --store kubernetes (with SQLite, hvkube serve runs the one node)", cfg.store.kind)
 	}
-	if cfg.keyFile == "" {
-		return errors.New("--key-file: required: the key the API servers hold too (a Secret mounted in both)")
+	if cfg.identityFile == "" {
+		return errors.New("--identity-file: required: the node's identity (its pod's service-account token, or hvkube node identity NAME)")
 	}
 	if cfg.backend == "none" {
 		return errors.New("--backend none: a node runs VMs; give qemu, hyperv or auto")
@@ -108,10 +171,13 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		}
 	}
 	if nc.serverURL == "" {
-		log.Warn("no --server-url: custom agents' programs are not told where the API is")
+		return errors.New("--server-url: required: the API servers' address, where the node joins and its agents' programs call (e.g. http://hvkube.hvkube-system.svc:8080)")
 	}
-	key, err := loadKey(cfg)
-	if err != nil {
+	if u, err := url.Parse(nc.serverURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--server-url %q: want http(s)://HOST[:PORT]", nc.serverURL)
+	}
+	identity := identityReader(cfg.identityFile)
+	if _, err := identity(); err != nil {
 		return err
 	}
 	if err := privateDataDir(cfg.dataDir, log); err != nil {
@@ -144,9 +210,19 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 	if ks, ok := st.(*kube.Store); ok {
 		mx.CountEventDrops(ks.EventDrops)
 	}
-	nd := newNode(cfg, st, be, key, nc.serverURL, hostCommands, roots, mx, log, func(o *node.Options) {
+	up := &nodeapi.Upstream{Server: nc.serverURL, Identity: identity}
+	tokens := func(ctx context.Context, a *api.Agent, _ time.Duration) (string, error) {
+		return up.AgentToken(ctx, a.Metadata.Name, a.Status.Attempts)
+	}
+	nd := newNode(cfg, st, be, tokens, nc.serverURL, hostCommands, roots, mx, log, func(o *node.Options) {
 		o.WaitForPlacement, o.Address = true, addr
 	})
+	up.Node = nd.Name()
+	verifier, err := up.JoinRetrying(ctx, log)
+	if err != nil {
+		return fmt.Errorf("joining the API servers at %s: %w", nc.serverURL, err)
+	}
+	log.Info("joined the API servers", "server", nc.serverURL, "node", up.Node)
 	if err := nd.Start(ctx); err != nil {
 		return err
 	}
@@ -159,7 +235,7 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		return err
 	}
 	hs := &http.Server{
-		Handler:           nodeapi.Handler(nodeapi.HandlerOptions{Node: nd.Name(), Key: key, Target: nd, Logger: log}),
+		Handler:           nodeapi.Handler(nodeapi.HandlerOptions{Node: nd.Name(), Verifier: verifier, Target: nd, Logger: log}),
 		ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
 		IdleTimeout:       server.DefaultIdleTimeout,
 	}

@@ -55,12 +55,18 @@ func newCluster(t *testing.T, serveArgs ...string) *cluster {
 	return cl
 }
 
-// startNode runs hvkube node NAME on the QEMU backend.
+// startNode runs hvkube node NAME on the QEMU backend, with an identity
+// of its own (hvkube node identity) and not the key.
 func (cl *cluster) startNode(name string) *proc {
 	cl.t.Helper()
 	dir := cl.t.TempDir()
+	id := filepath.Join(cl.t.TempDir(), "identity")
+	out := mustHV(cl.t, cl.api, "node", "identity", name, "--key-file", cl.key, "--valid", "1h")
+	if err := os.WriteFile(id, []byte(out), 0o600); err != nil {
+		cl.t.Fatal(err)
+	}
 	p := startProc(cl.t, dir, os.Environ(), nodeListenRE, "node", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig,
-		"--node-name", name, "--listen", "127.0.0.1:0", "--key-file", cl.key, "--data-dir", dir, "--server-url", cl.api.url(),
+		"--node-name", name, "--listen", "127.0.0.1:0", "--identity-file", id, "--data-dir", dir, "--server-url", cl.api.url(),
 		"--image-dir", qemu.DefaultImageDir())
 	cl.nodes[name], cl.dirs[name] = p, dir
 	return p

@@ -71,6 +71,11 @@ type serveConfig struct {
 	leaderElectID string
 	// nodeGrace: a node silent this long is lost (controller.Options).
 	nodeGrace time.Duration
+	// nodeServiceAccount ("namespace:name") is the node agents' service
+	// account (their identity on Kubernetes).
+	nodeServiceAccount string
+	// identityFile holds a node's identity (hvkube node).
+	identityFile string
 }
 
 func newServeCmd() *cobra.Command {
@@ -129,8 +134,12 @@ of group hvkube.io in one namespace (docs/kubernetes.md). There, any number
 of replicas may serve the API; the cluster controllers run in the one that
 holds the Lease hvkube-controllers (--leader-elect), and a replica that
 loses it exits. Sandboxes on other hosts run in hvkube node, which the
-replicas reach with tokens signed under --key-file (the nodes hold the same
-key); a node silent for --node-grace is marked lost.
+replicas reach with a credential per request, signed with a key derived
+from --key-file: the nodes hold only its public half, and the key stays
+with the replicas. A node proves who it is with its own identity: a
+service-account token of its pod (checked with a TokenReview, the node
+named by the token), or one minted with hvkube node identity NAME. A node
+silent for --node-grace is marked lost.
 SIGINT or SIGTERM shuts the server down gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -143,7 +152,8 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.BoolVar(&cfg.insecureNoToken, "insecure-no-token", false, "run without a token: any program or page that reaches the address controls the server (loopback addresses only)")
 	f.StringSliceVar(&cfg.allowedHosts, "allowed-hosts", nil, "more names clients may reach the server by (Host header), comma-separated or repeated")
 	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
-	f.StringVar(&cfg.keyFile, "key-file", "", "the key that signs agents' tokens and reaches nodes (default DATA-DIR/token.key, created when missing); on Kubernetes, the same Secret as the nodes'")
+	f.StringVar(&cfg.keyFile, "key-file", "", "the key that signs agents' tokens and the requests to nodes (default DATA-DIR/token.key, created when missing); on Kubernetes, a Secret of the API servers' alone, never mounted in a node")
+	f.StringVar(&cfg.nodeServiceAccount, "node-service-account", "", "with --store kubernetes: NAMESPACE:NAME of the node agents' service account, whose pod-bound tokens of audience hvkube identify nodes (default: the store's namespace and hvkube-node)")
 	f.BoolVar(&cfg.leaderElect, "leader-elect", true, "with --store kubernetes: run the cluster controllers only while this replica holds the Lease hvkube-controllers")
 	f.DurationVar(&cfg.leaderLease, "leader-lease-duration", 15*time.Second, "with --leader-elect: how long the other replicas wait after the leader's last renewal before one takes over")
 	f.DurationVar(&cfg.nodeGrace, "node-grace", controller.DefaultNodeGrace, "with --store kubernetes: how long a node may go without writing its Node object before the cluster marks it lost, fails its agents' attempts and refills its pools elsewhere; more than the nodes' fence time plus their status interval")
@@ -209,14 +219,19 @@ func hostSetup(cfg serveConfig) (*slog.Logger, *node.HostCommands, hostpath.Root
 	return log, hostCommands, roots, nil
 }
 
-// newNode makes this host's node over be: agents' tokens are minted with
-// key and name serverURL as the API's address.
-func newNode(cfg serveConfig, st store.Interface, be backend.Backend, key authtoken.Key, serverURL string, hostCommands *node.HostCommands, roots hostpath.Roots, mx *metrics.Metrics, log *slog.Logger, more ...func(*node.Options)) *node.Node {
+// mintTokens mints agents' tokens under key, in this process.
+func mintTokens(key authtoken.Key) func(context.Context, *api.Agent, time.Duration) (string, error) {
+	return func(_ context.Context, a *api.Agent, ttl time.Duration) (string, error) {
+		return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl), nil
+	}
+}
+
+// newNode makes this host's node over be: agents' tokens come from
+// tokens, and serverURL is the API's address they are given.
+func newNode(cfg serveConfig, st store.Interface, be backend.Backend, tokens func(context.Context, *api.Agent, time.Duration) (string, error), serverURL string, hostCommands *node.HostCommands, roots hostpath.Roots, mx *metrics.Metrics, log *slog.Logger, more ...func(*node.Options)) *node.Node {
 	opts := node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log,
 		DataDir: cfg.dataDir, ServerURL: serverURL,
-		Tokens: func(a *api.Agent, ttl time.Duration) string {
-			return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
-		}, HostCommands: hostCommands, AllowedRoots: roots,
+		Tokens: tokens, HostCommands: hostCommands, AllowedRoots: roots,
 		Pressure: node.Pressure{Percent: cfg.pressurePercent}}
 	if mx != nil {
 		opts.ObserveAcquire = mx.ObserveAcquire
@@ -225,6 +240,26 @@ func newNode(cfg serveConfig, st store.Interface, be backend.Backend, key authto
 		f(&opts)
 	}
 	return node.New(opts)
+}
+
+// nodeIdentities checks a node agent's identity and names the node: one
+// minted under key (hvkube node identity), or on Kubernetes its pod's
+// service-account token (a TokenReview) of serviceAccount ("": the
+// store's namespace's hvkube-node).
+func nodeIdentities(key authtoken.Key, st store.Interface, serviceAccount string) func(context.Context, string) (string, error) {
+	ks, _ := st.(*kube.Store)
+	if serviceAccount == "" && ks != nil {
+		serviceAccount = ks.Namespace() + ":hvkube-node"
+	}
+	return func(ctx context.Context, tok string) (string, error) {
+		if authtoken.IsNodeIdentity(tok) {
+			return key.VerifyNodeIdentity(tok, time.Now())
+		}
+		if ks == nil {
+			return "", errors.New("not a node identity (hvkube node identity NAME)")
+		}
+		return ks.ReviewNodeToken(ctx, tok, serviceAccount)
+	}
 }
 
 // loadKey reads the signing key: --key-file when given (it must exist and
@@ -400,13 +435,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// close (deferred calls run in reverse).
 	mgr := reconcile.NewManager(st, log, 0)
 	mgr.Observe(mx.ObserveReconcile)
-	ro := nodeapi.RouterOptions{Store: st, Key: key}
+	ro := nodeapi.RouterOptions{Store: st, Signer: key.NodeSigner()}
 	// With SQLite this process holds the one node and the controllers: the
 	// node lives and dies with them, so it never fences itself and no
 	// controller marks it lost.
 	lone := cfg.store.kind != storeKubernetes
 	if be != nil {
-		nd := newNode(cfg, st, be, key, "http://"+ln.Addr().String(), hostCommands, roots, mx, log, func(o *node.Options) {
+		nd := newNode(cfg, st, be, mintTokens(key), "http://"+ln.Addr().String(), hostCommands, roots, mx, log, func(o *node.Options) {
 			if lone {
 				o.FenceAfter = -1
 			}
@@ -429,6 +464,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if !lone {
 		r := nodeapi.NewRouter(ro)
 		opts.Sandboxes, opts.Actions, opts.Agents = r, display.NewActions(r), r
+		opts.NodeIdentity = nodeIdentities(key, st, cfg.nodeServiceAccount)
 	}
 	defer mgr.Stop()
 	co := controller.Options{NodeGrace: cfg.nodeGrace,

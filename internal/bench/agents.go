@@ -278,8 +278,8 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, open Stor
 	url := "http://" + ln.Addr().String()
 	mgr := reconcile.NewManager(st, log, 0)
 	nd := node.New(node.Options{Store: st, Backend: be, Name: "bench", Logger: log, DataDir: dataDir, ServerURL: url,
-		Tokens: func(a *api.Agent, ttl time.Duration) string {
-			return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl)
+		Tokens: func(_ context.Context, a *api.Agent, ttl time.Duration) (string, error) {
+			return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl), nil
 		}})
 	if err := nd.Start(ctx); err != nil {
 		ln.Close()

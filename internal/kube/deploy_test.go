@@ -204,14 +204,16 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
-		"Role": 2, "RoleBinding": 2, "Deployment": 1, "DaemonSet": 1, "Service": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2} {
+		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d", kinds[kind], kind, n)
 		}
 	}
-	// The pods run as the accounts the Roles are bound to, and mount the
-	// Secrets docs/kubernetes.md says to create.
-	secrets := map[string]bool{}
+	// The pods run as the accounts the Roles are bound to; the API
+	// servers mount the Secrets docs/kubernetes.md says to create, and
+	// the nodes none: a node's identity is its pod's token of audience
+	// hvkube.
+	secrets := map[string]map[string]bool{}
 	for _, m := range ms {
 		if k := m.obj.GetKind(); k != "Deployment" && k != "DaemonSet" {
 			continue
@@ -221,14 +223,27 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 			t.Errorf("%s: serviceAccountName %q is none of the manifests' accounts", m, sa)
 		}
 		vols, _, _ := unstructured.NestedSlice(m.obj.Object, "spec", "template", "spec", "volumes")
+		secrets[m.obj.GetKind()] = map[string]bool{}
 		for _, v := range vols {
 			if name, ok, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); ok {
-				secrets[name] = true
+				secrets[m.obj.GetKind()][name] = true
+			}
+			srcs, _, _ := unstructured.NestedSlice(v.(map[string]any), "projected", "sources")
+			for _, src := range srcs {
+				if aud, ok, _ := unstructured.NestedString(src.(map[string]any), "serviceAccountToken", "audience"); ok && aud != "hvkube" {
+					t.Errorf("%s: a projected token of audience %q, want hvkube", m, aud)
+				}
+				if _, ok, _ := unstructured.NestedMap(src.(map[string]any), "secret"); ok {
+					secrets[m.obj.GetKind()]["projected"] = true
+				}
 			}
 		}
 	}
-	if !secrets["hvkube-key"] || !secrets["hvkube-token"] || len(secrets) != 2 {
-		t.Errorf("the pods mount the Secrets %v, want hvkube-key and hvkube-token", secrets)
+	if api := secrets["Deployment"]; !api["hvkube-key"] || !api["hvkube-token"] || len(api) != 2 {
+		t.Errorf("the API servers mount the Secrets %v, want hvkube-key and hvkube-token", api)
+	}
+	if nd := secrets["DaemonSet"]; len(nd) != 0 {
+		t.Errorf("the nodes mount the Secrets %v, want none (the key never reaches a node)", nd)
 	}
 }
 
@@ -335,7 +350,7 @@ func listAndWatch(ctx context.Context, st *kube.Store, kind string) (int, error)
 func TestDeployRBACOnKubernetes(t *testing.T) {
 	ms := readDeploy(t)
 	c := newDeployClients(t)
-	c.applyFor(t, ms, "Namespace", "ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+	c.applyFor(t, ms, "Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sfx := make([]byte, 3)
@@ -661,6 +676,10 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 		check{"hvkube-node", deployNS, "get", "hvkube.io", "displayservices", "", false},
 		check{"hvkube-node", deployNS, "list", "", "events", "", false},
 		check{"hvkube-node", deployNS, "create", "hvkube.io", "sandboxes", "", false},
+		// The API servers tell a node from its pod's token; a node asks
+		// nobody who a token is.
+		check{"hvkube-controller", "", "create", "authentication.k8s.io", "tokenreviews", "", true},
+		check{"hvkube-node", "", "create", "authentication.k8s.io", "tokenreviews", "", false},
 	)
 	for _, ck := range checks {
 		if got := c.can(t, ck.account, ck.ns, ck.verb, ck.group, ck.resource, ck.name); got != ck.want {

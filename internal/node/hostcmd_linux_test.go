@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -60,7 +61,7 @@ func newHostCommandSetup(t *testing.T, u *HostUser) *hostCommandSetup {
 	}
 	s.nd = New(Options{Name: "n1", DataDir: s.data, ServerURL: "http://127.0.0.1:1",
 		HostCommands: &HostCommands{User: u, WorkRoot: s.work},
-		Tokens:       func(*api.Agent, time.Duration) string { return "scoped-token" }})
+		Tokens:       func(context.Context, *api.Agent, time.Duration) (string, error) { return "scoped-token", nil }})
 	return s
 }
 

@@ -42,10 +42,11 @@ type Options struct {
 	DataDir string
 	// ServerURL is the API's address, given to custom agents.
 	ServerURL string
-	// Tokens mints a token for the running attempt of a custom agent
-	// that reaches only that attempt's agent and sandbox, valid for ttl;
-	// nil gives none.
-	Tokens func(a *api.Agent, ttl time.Duration) string
+	// Tokens gets a token for the running attempt of a custom agent
+	// that reaches only that attempt's agent and sandbox, valid for ttl
+	// (minted in this process, or asked of the API servers by a node
+	// that holds no key); nil gives none.
+	Tokens func(ctx context.Context, a *api.Agent, ttl time.Duration) (string, error)
 	// HostCommands lets custom agents run commands on this host, as it
 	// says; nil refuses them (spec.task.in: guest is unaffected).
 	HostCommands *HostCommands

@@ -334,7 +334,11 @@ func (n *Node) runHostEnv(ctx context.Context, a *api.Agent, extra []string, lg 
 		env = append(env, "HVKUBE_SERVER="+n.opt.ServerURL)
 	}
 	if n.opt.Tokens != nil {
-		env = append(env, "HVKUBE_TOKEN="+n.opt.Tokens(a, agentstate.Timeout(a)))
+		tok, err := n.opt.Tokens(ctx, a, agentstate.Timeout(a))
+		if err != nil {
+			return nil, -1, fmt.Errorf("the attempt's token: %w", err)
+		}
+		env = append(env, "HVKUBE_TOKEN="+tok)
 	}
 	cmd.Env = env
 	var stdout limitedBuffer

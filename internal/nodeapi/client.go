@@ -22,8 +22,9 @@ import (
 type Client struct {
 	// Node is the agent's node name; Addr where it answers (host:port).
 	Node, Addr string
-	// Token returns a node token for Node.
-	Token func() string
+	// Token returns the credential of one request to Node: its method
+	// and request URI (path and query, as sent).
+	Token func(method, uri string) string
 	// HTTP sends the plain requests.
 	HTTP *http.Client
 }
@@ -62,7 +63,7 @@ func (c *Client) do(ctx context.Context, method, u string, body any, hdr http.He
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token())
+	req.Header.Set("Authorization", "Bearer "+c.Token(method, req.URL.RequestURI()))
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -83,9 +84,10 @@ func (c *Client) answerErr(resp *http.Response) error {
 		return fmt.Errorf("%w: node %s answered %s", api.ErrUnavailable, c.Node, resp.Status)
 	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		// The node does not take this server's token: the shared key
-		// differs. It is the cluster's fault, not the client's.
-		return fmt.Errorf("%w: node %s refused this server: %s (do the API servers and the node share --key-file?)", api.ErrUnavailable, c.Node, b.Error)
+		// The node does not take this server's credential: it was given
+		// another API key, or the clocks are apart. It is the cluster's
+		// fault, not the client's.
+		return fmt.Errorf("%w: node %s refused this server: %s (was the node given this cluster's API key, and do the clocks agree?)", api.ErrUnavailable, c.Node, b.Error)
 	}
 	return b.err(c.Node)
 }
@@ -205,7 +207,7 @@ func (c *Client) dialStream(ctx context.Context, u string) (net.Conn, error) {
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	req, _ := http.NewRequest(http.MethodGet, u, nil)
-	req.Header.Set("Authorization", "Bearer "+c.Token())
+	req.Header.Set("Authorization", "Bearer "+c.Token(http.MethodGet, req.URL.RequestURI()))
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", upgradeProto)
 	br := bufio.NewReader(conn)

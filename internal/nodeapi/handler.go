@@ -21,10 +21,12 @@ import (
 
 // HandlerOptions configure a node agent's Handler.
 type HandlerOptions struct {
-	// Node is this node's name: requests must carry a token naming it.
+	// Node is this node's name: requests must carry a credential naming
+	// it.
 	Node string
-	// Key is the key shared with the API servers.
-	Key authtoken.Key
+	// Verifier checks the API servers' credentials (the public half of
+	// their signing key: it mints nothing).
+	Verifier authtoken.NodeVerifier
 	// Target is this node.
 	Target Target
 	Logger *slog.Logger
@@ -33,7 +35,8 @@ type HandlerOptions struct {
 }
 
 // Handler returns the node agent's HTTP handler: /healthz answers anyone;
-// everything under /node/v1/ needs a node token for this node, and no
+// everything under /node/v1/ needs a credential an API server made for
+// this very request (this node, method and path), used once, and no
 // browser may send one (a request with an Origin is refused).
 func Handler(o HandlerOptions) http.Handler {
 	if o.Logger == nil {
@@ -42,7 +45,7 @@ func Handler(o HandlerOptions) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &handler{o: o}
+	h := &handler{o: o, seen: map[string]time.Time{}}
 	m := http.NewServeMux()
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -74,6 +77,36 @@ func Handler(o HandlerOptions) http.Handler {
 
 type handler struct {
 	o HandlerOptions
+
+	mu   sync.Mutex
+	seen map[string]time.Time // credential IDs used, until they expire
+}
+
+// maxSeen bounds the credentials remembered: a request's credential lives
+// authtoken.NodeRequestTTL, so this is over 30 000 requests a second.
+const maxSeen = 1 << 20
+
+// firstUse records a credential's ID until it expires, and reports
+// whether it was new. When the memory is full, it refuses (the API server
+// retries on its next request) rather than forget one still valid.
+func (h *handler) firstUse(id string, exp, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.seen[id]; ok {
+		return false
+	}
+	if len(h.seen) >= maxSeen/2 {
+		for k, e := range h.seen {
+			if !now.Before(e) {
+				delete(h.seen, k)
+			}
+		}
+	}
+	if len(h.seen) >= maxSeen {
+		return false
+	}
+	h.seen[id] = exp
+	return true
 }
 
 func (h *handler) auth(next http.Handler) http.Handler {
@@ -88,10 +121,21 @@ func (h *handler) auth(next http.Handler) http.Handler {
 			writeErr(w, http.StatusForbidden, errors.New("the node API does not answer browsers"))
 			return
 		}
+		now := h.o.Now()
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || h.o.Key.VerifyNode(tok, h.o.Node, h.o.Now()) != nil {
+		var id string
+		var exp time.Time
+		err := authtoken.ErrInvalid
+		if ok {
+			id, exp, err = h.o.Verifier.VerifyRequest(tok, h.o.Node, r.Method, r.URL.RequestURI(), now)
+		}
+		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube node"`)
-			writeErr(w, http.StatusUnauthorized, fmt.Errorf("a node token for node %s is required", h.o.Node))
+			writeErr(w, http.StatusUnauthorized, fmt.Errorf("an API server's credential for this request (%s %s on node %s) is required", r.Method, r.URL.Path, h.o.Node))
+			return
+		}
+		if !h.firstUse(id, exp, now) {
+			writeErr(w, http.StatusUnauthorized, errors.New("this request's credential was used already: each is good for one request"))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -111,10 +111,14 @@ func echo() net.Conn {
 
 var testKey = authtoken.Key(bytes.Repeat([]byte("k"), 32))
 
+// testSigner is the API servers' signer under testKey; the node agents
+// hold only its public half.
+var testSigner = testKey.NodeSigner()
+
 // agent starts a node agent for node over t.
 func agent(t *testing.T, node string, tg Target) string {
 	t.Helper()
-	srv := httptest.NewServer(Handler(HandlerOptions{Node: node, Key: testKey, Target: tg}))
+	srv := httptest.NewServer(Handler(HandlerOptions{Node: node, Verifier: testSigner.Verifier(), Target: tg}))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
 }
@@ -136,7 +140,7 @@ func TestRouterReachesNodeAgent(t *testing.T) {
 	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "far"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-b" })
 	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "near"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-a" })
 	mustCreate(t, st, &api.Agent{Metadata: api.ObjectMeta{Name: "job"}}, func(o api.Object) { o.(*api.Agent).Status.Node = "node-b" })
-	r := NewRouter(RouterOptions{Store: st, Local: local, LocalName: "node-a", Key: testKey})
+	r := NewRouter(RouterOptions{Store: st, Local: local, LocalName: "node-a", Signer: testSigner})
 
 	for _, step := range []func() error{
 		func() error { return r.Pause(ctx, "far") },
@@ -234,7 +238,7 @@ func TestRouterReachesNodeAgent(t *testing.T) {
 		t.Errorf("node without an address: %v", err)
 	}
 	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "unplaced"}}, nil)
-	cp := NewRouter(RouterOptions{Store: st, Key: testKey})
+	cp := NewRouter(RouterOptions{Store: st, Signer: testSigner})
 	if err := cp.Pause(ctx, "unplaced"); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("unplaced sandbox on a server without a node: %v", err)
 	}
@@ -243,24 +247,35 @@ func TestRouterReachesNodeAgent(t *testing.T) {
 	}
 	// A node agent under another key refuses: the server says which
 	// setting to look at.
-	bad := NewRouter(RouterOptions{Store: st, Key: authtoken.Key(bytes.Repeat([]byte("x"), 32))})
-	if err := bad.Pause(ctx, "far"); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "--key-file") {
+	bad := NewRouter(RouterOptions{Store: st, Signer: authtoken.Key(bytes.Repeat([]byte("x"), 32)).NodeSigner()})
+	if err := bad.Pause(ctx, "far"); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "API key") {
 		t.Errorf("other key: %v", err)
 	}
 }
 
 // TestNodeAgentRefuses is what an attacker on the cluster network, or a
 // web page in the browser of someone on the node, tries first: requests
-// without a node token, with another node's, an expired one, one under
-// another key, an agent's scoped token, or from a browser (Origin), and
-// bodies too large. None reaches the node.
+// without a credential, with one for another node, method, path or
+// sandbox, an expired one, one signed under another key (what a node
+// holding only the public key could make), a captured one replayed, an
+// agent's scoped token or a node's identity, or from a browser (Origin),
+// and bodies too large. None reaches the node.
 func TestNodeAgentRefuses(t *testing.T) {
 	rec := &recorder{}
 	addr := agent(t, "node-b", rec)
 	now := time.Now()
-	other := authtoken.Key(bytes.Repeat([]byte("o"), 32))
+	other := authtoken.Key(bytes.Repeat([]byte("o"), 32)).NodeSigner()
 	scoped := testKey.Mint(authtoken.Scope{Sandbox: "sb", Agent: "a", UID: "u", Attempt: 1}, now, time.Minute)
-	good := testKey.MintNode("node-b", now, time.Minute)
+	const path = "/node/v1/sandboxes/sb/exec"
+	good := func() string { return testSigner.MintRequest("node-b", "POST", path, now) }
+	// A request seen on the wire and answered once already.
+	captured := good()
+	if code := postExec(t, addr, path, "Bearer "+captured, nil, nil); code != http.StatusOK {
+		t.Fatalf("the first use of a credential: %d", code)
+	}
+	rec.mu.Lock()
+	rec.calls = nil
+	rec.mu.Unlock()
 	for _, tc := range []struct {
 		name   string
 		auth   string
@@ -269,35 +284,24 @@ func TestNodeAgentRefuses(t *testing.T) {
 		want   int
 	}{
 		{"no token", "", nil, nil, http.StatusUnauthorized},
-		{"another node's token", "Bearer " + testKey.MintNode("node-c", now, time.Minute), nil, nil, http.StatusUnauthorized},
-		{"expired", "Bearer " + testKey.MintNode("node-b", now.Add(-time.Hour), time.Minute), nil, nil, http.StatusUnauthorized},
-		{"another key", "Bearer " + other.MintNode("node-b", now, time.Minute), nil, nil, http.StatusUnauthorized},
+		{"another node's", "Bearer " + testSigner.MintRequest("node-c", "POST", path, now), nil, nil, http.StatusUnauthorized},
+		{"another sandbox's", "Bearer " + testSigner.MintRequest("node-b", "POST", "/node/v1/sandboxes/other/exec", now), nil, nil, http.StatusUnauthorized},
+		{"another path's", "Bearer " + testSigner.MintRequest("node-b", "POST", "/node/v1/sandboxes/sb/screenshot", now), nil, nil, http.StatusUnauthorized},
+		{"another method's", "Bearer " + testSigner.MintRequest("node-b", "GET", path, now), nil, nil, http.StatusUnauthorized},
+		{"expired", "Bearer " + testSigner.MintRequest("node-b", "POST", path, now.Add(-time.Minute)), nil, nil, http.StatusUnauthorized},
+		{"another key", "Bearer " + other.MintRequest("node-b", "POST", path, now), nil, nil, http.StatusUnauthorized},
+		{"replayed", "Bearer " + captured, nil, nil, http.StatusUnauthorized},
 		{"an agent's scoped token", "Bearer " + scoped, nil, nil, http.StatusUnauthorized},
-		{"not bearer", good, nil, nil, http.StatusUnauthorized},
-		{"from a page", "Bearer " + good, map[string]string{"Origin": "https://evil.example"}, nil, http.StatusForbidden},
-		{"from a page, no origin", "Bearer " + good, map[string]string{"Sec-Fetch-Site": "cross-site"}, nil, http.StatusForbidden},
-		{"body too large", "Bearer " + good, nil, io.MultiReader(strings.NewReader(`{"Path":"`), bytes.NewReader(bytes.Repeat([]byte("a"), maxBody+1)), strings.NewReader(`"}`)), http.StatusBadRequest},
-		{"unknown field", "Bearer " + good, nil, strings.NewReader(`{"Path":"/bin/true","Shell":"rm -rf /"}`), http.StatusBadRequest},
+		{"a node's identity", "Bearer " + testKey.MintNodeIdentity("node-b", now, time.Hour), nil, nil, http.StatusUnauthorized},
+		{"not bearer", good(), nil, nil, http.StatusUnauthorized},
+		{"from a page", "Bearer " + good(), map[string]string{"Origin": "https://evil.example"}, nil, http.StatusForbidden},
+		{"from a page, no origin", "Bearer " + good(), map[string]string{"Sec-Fetch-Site": "cross-site"}, nil, http.StatusForbidden},
+		{"body too large", "Bearer " + good(), nil, io.MultiReader(strings.NewReader(`{"Path":"`), bytes.NewReader(bytes.Repeat([]byte("a"), maxBody+1)), strings.NewReader(`"}`)), http.StatusBadRequest},
+		{"unknown field", "Bearer " + good(), nil, strings.NewReader(`{"Path":"/bin/true","Shell":"rm -rf /"}`), http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body := tc.body
-			if body == nil {
-				body = strings.NewReader(`{"Path":"/bin/true"}`)
-			}
-			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/node/v1/sandboxes/sb/exec", body)
-			if tc.auth != "" {
-				req.Header.Set("Authorization", tc.auth)
-			}
-			for k, v := range tc.header {
-				req.Header.Set(k, v)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != tc.want {
-				t.Errorf("status %d, want %d", resp.StatusCode, tc.want)
+			if code := postExec(t, addr, path, tc.auth, tc.header, tc.body); code != tc.want {
+				t.Errorf("status %d, want %d", code, tc.want)
 			}
 		})
 	}
@@ -305,7 +309,7 @@ func TestNodeAgentRefuses(t *testing.T) {
 		t.Errorf("the node was reached: %q", c)
 	}
 	// The upgraded paths check the same token before they dial.
-	cl := &Client{Node: "node-b", Addr: addr, Token: func() string { return other.MintNode("node-b", now, time.Minute) }, HTTP: http.DefaultClient}
+	cl := &Client{Node: "node-b", Addr: addr, Token: func(m, u string) string { return other.MintRequest("node-b", m, u, now) }, HTTP: http.DefaultClient}
 	if _, err := cl.DialDisplay(context.Background(), "sb"); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("display under another key: %v", err)
 	}
@@ -369,4 +373,26 @@ func roundTrip(c io.ReadWriteCloser) error {
 		return fmt.Errorf("stream echoed %q", buf)
 	}
 	return nil
+}
+
+// postExec posts an exec of /bin/true to path of the agent at addr and
+// returns the status.
+func postExec(t *testing.T, addr, path, auth string, header map[string]string, body io.Reader) int {
+	t.Helper()
+	if body == nil {
+		body = strings.NewReader(`{"Path":"/bin/true"}`)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, body)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

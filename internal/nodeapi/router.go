@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -14,10 +13,6 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/store"
 )
-
-// tokenTTL is how long a node token minted by a Router lives; it is
-// minted again at half its life.
-const tokenTTL = 2 * time.Minute
 
 // RouterOptions configure a Router.
 type RouterOptions struct {
@@ -27,8 +22,9 @@ type RouterOptions struct {
 	// here.
 	Local     Target
 	LocalName string
-	// Key mints node tokens; the node agents hold the same key.
-	Key authtoken.Key
+	// Signer mints each request's credential; the node agents hold its
+	// public half.
+	Signer authtoken.NodeSigner
 	// HTTP sends requests to node agents (a client with a dial timeout
 	// when nil).
 	HTTP *http.Client
@@ -40,14 +36,6 @@ type RouterOptions struct {
 // the agent of the node it is placed on. It is a Target.
 type Router struct {
 	o RouterOptions
-
-	mu     sync.Mutex
-	tokens map[string]minted
-}
-
-type minted struct {
-	tok string
-	at  time.Time
 }
 
 var _ Target = (*Router)(nil)
@@ -65,21 +53,7 @@ func NewRouter(o RouterOptions) *Router {
 			IdleConnTimeout:       90 * time.Second,
 		}}
 	}
-	return &Router{o: o, tokens: map[string]minted{}}
-}
-
-// token returns a node token for node, minting one when the last is past
-// half its life.
-func (r *Router) token(node string) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.o.Now()
-	if m, ok := r.tokens[node]; ok && now.Sub(m.at) < tokenTTL/2 {
-		return m.tok
-	}
-	tok := r.o.Key.MintNode(node, now, tokenTTL)
-	r.tokens[node] = minted{tok, now}
-	return tok
+	return &Router{o: o}
 }
 
 // onNode returns the Target of node: this process's node, or a Client of
@@ -99,7 +73,9 @@ func (r *Router) onNode(ctx context.Context, node, what string) (Target, error) 
 	if nd.Status.Address == "" {
 		return nil, fmt.Errorf("%w: %s is on node %s, which gives no address to reach it by (is it a node inside another hvkube serve?)", api.ErrUnavailable, what, node)
 	}
-	return &Client{Node: node, Addr: nd.Status.Address, Token: func() string { return r.token(node) }, HTTP: r.o.HTTP}, nil
+	return &Client{Node: node, Addr: nd.Status.Address, Token: func(method, uri string) string {
+		return r.o.Signer.MintRequest(node, method, uri, r.o.Now())
+	}, HTTP: r.o.HTTP}, nil
 }
 
 // sandbox returns the Target of sandbox name.

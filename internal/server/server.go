@@ -76,6 +76,9 @@ type Options struct {
 	// control of a sandbox: it carries the take-over's ID, so that the
 	// live view may send input. Nil hands out none.
 	ControlToken func(ctx context.Context, sandbox, controlID string) (string, error)
+	// NodeIdentity says which node a node agent's identity names
+	// (nodeauth.go); nil takes no nodes.
+	NodeIdentity func(ctx context.Context, tok string) (string, error)
 }
 
 // BackendInfo describes the server's VM backend.
@@ -155,6 +158,7 @@ func (s *Server) routes() {
 	s.agentRoutes()
 	s.hitlRoutes()
 	s.mcpRoutes()
+	s.nodeRoutes()
 	if s.opts.Metrics != nil {
 		m.Handle("GET /metrics", s.opts.Metrics.Handler())
 	}
@@ -176,6 +180,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		case isDisplayPath(r): // authorizes itself (display.go)
+			next.ServeHTTP(w, r)
+			return
+		case isNodePath(r): // only a node's identity (nodeauth.go)
 			next.ServeHTTP(w, r)
 			return
 		}

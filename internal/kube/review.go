@@ -1,0 +1,48 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeAudience is the audience of the service-account token a node agent
+// proves who it is with (a projected token in its pod, deploy/node.yaml):
+// a token of any other audience (the pod's default one, say) is refused.
+const NodeAudience = "hvkube"
+
+// nodeNameExtra is the extra a pod-bound service-account token carries:
+// the name of the node the pod runs on.
+const nodeNameExtra = "authentication.kubernetes.io/node-name"
+
+// ReviewNodeToken asks the API server who tok is (a TokenReview) and
+// returns the node it speaks for: it must be a service-account token of
+// audience NodeAudience, of the service account serviceAccount
+// ("namespace:name"), bound to a pod that runs on a node. The node's name
+// comes from the token, signed by the API server, not from the caller.
+func (s *Store) ReviewNodeToken(ctx context.Context, tok, serviceAccount string) (string, error) {
+	tr, err := s.core.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: tok, Audiences: []string{NodeAudience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token review: %w", err)
+	}
+	st := tr.Status
+	if !st.Authenticated {
+		if st.Error != "" {
+			return "", fmt.Errorf("not a token of this cluster for audience %s: %s", NodeAudience, st.Error)
+		}
+		return "", fmt.Errorf("not a token of this cluster for audience %s", NodeAudience)
+	}
+	if want := "system:serviceaccount:" + serviceAccount; st.User.Username != want {
+		return "", fmt.Errorf("the token is %s's, not the node agents' service account (%s)", st.User.Username, want)
+	}
+	nodes := st.User.Extra[nodeNameExtra]
+	if len(nodes) != 1 || nodes[0] == "" {
+		return "", errors.New("the token is bound to no pod on a node: a node agent's token is its pod's, projected with audience " + NodeAudience)
+	}
+	return nodes[0], nil
+}

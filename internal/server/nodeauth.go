@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/agentstate"
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/authtoken"
+)
+
+// What a node agent (hvkube node) asks of the API servers, with its own
+// identity (Options.NodeIdentity) and nothing else: the public key that
+// checks the API servers' requests to it (join), and the scoped token of
+// an attempt of an agent it runs (agent-token). The signing key stays
+// here, so a node, or whoever takes one over, mints no token: it gets
+// only what its own attempts need, and only while they run on it.
+//
+// These routes authorize themselves: neither the server's token nor an
+// agent's scoped token reaches them, and a node's identity reaches
+// nothing else.
+
+// nodePathPrefix roots the routes of nodes.
+const nodePathPrefix = "/api/v1/nodes/"
+
+// isNodePath reports whether r is for one of the routes of nodes.
+func isNodePath(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, nodePathPrefix)
+	if !ok {
+		return false
+	}
+	_, op, ok := strings.Cut(rest, "/")
+	return ok && (op == "join" || op == "agent-token")
+}
+
+func (s *Server) nodeRoutes() {
+	s.mux.HandleFunc("POST "+nodePathPrefix+"{name}/join", s.nodeJoin)
+	s.mux.HandleFunc("POST "+nodePathPrefix+"{name}/agent-token", s.nodeAgentToken)
+}
+
+// nodeOf authenticates the request as node name: its bearer credential
+// must be that node's identity. The answer is written on failure.
+func (s *Server) nodeOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("name")
+	if s.opts.NodeIdentity == nil || s.opts.ScopedKey == nil {
+		refuse(w, http.StatusNotImplemented, errors.New("this server takes no nodes (it runs its own)"))
+		return "", false
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube node"`)
+		refuse(w, http.StatusUnauthorized, fmt.Errorf("node %s: the node's identity is required (hvkube node --identity-file)", name))
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	who, err := s.opts.NodeIdentity(ctx, tok)
+	if err != nil {
+		s.log.Warn("node identity refused", "node", name, "remote", r.RemoteAddr, "err", err)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube node"`)
+		refuse(w, http.StatusUnauthorized, fmt.Errorf("node %s: identity refused: %v", name, err))
+		return "", false
+	}
+	if who != name {
+		s.log.Warn("a node asked as another", "identity", who, "asked as", name, "remote", r.RemoteAddr)
+		refuse(w, http.StatusForbidden, fmt.Errorf("this identity is node %s's: it speaks for no other node (asked as %s)", who, name))
+		return "", false
+	}
+	return who, true
+}
+
+// nodeJoinAnswer is what a node is given when it joins.
+type nodeJoinAnswer struct {
+	// APIKey is the public key (PEM) that checks the API servers'
+	// requests to the node.
+	APIKey string `json:"apiKey"`
+}
+
+func (s *Server) nodeJoin(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.nodeOf(w, r); !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, nodeJoinAnswer{APIKey: string(s.opts.ScopedKey.NodeSigner().Verifier().PEM())})
+}
+
+// agentTokenRequest names the attempt a node wants a token for.
+type agentTokenRequest struct {
+	Agent   string `json:"agent"`
+	Attempt int    `json:"attempt"`
+}
+
+type agentTokenAnswer struct {
+	Token   string    `json:"token"`
+	Expires time.Time `json:"expires"`
+}
+
+// nodeAgentToken mints the scoped token of a running attempt of an agent
+// bound to the asking node: another node's agent, an attempt that is not
+// the running one, or one not yet running gets nothing.
+func (s *Server) nodeAgentToken(w http.ResponseWriter, r *http.Request) {
+	node, ok := s.nodeOf(w, r)
+	if !ok {
+		return
+	}
+	var req agentTokenRequest
+	if err := s.decodeStrict(w, r, &req); err != nil {
+		s.failBody(w, r, err)
+		return
+	}
+	switch {
+	case req.Agent == "":
+		s.fail(w, r, api.Invalid("agent", "required"))
+		return
+	case req.Attempt < 1:
+		s.fail(w, r, api.Invalid("attempt", "%d: attempts count from 1", req.Attempt))
+		return
+	}
+	o, err := s.opts.Store.Get(r.Context(), api.KindAgent, req.Agent)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	a := o.(*api.Agent)
+	switch {
+	case a.Status.Node != node:
+		refuse(w, http.StatusForbidden, fmt.Errorf("agent %s runs on node %q, not on node %s: its token is not yours to have", a.Metadata.Name, a.Status.Node, node))
+		return
+	case a.Status.Phase != api.AgentRunning || a.Status.Attempts != req.Attempt || a.Status.Sandbox == "":
+		refuse(w, http.StatusConflict, fmt.Errorf("agent %s is %s at attempt %d: attempt %d is not running, so it gets no token", a.Metadata.Name, orNone(string(a.Status.Phase)), a.Status.Attempts, req.Attempt))
+		return
+	}
+	now := time.Now()
+	ttl := agentstate.Timeout(a)
+	tok := s.opts.ScopedKey.Mint(authtoken.ForAttempt(a, req.Attempt), now, ttl)
+	writeJSON(w, http.StatusOK, agentTokenAnswer{Token: tok, Expires: now.Add(ttl).UTC()})
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
