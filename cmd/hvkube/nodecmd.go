@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/nodeapi"
+	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
 )
@@ -49,14 +51,17 @@ servers at --server-url with its identity (--identity-file): on
 Kubernetes, its pod's service-account token of audience hvkube (the API
 servers ask the cluster who it is, and take the node's name from the
 token); elsewhere, one minted for it alone with hvkube node identity NAME.
-On start it joins them: it is given the public key that checks their
+On start it joins them: it makes the key of its API, and is given a
+certificate for its own name (signed by the API servers' authority,
+renewed at half its 7-day life) and the public key that checks their
 requests. For each attempt of a custom agent it runs, it asks them for
 the attempt's scoped token, which they give only while the attempt runs
 on this node.
 
 The API servers send it sandbox operations (screen, input, exec,
-clipboard, logs, the live view, port forwards, agents' files) on --listen.
-Each request must carry a credential an API server signed for that very
+clipboard, logs, the live view, port forwards, agents' files) on --listen,
+over TLS only (they verify the node's name in its certificate). Each
+request must carry a credential an API server signed for that very
 request (this node, its method and path), good for 30 seconds and once;
 browsers are refused, and /healthz answers without one.
 
@@ -218,11 +223,19 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		o.WaitForPlacement, o.Address = true, addr
 	})
 	up.Node = nd.Name()
-	verifier, err := up.JoinRetrying(ctx, log)
+	// The node API's key is made here and never leaves: the API servers
+	// sign its certificate, for this node's name, when the node joins.
+	tlsKey, csr, err := nodeca.NewRequest(up.Node)
+	if err != nil {
+		return err
+	}
+	joined, err := up.JoinRetrying(ctx, tlsKey, csr, log)
 	if err != nil {
 		return fmt.Errorf("joining the API servers at %s: %w", nc.serverURL, err)
 	}
-	log.Info("joined the API servers", "server", nc.serverURL, "node", up.Node)
+	log.Info("joined the API servers", "server", nc.serverURL, "node", up.Node, "certificate expires", joined.Cert.Leaf.NotAfter)
+	serving := nodeapi.NewServingCert(joined.Cert)
+	go serving.Renew(ctx, up, tlsKey, csr, log)
 	if err := nd.Start(ctx); err != nil {
 		return err
 	}
@@ -235,12 +248,15 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		return err
 	}
 	hs := &http.Server{
-		Handler:           nodeapi.Handler(nodeapi.HandlerOptions{Node: nd.Name(), Verifier: verifier, Target: nd, Logger: log}),
+		Handler:           nodeapi.Handler(nodeapi.HandlerOptions{Node: nd.Name(), Verifier: joined.Verifier, Target: nd, Logger: log}),
 		ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
 		IdleTimeout:       server.DefaultIdleTimeout,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	// TLS only: a plain request gets the TLS server's 400.
+	go func() {
+		errc <- hs.Serve(tls.NewListener(ln, &tls.Config{GetCertificate: serving.GetCertificate, MinVersion: tls.VersionTLS13}))
+	}()
 	log.Info("hvkube node listening", "node", nd.Name(), "listen", ln.Addr().String(), "advertise", addr, "backend", be.Name(), "dataDir", cfg.dataDir, "version", version)
 	select {
 	case err := <-errc:

@@ -30,6 +30,7 @@ import (
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/nodeapi"
+	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/secretenv"
 	"github.com/hvkube/hvkube/internal/server"
@@ -435,7 +436,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// close (deferred calls run in reverse).
 	mgr := reconcile.NewManager(st, log, 0)
 	mgr.Observe(mx.ObserveReconcile)
-	ro := nodeapi.RouterOptions{Store: st, Signer: key.NodeSigner()}
+	ca, err := nodeca.New(key.NodeCASeed())
+	if err != nil {
+		return err
+	}
+	ro := nodeapi.RouterOptions{Store: st, Signer: key.NodeSigner(), CA: ca}
 	// With SQLite this process holds the one node and the controllers: the
 	// node lives and dies with them, so it never fences itself and no
 	// controller marks it lost.

@@ -203,3 +203,12 @@ func (k Key) VerifyNodeIdentity(tok string, now time.Time) (string, error) {
 	}
 	return c.Node, nil
 }
+
+// NodeCASeed is the seed of the node API's certificate authority
+// (internal/nodeca), derived from k: the same on every API server that
+// holds k, and nothing a node can compute.
+func (k Key) NodeCASeed() []byte {
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte("hvkube node API CA v1"))
+	return m.Sum(nil)
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,14 +26,23 @@ type Client struct {
 	// Token returns the credential of one request to Node: its method
 	// and request URI (path and query, as sent).
 	Token func(method, uri string) string
-	// HTTP sends the plain requests.
+	// HTTP sends the plain requests: its transport verifies the node's
+	// certificate as TLS does (Router.onNode).
 	HTTP *http.Client
+	// TLS verifies the node's certificate for the upgraded connections
+	// (the live view, port forwards); nil speaks plain HTTP (tests of
+	// the wire alone).
+	TLS *tls.Config
 }
 
 var _ Target = (*Client)(nil)
 
 func (c *Client) url(parts ...string) string {
-	u := "http://" + c.Addr + prefix
+	scheme := "https://"
+	if c.TLS == nil {
+		scheme = "http://"
+	}
+	u := scheme + c.Addr + prefix
 	for i, p := range parts {
 		if i > 0 {
 			u += "/"
@@ -206,6 +216,18 @@ func (c *Client) dialStream(ctx context.Context, u string) (net.Conn, error) {
 		return nil, fmt.Errorf("%w: node %s at %s: %v", api.ErrUnavailable, c.Node, c.Addr, err)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	if c.TLS != nil {
+		tc := tls.Client(conn, c.TLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			stop()
+			conn.Close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("%w: node %s at %s: TLS: %v", api.ErrUnavailable, c.Node, c.Addr, err)
+		}
+		conn = tc
+	}
 	req, _ := http.NewRequest(http.MethodGet, u, nil)
 	req.Header.Set("Authorization", "Bearer "+c.Token(http.MethodGet, req.URL.RequestURI()))
 	req.Header.Set("Connection", "Upgrade")

@@ -5,11 +5,17 @@
 // A node agent serves Handler on an address it writes in its Node object.
 // An API server holds a Router: it reads which node a sandbox is placed on
 // and acts on it in this process when the node is its own, else through a
-// Client of that node's agent. Every request carries a node token
-// (authtoken.MintNode) minted under the key the API servers and the nodes
-// share; the agent answers nothing without one. Screens, input, exec,
-// clipboard, logs and agents' files are plain requests; the live view and
-// port forwards are one upgraded connection each.
+// Client of that node's agent, over TLS that checks the node's name in
+// its certificate (internal/nodeca). Every request carries a credential
+// an API server signed for that request alone
+// (authtoken.NodeSigner.MintRequest); the agent, which holds only the
+// public key, answers nothing without one and takes each once. Screens,
+// input, exec, clipboard, logs and agents' files are plain requests; the
+// live view and port forwards are one upgraded connection each.
+//
+// A node agent reaches the API servers through an Upstream, with its own
+// identity: to join (its certificate and the public key) and for its
+// agents' tokens.
 //
 // The API server keeps every check of who may do what; the node agent only
 // checks that an API server sent the request.

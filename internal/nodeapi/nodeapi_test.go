@@ -3,6 +3,7 @@ package nodeapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -115,12 +117,47 @@ var testKey = authtoken.Key(bytes.Repeat([]byte("k"), 32))
 // hold only its public half.
 var testSigner = testKey.NodeSigner()
 
-// agent starts a node agent for node over t.
+// testCA is the node API's authority under testKey.
+var testCA = func() *nodeca.CA {
+	ca, err := nodeca.New(testKey.NodeCASeed())
+	if err != nil {
+		panic(err)
+	}
+	return ca
+}()
+
+// agent starts a node agent for node over t, serving TLS with a
+// certificate testCA signed for certName (node's own, unless a test
+// plays a node answering on another's address).
 func agent(t *testing.T, node string, tg Target) string {
 	t.Helper()
-	srv := httptest.NewServer(Handler(HandlerOptions{Node: node, Verifier: testSigner.Verifier(), Target: tg}))
+	return agentAs(t, node, node, tg)
+}
+
+func agentAs(t *testing.T, node, certName string, tg Target) string {
+	t.Helper()
+	key, csr, err := nodeca.NewRequest(certName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := testCA.Sign(csr, certName, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := nodeca.KeyPair(certPEM, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(Handler(HandlerOptions{Node: node, Verifier: testSigner.Verifier(), Target: tg}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	return strings.TrimPrefix(srv.URL, "https://")
+}
+
+// tlsTo is a client that verifies node's certificate, as a Router does.
+func tlsTo(node string) *http.Client {
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: testCA.ClientConfig(node)}}
 }
 
 // TestRouterReachesNodeAgent: an API server's Router acts on a sandbox
@@ -140,7 +177,7 @@ func TestRouterReachesNodeAgent(t *testing.T) {
 	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "far"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-b" })
 	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "near"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-a" })
 	mustCreate(t, st, &api.Agent{Metadata: api.ObjectMeta{Name: "job"}}, func(o api.Object) { o.(*api.Agent).Status.Node = "node-b" })
-	r := NewRouter(RouterOptions{Store: st, Local: local, LocalName: "node-a", Signer: testSigner})
+	r := NewRouter(RouterOptions{Store: st, Local: local, LocalName: "node-a", Signer: testSigner, CA: testCA})
 
 	for _, step := range []func() error{
 		func() error { return r.Pause(ctx, "far") },
@@ -238,7 +275,7 @@ func TestRouterReachesNodeAgent(t *testing.T) {
 		t.Errorf("node without an address: %v", err)
 	}
 	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "unplaced"}}, nil)
-	cp := NewRouter(RouterOptions{Store: st, Signer: testSigner})
+	cp := NewRouter(RouterOptions{Store: st, Signer: testSigner, CA: testCA})
 	if err := cp.Pause(ctx, "unplaced"); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("unplaced sandbox on a server without a node: %v", err)
 	}
@@ -247,7 +284,7 @@ func TestRouterReachesNodeAgent(t *testing.T) {
 	}
 	// A node agent under another key refuses: the server says which
 	// setting to look at.
-	bad := NewRouter(RouterOptions{Store: st, Signer: authtoken.Key(bytes.Repeat([]byte("x"), 32)).NodeSigner()})
+	bad := NewRouter(RouterOptions{Store: st, Signer: authtoken.Key(bytes.Repeat([]byte("x"), 32)).NodeSigner(), CA: testCA})
 	if err := bad.Pause(ctx, "far"); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "API key") {
 		t.Errorf("other key: %v", err)
 	}
@@ -309,15 +346,25 @@ func TestNodeAgentRefuses(t *testing.T) {
 		t.Errorf("the node was reached: %q", c)
 	}
 	// The upgraded paths check the same token before they dial.
-	cl := &Client{Node: "node-b", Addr: addr, Token: func(m, u string) string { return other.MintRequest("node-b", m, u, now) }, HTTP: http.DefaultClient}
+	cl := &Client{Node: "node-b", Addr: addr, Token: func(m, u string) string { return other.MintRequest("node-b", m, u, now) }, HTTP: tlsTo("node-b"), TLS: testCA.ClientConfig("node-b")}
 	if _, err := cl.DialDisplay(context.Background(), "sb"); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("display under another key: %v", err)
 	}
 	if c := rec.Calls(); len(c) != 0 {
 		t.Errorf("the node was reached: %q", c)
 	}
+	// Plain HTTP reaches nothing: the node API is TLS only.
+	if resp, err := http.Post("http://"+addr+path, "application/json", strings.NewReader(`{"Path":"/bin/true"}`)); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode/100 == 2 {
+			t.Errorf("plain HTTP: %d", resp.StatusCode)
+		}
+	}
+	if c := rec.Calls(); len(c) != 0 {
+		t.Errorf("the node was reached over plain HTTP: %q", c)
+	}
 	// /healthz answers anyone, and says nothing more.
-	resp, err := http.Get("http://" + addr + "/healthz")
+	resp, err := tlsTo("node-b").Get("https://" + addr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,17 +429,44 @@ func postExec(t *testing.T, addr, path, auth string, header map[string]string, b
 	if body == nil {
 		body = strings.NewReader(`{"Path":"/bin/true"}`)
 	}
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, body)
+	req, _ := http.NewRequest(http.MethodPost, "https://"+addr+path, body)
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := tlsTo("node-b").Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestRouterChecksTheNodesName: a node taken over that answers on another
+// node's address (with the certificate it was given for its own name) is
+// refused by the API server before any request is sent: no screen,
+// typed text or exec reaches it.
+func TestRouterChecksTheNodesName(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	impostor := &recorder{}
+	addr := agentAs(t, "node-b", "node-a", impostor) // node-a's certificate, on node-b's address
+	mustCreate(t, st, &api.Node{Metadata: api.ObjectMeta{Name: "node-b"}}, func(o api.Object) { o.(*api.Node).Status.Address = addr })
+	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "far"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-b" })
+	r := NewRouter(RouterOptions{Store: st, Signer: testSigner, CA: testCA})
+	if err := r.TypeText(ctx, "far", "secret"); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("typing to a node with another's certificate: %v", err)
+	}
+	if _, err := r.DialDisplay(ctx, "far"); !errors.Is(err, api.ErrUnavailable) {
+		t.Errorf("the live view of a node with another's certificate: %v", err)
+	}
+	if c := impostor.Calls(); len(c) != 0 {
+		t.Errorf("the impostor was reached: %q", c)
+	}
 }

@@ -6,11 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -25,9 +27,9 @@ type RouterOptions struct {
 	// Signer mints each request's credential; the node agents hold its
 	// public half.
 	Signer authtoken.NodeSigner
-	// HTTP sends requests to node agents (a client with a dial timeout
-	// when nil).
-	HTTP *http.Client
+	// CA verifies each node's certificate, for that node's name: the node
+	// API is TLS only.
+	CA *nodeca.CA
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -36,6 +38,9 @@ type RouterOptions struct {
 // the agent of the node it is placed on. It is a Target.
 type Router struct {
 	o RouterOptions
+
+	mu      sync.Mutex
+	clients map[string]*http.Client // by node: each verifies that node's name
 }
 
 var _ Target = (*Router)(nil)
@@ -45,15 +50,34 @@ func NewRouter(o RouterOptions) *Router {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.HTTP == nil {
-		o.HTTP = &http.Client{Transport: &http.Transport{
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
-			ResponseHeaderTimeout: 0, // exec and reset take as long as they take; ctx bounds them
-			MaxIdleConnsPerHost:   32,
-			IdleConnTimeout:       90 * time.Second,
-		}}
+	return &Router{o: o, clients: map[string]*http.Client{}}
+}
+
+// maxNodeClients bounds the clients kept.
+const maxNodeClients = 1024
+
+// httpFor returns the client that reaches node: its connections verify
+// the node's certificate for the node's name. Kept per node, for the
+// connections it keeps open.
+func (r *Router) httpFor(node string) *http.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.clients[node]; ok {
+		return c
 	}
-	return &Router{o: o}
+	if len(r.clients) >= maxNodeClients {
+		r.clients = map[string]*http.Client{} // nodes come and go: start over
+	}
+	c := &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		TLSClientConfig:       r.o.CA.ClientConfig(node),
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 0, // exec and reset take as long as they take; ctx bounds them
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       90 * time.Second,
+	}}
+	r.clients[node] = c
+	return c
 }
 
 // onNode returns the Target of node: this process's node, or a Client of
@@ -75,7 +99,7 @@ func (r *Router) onNode(ctx context.Context, node, what string) (Target, error) 
 	}
 	return &Client{Node: node, Addr: nd.Status.Address, Token: func(method, uri string) string {
 		return r.o.Signer.MintRequest(node, method, uri, r.o.Now())
-	}, HTTP: r.o.HTTP}, nil
+	}, HTTP: r.httpFor(node), TLS: r.o.CA.ClientConfig(node)}, nil
 }
 
 // sandbox returns the Target of sandbox name.

@@ -3,6 +3,8 @@ package nodeapi
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,9 +13,11 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/nodeca"
 )
 
 // Upstream is a node agent's way to the API servers (hvkube serve's
@@ -87,41 +91,98 @@ func (e *UpstreamError) Error() string {
 	return fmt.Sprintf("the API servers answered %d: %s", e.Code, e.Msg)
 }
 
-// Join gets the public key of the API servers' requests.
-func (u *Upstream) Join(ctx context.Context) (authtoken.NodeVerifier, error) {
+// Joined is what a node is given when it joins.
+type Joined struct {
+	// Verifier checks the API servers' requests.
+	Verifier authtoken.NodeVerifier
+	// Cert is the node's serving certificate, for the key of its
+	// request.
+	Cert *tls.Certificate
+}
+
+// Join sends the certificate request of key, csr, and gets the node's
+// serving certificate and the public key of the API servers' requests.
+func (u *Upstream) Join(ctx context.Context, key ed25519.PrivateKey, csr []byte) (Joined, error) {
 	var ans struct {
-		APIKey string `json:"apiKey"`
+		APIKey      string `json:"apiKey"`
+		Certificate string `json:"certificate"`
 	}
-	if err := u.post(ctx, "join", nil, &ans); err != nil {
-		return authtoken.NodeVerifier{}, err
+	if err := u.post(ctx, "join", map[string]string{"csr": string(csr)}, &ans); err != nil {
+		return Joined{}, err
 	}
 	v, err := authtoken.ParseNodeVerifier([]byte(ans.APIKey))
 	if err != nil {
-		return authtoken.NodeVerifier{}, fmt.Errorf("the API servers' key: %w", err)
+		return Joined{}, fmt.Errorf("the API servers' key: %w", err)
 	}
-	return v, nil
+	cert, err := nodeca.KeyPair([]byte(ans.Certificate), key)
+	if err != nil {
+		return Joined{}, fmt.Errorf("the node's certificate: %w", err)
+	}
+	return Joined{Verifier: v, Cert: cert}, nil
 }
 
 // JoinRetrying joins, trying again (1 s, doubling to 30 s) while the API
 // servers cannot be reached or answer 5xx; a refusal (4xx) ends it.
-func (u *Upstream) JoinRetrying(ctx context.Context, log *slog.Logger) (authtoken.NodeVerifier, error) {
+func (u *Upstream) JoinRetrying(ctx context.Context, key ed25519.PrivateKey, csr []byte, log *slog.Logger) (Joined, error) {
 	wait := time.Second
 	for {
-		v, err := u.Join(ctx)
+		j, err := u.Join(ctx, key, csr)
 		if err == nil {
-			return v, nil
+			return j, nil
 		}
 		var ue *UpstreamError
 		if errors.As(err, &ue) && ue.Code/100 == 4 {
-			return authtoken.NodeVerifier{}, err
+			return Joined{}, err
 		}
 		log.Warn("joining the API servers, trying again", "server", u.Server, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
-			return authtoken.NodeVerifier{}, ctx.Err()
+			return Joined{}, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// ServingCert keeps the node's serving certificate fresh: it joins
+// again at half the certificate's life (and on failure, every minute
+// until it works), and GetCertificate answers with the latest.
+type ServingCert struct {
+	mu   sync.Mutex
+	cert *tls.Certificate
+}
+
+// NewServingCert starts with cert.
+func NewServingCert(cert *tls.Certificate) *ServingCert { return &ServingCert{cert: cert} }
+
+// GetCertificate is for tls.Config.
+func (s *ServingCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cert, nil
+}
+
+// Renew joins again before the certificate ends, until ctx ends.
+func (s *ServingCert) Renew(ctx context.Context, u *Upstream, key ed25519.PrivateKey, csr []byte, log *slog.Logger) {
+	for {
+		s.mu.Lock()
+		leaf := s.cert.Leaf
+		s.mu.Unlock()
+		wait := time.Until(leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) / 2))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(wait, time.Minute)):
+		}
+		j, err := u.Join(ctx, key, csr)
+		if err != nil {
+			log.Warn("renewing the node's certificate", "expires", leaf.NotAfter, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		s.cert = j.Cert
+		s.mu.Unlock()
+		log.Info("renewed the node's certificate", "expires", j.Cert.Leaf.NotAfter)
 	}
 }
 

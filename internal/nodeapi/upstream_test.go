@@ -2,6 +2,7 @@ package nodeapi_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/nodeapi"
+	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
@@ -53,10 +55,22 @@ func TestUpstreamOnAServer(t *testing.T) {
 	}
 	id := key.MintNodeIdentity("node-a", time.Now(), time.Hour)
 	up := &nodeapi.Upstream{Server: ts.URL, Node: "node-a", Identity: func() (string, error) { return id, nil }}
-	v, err := up.JoinRetrying(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tlsKey, csr, err := nodeca.NewRequest("node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
+	j, err := up.JoinRetrying(ctx, tlsKey, csr, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := j.Cert.Leaf.DNSNames; len(names) != 1 || names[0] != "node-a" {
+		t.Errorf("the node's certificate names %v, want node-a", names)
+	}
+	ca, _ := nodeca.New(key.NodeCASeed())
+	if _, err := j.Cert.Leaf.Verify(x509.VerifyOptions{Roots: ca.ClientConfig("node-a").RootCAs, DNSName: "node-a"}); err != nil {
+		t.Errorf("the node's certificate does not verify as node-a: %v", err)
+	}
+	v := j.Verifier
 	now := time.Now()
 	if _, _, err := v.VerifyRequest(key.NodeSigner().MintRequest("node-a", "GET", "/node/v1/x", now), "node-a", "GET", "/node/v1/x", now); err != nil {
 		t.Errorf("the joined key does not check the server's requests: %v", err)
@@ -74,7 +88,10 @@ func TestUpstreamOnAServer(t *testing.T) {
 	}
 	as := &nodeapi.Upstream{Server: ts.URL, Node: "node-b", Identity: up.Identity}
 	done := make(chan error, 1)
-	go func() { _, err := as.JoinRetrying(ctx, slog.New(slog.NewTextHandler(io.Discard, nil))); done <- err }()
+	go func() {
+		_, err := as.JoinRetrying(ctx, tlsKey, csr, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if !errors.As(err, &ue) || ue.Code != http.StatusForbidden {

@@ -11,12 +11,14 @@ import (
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/nodeca"
 )
 
 // What a node agent (hvkube node) asks of the API servers, with its own
-// identity (Options.NodeIdentity) and nothing else: the public key that
-// checks the API servers' requests to it (join), and the scoped token of
-// an attempt of an agent it runs (agent-token). The signing key stays
+// identity (Options.NodeIdentity) and nothing else: when it joins, its
+// serving certificate for its own name and the public key that checks
+// the API servers' requests to it; and the scoped token of an attempt of
+// an agent it runs (agent-token). The signing key stays
 // here, so a node, or whoever takes one over, mints no token: it gets
 // only what its own attempts need, and only while they run on it.
 //
@@ -73,18 +75,57 @@ func (s *Server) nodeOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return who, true
 }
 
+// nodeJoinRequest is what a node sends when it joins: the certificate
+// request of the key it serves its API with (PEM).
+type nodeJoinRequest struct {
+	CSR string `json:"csr"`
+}
+
 // nodeJoinAnswer is what a node is given when it joins.
 type nodeJoinAnswer struct {
 	// APIKey is the public key (PEM) that checks the API servers'
 	// requests to the node.
 	APIKey string `json:"apiKey"`
+	// Certificate is the node's serving certificate (PEM), for its name
+	// alone, signed by the node API's authority.
+	Certificate string `json:"certificate"`
 }
 
+// maxCSR bounds a certificate request.
+const maxCSR = 16 << 10
+
 func (s *Server) nodeJoin(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.nodeOf(w, r); !ok {
+	node, ok := s.nodeOf(w, r)
+	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, nodeJoinAnswer{APIKey: string(s.opts.ScopedKey.NodeSigner().Verifier().PEM())})
+	var req nodeJoinRequest
+	if err := s.decodeStrict(w, r, &req); err != nil {
+		s.failBody(w, r, err)
+		return
+	}
+	if req.CSR == "" || len(req.CSR) > maxCSR {
+		s.fail(w, r, api.Invalid("csr", "a PEM CERTIFICATE REQUEST of at most %d bytes is required", maxCSR))
+		return
+	}
+	ca, err := s.nodeAuthority()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cert, err := ca.Sign([]byte(req.CSR), node, time.Now())
+	if err != nil {
+		s.fail(w, r, api.Invalid("csr", "%v", err))
+		return
+	}
+	s.log.Info("node joined", "node", node, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, nodeJoinAnswer{APIKey: string(s.opts.ScopedKey.NodeSigner().Verifier().PEM()), Certificate: string(cert)})
+}
+
+// nodeAuthority is the node API's authority, made from the key once.
+func (s *Server) nodeAuthority() (*nodeca.CA, error) {
+	s.caOnce.Do(func() { s.ca, s.caErr = nodeca.New(s.opts.ScopedKey.NodeCASeed()) })
+	return s.ca, s.caErr
 }
 
 // agentTokenRequest names the attempt a node wants a token for.

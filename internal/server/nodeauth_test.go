@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
@@ -81,15 +84,36 @@ func TestNodeGetsOnlyItsOwn(t *testing.T) {
 		t.Errorf("its attempt's token on node-b's sandbox: %d %s", code, body)
 	}
 
-	// The public key it joins with checks the API servers' requests,
-	// and mints none.
-	code, _, body = ts.doAuth(t, idA, "POST", "/api/v1/nodes/node-a/join", "")
+	// When it joins it gets a certificate for its own name, whatever
+	// its request asks for, and the public key that checks the API
+	// servers' requests, which mints none.
+	_, greedy, err := nodeca.NewRequest("node-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	join, _ := json.Marshal(nodeJoinRequest{CSR: string(greedy)})
+	code, _, body = ts.doAuth(t, idA, "POST", "/api/v1/nodes/node-a/join", string(join))
 	if code != http.StatusOK {
 		t.Fatalf("join: %d %s", code, body)
 	}
 	var j nodeJoinAnswer
 	if err := json.Unmarshal(body, &j); err != nil {
 		t.Fatal(err)
+	}
+	blk, _ := pem.Decode([]byte(j.Certificate))
+	if blk == nil {
+		t.Fatalf("no certificate in %s", body)
+	}
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := nodeca.New(testKey.NodeCASeed())
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.ClientConfig("node-a").RootCAs, DNSName: "node-b"}); err == nil {
+		t.Error("node-a was given a certificate that passes for node-b")
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.ClientConfig("node-a").RootCAs, DNSName: "node-a"}); err != nil {
+		t.Errorf("node-a's certificate: %v", err)
 	}
 	v, err := authtoken.ParseNodeVerifier([]byte(j.APIKey))
 	if err != nil {
@@ -107,7 +131,10 @@ func TestNodeGetsOnlyItsOwn(t *testing.T) {
 		name, tok, method, path, body string
 		want                          int
 	}{
-		{"another node's join", idA, "POST", "/api/v1/nodes/node-b/join", "", http.StatusForbidden},
+		{"another node's join", idA, "POST", "/api/v1/nodes/node-b/join", string(join), http.StatusForbidden},
+		{"a join with no request", idA, "POST", "/api/v1/nodes/node-a/join", `{"csr":""}`, http.StatusBadRequest},
+		{"a join with junk", idA, "POST", "/api/v1/nodes/node-a/join", `{"csr":"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"}`, http.StatusBadRequest},
+		{"a join with an oversized request", idA, "POST", "/api/v1/nodes/node-a/join", `{"csr":"` + strings.Repeat("A", 20000) + `"}`, http.StatusBadRequest},
 		{"another node's agent, as that node", idA, "POST", "/api/v1/nodes/node-b/agent-token", `{"agent":"loop2","attempt":2}`, http.StatusForbidden},
 		{"another node's agent, as itself", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop2","attempt":2}`, http.StatusForbidden},
 		{"an attempt not running", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop1","attempt":2}`, http.StatusConflict},
@@ -115,10 +142,10 @@ func TestNodeGetsOnlyItsOwn(t *testing.T) {
 		{"no agent", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"attempt":1}`, http.StatusBadRequest},
 		{"unknown field", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop1","attempt":1,"ttl":"87600h"}`, http.StatusBadRequest},
 		{"no such agent", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"nobody","attempt":1}`, http.StatusNotFound},
-		{"an identity under another key", other.MintNodeIdentity("node-a", now, time.Hour), "POST", "/api/v1/nodes/node-a/join", "", http.StatusUnauthorized},
-		{"an expired identity", testKey.MintNodeIdentity("node-a", now.Add(-2*time.Hour), time.Hour), "POST", "/api/v1/nodes/node-a/join", "", http.StatusUnauthorized},
-		{"a request credential it saw", testKey.NodeSigner().MintRequest("node-a", "POST", "/api/v1/nodes/node-a/join", now), "POST", "/api/v1/nodes/node-a/join", "", http.StatusUnauthorized},
-		{"no identity", "", "POST", "/api/v1/nodes/node-a/join", "", http.StatusUnauthorized},
+		{"an identity under another key", other.MintNodeIdentity("node-a", now, time.Hour), "POST", "/api/v1/nodes/node-a/join", string(join), http.StatusUnauthorized},
+		{"an expired identity", testKey.MintNodeIdentity("node-a", now.Add(-2*time.Hour), time.Hour), "POST", "/api/v1/nodes/node-a/join", string(join), http.StatusUnauthorized},
+		{"a request credential it saw", testKey.NodeSigner().MintRequest("node-a", "POST", "/api/v1/nodes/node-a/join", now), "POST", "/api/v1/nodes/node-a/join", string(join), http.StatusUnauthorized},
+		{"no identity", "", "POST", "/api/v1/nodes/node-a/join", string(join), http.StatusUnauthorized},
 		// The server's token is not a node: the routes of nodes take
 		// identities only.
 		{"the server's token", "admin", "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop1","attempt":1}`, http.StatusUnauthorized},

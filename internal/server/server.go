@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -21,6 +22,7 @@ import (
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/metrics"
+	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/osworld"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -105,6 +107,10 @@ type Server struct {
 	hosts HostPolicy
 	// recordings are OSWorld's /start_recording's, until /end_recording.
 	recordings osworld.Recordings
+	// The node API's authority (nodeauth.go), made once.
+	caOnce sync.Once
+	ca     *nodeca.CA
+	caErr  error
 }
 
 // New builds the server and its routes.
