@@ -204,7 +204,7 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
-		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2} {
+		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d", kinds[kind], kind, n)
 		}
@@ -595,7 +595,53 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 			_, err := reconcile.UpdateStatus(ctx, nd, kind, name, onNode(host))
 			return err
 		})
+		// The finding of the probe: a node removed the finalizers of
+		// another's sandbox, and deleted it.
+		own := map[string]string{api.KindSandbox: api.FinalizerVM, api.KindAgent: api.FinalizerRun}[kind]
+		refused(t, "node: add its finalizer to a "+kind+" of another node", func() error {
+			o, err := nd.Get(ctx, kind, name)
+			if err != nil {
+				return err
+			}
+			_, err = reconcile.EnsureFinalizer(ctx, nd, o, own)
+			return err
+		})
+		if kind == api.KindSandbox {
+			o, err := ctl.Get(ctx, kind, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := reconcile.EnsureFinalizer(ctx, ctl, o, own); err != nil {
+				t.Fatal(err)
+			}
+			refused(t, "node: remove the finalizer of a sandbox of another node", func() error {
+				o, err := nd.Get(ctx, kind, name)
+				if err != nil {
+					return err
+				}
+				return reconcile.RemoveFinalizer(ctx, nd, o, own)
+			})
+			refused(t, "node: delete a sandbox of another node", func() error {
+				_, _, err := nd.Delete(ctx, kind, name, store.DeleteOptions{})
+				return err
+			})
+			if o, err := ctl.Get(ctx, kind, name); err != nil || o.GetMeta().DeletionTimestamp != nil {
+				t.Errorf("the peer's sandbox after the node's refused delete: %v, %v", o, err)
+			}
+			if o, err := ctl.Get(ctx, kind, name); err == nil {
+				reconcile.RemoveFinalizer(ctx, ctl, o, own)
+			}
+		}
 	}
+	// Nor a finalizer of another kind's, even on its own template.
+	refused(t, "node: add another finalizer to a template", func() error {
+		o, err := nd.Get(ctx, api.KindTemplate, objs[api.KindTemplate].GetMeta().Name)
+		if err != nil {
+			return err
+		}
+		_, err = reconcile.EnsureFinalizer(ctx, nd, o, "example.com/hold")
+		return err
+	})
 	// With the policy in force, what is the node's own still goes through.
 	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindNode, host, func(o *api.Node) bool {
 		hb := time.Now().UTC()
