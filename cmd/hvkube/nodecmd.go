@@ -193,6 +193,15 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		return err
 	}
 	defer closeStore()
+	if ks, ok := st.(*kube.Store); ok {
+		// What holds a node to its host on Kubernetes is the admission
+		// policies; say so loudly when they are not in force.
+		if err := ks.CheckNodePolicy(ctx); errors.Is(err, kube.ErrPolicyNotEnforced) {
+			log.Error("this node is not held to its host", "err", err)
+		} else if err != nil {
+			log.Warn("could not check the admission policies", "err", err)
+		}
+	}
 	be, err := openBackend(ctx, cfg, roots, log)
 	if err != nil {
 		return err

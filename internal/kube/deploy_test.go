@@ -633,6 +633,14 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 			}
 		}
 	}
+	// The node's start-up check finds the policies in force; as a user
+	// they do not hold (the administrator), it says they are not.
+	if err := nd.CheckNodePolicy(ctx); err != nil {
+		t.Errorf("node: the policy check with the policies in force: %v", err)
+	}
+	if err := ctl.CheckNodePolicy(ctx); !errors.Is(err, kube.ErrPolicyNotEnforced) {
+		t.Errorf("the policy check as the controller: %v, want ErrPolicyNotEnforced", err)
+	}
 	// Nor a finalizer of another kind's, even on its own template.
 	refused(t, "node: add another finalizer to a template", func() error {
 		o, err := nd.Get(ctx, api.KindTemplate, objs[api.KindTemplate].GetMeta().Name)
@@ -703,7 +711,8 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 			check{acct, deployNS, "create", "", "pods/exec", "", false},
 			check{acct, deployNS, "create", "", "serviceaccounts/token", "", false},
 			check{acct, "default", "get", "hvkube.io", "sandboxes", "", false},
-			check{acct, deployNS, "patch", "hvkube.io", "sandboxes", "", false},
+			check{acct, deployNS, "update", "hvkube.io", "sandboxes", "", false}, // writes are merge patches
+			check{acct, deployNS, "update", "hvkube.io", "sandboxes/status", "", false},
 			check{acct, deployNS, "deletecollection", "hvkube.io", "sandboxes", "", false},
 			check{acct, deployNS, "update", "rbac.authorization.k8s.io", "roles", "hvkube-node", false},
 			check{acct, deployNS, "delete", "", "events", "", false},
@@ -715,10 +724,10 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 		check{"hvkube-controller", deployNS, "update", "hvkube.io", "sandboxpools/scale", "", false},
 		check{"hvkube-node", deployNS, "create", "coordination.k8s.io", "leases", "", false},
 		check{"hvkube-node", deployNS, "update", "coordination.k8s.io", "leases", "hvkube-controllers", false},
-		check{"hvkube-node", deployNS, "update", "hvkube.io", "sandboxpools", "", false},
-		check{"hvkube-node", deployNS, "update", "hvkube.io", "sandboxpools/scale", "", false},
-		check{"hvkube-node", deployNS, "update", "hvkube.io", "nodes", "", false},
-		check{"hvkube-node", deployNS, "update", "hvkube.io", "displayservices/status", "", false},
+		check{"hvkube-node", deployNS, "patch", "hvkube.io", "sandboxpools", "", false},
+		check{"hvkube-node", deployNS, "patch", "hvkube.io", "sandboxpools/scale", "", false},
+		check{"hvkube-node", deployNS, "patch", "hvkube.io", "nodes", "", false},
+		check{"hvkube-node", deployNS, "patch", "hvkube.io", "displayservices/status", "", false},
 		check{"hvkube-node", deployNS, "get", "hvkube.io", "displayservices", "", false},
 		check{"hvkube-node", deployNS, "list", "", "events", "", false},
 		check{"hvkube-node", deployNS, "create", "hvkube.io", "sandboxes", "", false},

@@ -6,7 +6,11 @@ import (
 	"fmt"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/hvkube/hvkube/internal/api"
 )
 
 // NodeAudience is the audience of the service-account token a node agent
@@ -45,4 +49,32 @@ func (s *Store) ReviewNodeToken(ctx context.Context, tok, serviceAccount string)
 		return "", errors.New("the token is bound to no pod on a node: a node agent's token is its pod's, projected with audience " + NodeAudience)
 	}
 	return nodes[0], nil
+}
+
+// ErrPolicyNotEnforced says the API server let a node do what
+// deploy/admission-policy.yaml refuses it.
+var ErrPolicyNotEnforced = errors.New("the API server accepted a Node object of another name from this node: the admission policies of deploy/admission-policy.yaml are not in force (not applied, or the API server runs without the ValidatingAdmissionPolicy plugin), and a node taken over could write other hosts' objects")
+
+// CheckNodePolicy asks the API server, in a dry run that stores nothing,
+// to create a Node object of a name no host has, as this store's user:
+// with the admission policies in force a node is refused (403). It
+// returns nil when refused, ErrPolicyNotEnforced when accepted, and
+// other errors as they are.
+func (s *Store) CheckNodePolicy(ctx context.Context) error {
+	r, err := s.res(api.KindNode)
+	if err != nil {
+		return err
+	}
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": api.KubeVersion, "kind": api.KindNode,
+		"metadata": map[string]any{"name": "hvkube-policy-probe", "namespace": s.ns},
+	}}
+	_, err = r.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return ErrPolicyNotEnforced
+	}
+	return fmt.Errorf("checking the admission policies: %w", err)
 }

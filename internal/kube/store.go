@@ -38,7 +38,8 @@ type Options struct {
 	Config *rest.Config
 	// Namespace holds this install's objects; it must exist.
 	Namespace string
-	// Component names the writer of events (their source).
+	// Component names the writer of events (their source) and of the
+	// objects' fields (the field manager of its writes).
 	Component string
 	// Logger; slog.Default when nil.
 	Logger *slog.Logger
@@ -57,6 +58,10 @@ type Store struct {
 	log  *slog.Logger
 	now  func() time.Time
 	ev   *events
+	// bases are the statuses last read or written (patch.go).
+	bases bases
+	// manager is the field manager of this store's writes.
+	manager string
 }
 
 var _ store.API = (*Store)(nil)
@@ -106,6 +111,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		component = "hvkube"
 	}
 	s.ev = newEvents(s, component)
+	s.manager = component
 	return s, nil
 }
 
@@ -167,7 +173,7 @@ func (s *Store) Get(ctx context.Context, kind, name string) (api.Object, error) 
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return fromKube(u)
+	return s.decode(u)
 }
 
 // List returns the objects of kind whose labels match sel, by name, and the
@@ -183,7 +189,7 @@ func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.
 	}
 	out := make([]api.Object, 0, len(l.Items))
 	for i := range l.Items {
-		o, err := fromKube(&l.Items[i])
+		o, err := s.decode(&l.Items[i])
 		if err != nil {
 			return nil, "", err
 		}
@@ -234,11 +240,11 @@ func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 		return nil, err
 	}
 	unstructured.RemoveNestedField(u.Object, "metadata", "resourceVersion")
-	created, err := r.Create(ctx, u, metav1.CreateOptions{})
+	created, err := r.Create(ctx, u, metav1.CreateOptions{FieldManager: s.manager})
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out, err := fromKube(created)
+	out, err := s.decode(created)
 	if err != nil {
 		return nil, err
 	}
@@ -333,11 +339,11 @@ func (s *Store) Update(ctx context.Context, o api.Object) (api.Object, bool, err
 			return cur, false, nil
 		}
 		nm := next.GetMeta()
-		u, err := s.toKube(next)
+		patch, err := s.specPatch(cur, next)
 		if err != nil {
 			return nil, false, err
 		}
-		put, err := r.Update(ctx, u, metav1.UpdateOptions{})
+		put, err := r.Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: s.manager})
 		if apierrors.IsConflict(err) && m.ResourceVersion == "" && try < writeTries {
 			continue // unconditional: again on the newer object
 		}
@@ -347,13 +353,16 @@ func (s *Store) Update(ctx context.Context, o api.Object) (api.Object, bool, err
 		if err != nil {
 			return nil, false, mapErr(err)
 		}
-		out, err := fromKube(put)
+		out, err := s.decode(put)
 		return out, err == nil, err
 	}
 }
 
 // UpdateStatus replaces the stored object's status with o's, conditioned
-// on o's resourceVersion when it has one. Nothing else changes.
+// on o's resourceVersion when it has one. Nothing else changes. It is a
+// merge patch from the status at that version (remembered from the read
+// o came from, else read) to o's: status fields this binary does not know
+// are kept.
 func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, error) {
 	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
 	r, err := s.res(kind)
@@ -362,27 +371,29 @@ func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, err
 	}
 	for try := 0; ; try++ {
 		rv := m.ResourceVersion
-		var base api.Object = o
-		if rv == "" {
-			cur, err := s.Get(ctx, kind, m.Name)
-			if err != nil {
+		base, ok := s.bases.get(kind, m.Name, rv)
+		if rv == "" || !ok {
+			var at string
+			if base, at, err = s.readBase(ctx, kind, m.Name); err != nil {
 				return nil, err
 			}
-			base = api.DeepCopy(cur)
-			api.CopyStatus(base, o)
+			if rv != "" && at != rv {
+				return nil, fmt.Errorf("%w: %s %s was changed since version %s (now %s): read it again", api.ErrConflict, kind, m.Name, rv, at)
+			}
+			rv = at
 		}
-		u, err := s.toKube(base)
+		patch, err := statusPatch(base, o, rv)
 		if err != nil {
 			return nil, err
 		}
-		put, err := r.UpdateStatus(ctx, u, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) && rv == "" && try < writeTries {
+		put, err := r.Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: s.manager}, "status")
+		if apierrors.IsConflict(err) && m.ResourceVersion == "" && try < writeTries {
 			continue
 		}
 		if err != nil {
 			return nil, mapErr(err)
 		}
-		return fromKube(put)
+		return s.decode(put)
 	}
 }
 

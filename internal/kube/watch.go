@@ -110,7 +110,7 @@ func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv
 			if !ok {
 				return nil, fmt.Errorf("a %s watch delivered a %T", kind, o)
 			}
-			return fromKube(u)
+			return s.decode(u)
 		}
 	}
 	wi, err := start(ctx, rv)
