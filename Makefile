@@ -101,7 +101,7 @@ RACE_SKIP := ^(TestBrowserDesktop|TestPortForwardToChromium|.*OnQEMU)$$
 # desktops of the QEMU tests, their CPU made timing-sensitive guests late).
 # A test that needs a kube-apiserver is named …OnKubernetes, or listed here.
 KUBE_TESTS := ^(TestConformance|TestCRDsValidateSeedYAML|TestWatchFromTooOld)$$|OnKubernetes
-KUBE_PKGS  := ./internal/kube/... ./internal/node/ ./internal/controller/ ./internal/bench/ ./cmd/hvkube/
+KUBE_PKGS  := ./internal/kube/... ./internal/node/ ./internal/controller/ ./internal/server/ ./internal/bench/ ./cmd/hvkube/
 
 # The QEMU tests need the images, the browser tests Chromium and the
 # Kubernetes tests a kube-apiserver; HVKUBE_REQUIRE_QEMU,

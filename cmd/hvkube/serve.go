@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -77,6 +79,9 @@ type serveConfig struct {
 	nodeServiceAccount string
 	// identityFile holds a node's identity (hvkube node).
 	identityFile string
+	// The admission webhook's listener and the names of its certificate.
+	webhookAddr  string
+	webhookNames []string
 }
 
 func newServeCmd() *cobra.Command {
@@ -154,6 +159,8 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringSliceVar(&cfg.allowedHosts, "allowed-hosts", nil, "more names clients may reach the server by (Host header), comma-separated or repeated")
 	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
 	f.StringVar(&cfg.keyFile, "key-file", "", "the key that signs agents' tokens and the requests to nodes (default DATA-DIR/token.key, created when missing); on Kubernetes, a Secret of the API servers' alone, never mounted in a node")
+	f.StringVar(&cfg.webhookAddr, "webhook-addr", "", "with --store kubernetes: serve the admission webhook (TLS) on this address, e.g. 0.0.0.0:8443, so that writes straight to the Kubernetes API server meet hvkube's rules (hvkube webhook-config registers it)")
+	f.StringSliceVar(&cfg.webhookNames, "webhook-names", nil, "the names (or IP addresses) the webhook's certificate is for (default hvkube.NAMESPACE.svc)")
 	f.StringVar(&cfg.nodeServiceAccount, "node-service-account", "", "with --store kubernetes: NAMESPACE:NAME of the node agents' service account, whose pod-bound tokens of audience hvkube identify nodes (default: the store's namespace and hvkube-node)")
 	f.BoolVar(&cfg.leaderElect, "leader-elect", true, "with --store kubernetes: run the cluster controllers only while this replica holds the Lease hvkube-controllers")
 	f.DurationVar(&cfg.leaderLease, "leader-lease-duration", 15*time.Second, "with --leader-elect: how long the other replicas wait after the leader's last renewal before one takes over")
@@ -383,6 +390,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if cfg.shutdownGrace <= 0 {
 		return fmt.Errorf("--shutdown-grace %s: must be positive", cfg.shutdownGrace)
 	}
+	if cfg.webhookAddr != "" && cfg.store.kind != storeKubernetes {
+		return errors.New("--webhook-addr: only with --store kubernetes (the webhook checks writes to the Kubernetes API server)")
+	}
 	if cfg.store.kind == storeKubernetes && cfg.nodeGrace < node.DefaultFenceAfter+node.DefaultStatusInterval {
 		return fmt.Errorf("--node-grace %s: must be more than the nodes' fence time plus their status interval (%s)", cfg.nodeGrace, node.DefaultFenceAfter+node.DefaultStatusInterval)
 	}
@@ -517,6 +527,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if hostCommands != nil {
 		log.Warn("custom agents may run commands on this host (--allow-host-commands)", "user", hostCommands.User.String(), "workRoot", hostCommands.WorkRoot)
 	}
+	if cfg.webhookAddr != "" {
+		stopHook, err := serveWebhook(serveCtx, cfg, key, srv, log)
+		if err != nil {
+			return err
+		}
+		defer stopHook()
+	}
 	log.Info("hvkube server listening", "addr", ln.Addr().String(), "dataDir", cfg.dataDir, "auth", token != "", "hostPaths", roots.String(), "version", version)
 	if err := srv.Serve(serveCtx, ln); err != nil {
 		return err
@@ -554,4 +571,61 @@ func runControllers(ctx context.Context, st store.API, log *slog.Logger, mx *met
 	}
 	<-ctx.Done()
 	m.Stop()
+}
+
+// serveWebhook serves the admission webhook on --webhook-addr over TLS,
+// with a certificate for --webhook-names signed by the webhook's
+// authority (derived from key; hvkube webhook-config gives the API server
+// its certificate), made again at half its life.
+func serveWebhook(ctx context.Context, cfg serveConfig, key authtoken.Key, srv *server.Server, log *slog.Logger) (func(), error) {
+	names := cfg.webhookNames
+	if len(names) == 0 {
+		names = []string{webhookService(orDefaultNS(cfg.store.namespace))}
+	}
+	ca, err := nodeca.New(key.WebhookCASeed())
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var cert *tls.Certificate
+	get := func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		if cert == nil || now.After(cert.Leaf.NotBefore.Add(cert.Leaf.NotAfter.Sub(cert.Leaf.NotBefore)/2)) {
+			c, err := ca.Issue(names, now)
+			if err != nil {
+				return nil, err
+			}
+			cert = c
+		}
+		return cert, nil
+	}
+	if _, err := get(nil); err != nil {
+		return nil, fmt.Errorf("--webhook-names: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.webhookAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-addr: %w", err)
+	}
+	hs := &http.Server{Handler: srv.AdmissionHandler(), ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
+		IdleTimeout: server.DefaultIdleTimeout, ReadTimeout: 30 * time.Second}
+	go hs.Serve(tls.NewListener(ln, &tls.Config{GetCertificate: get, MinVersion: tls.VersionTLS12}))
+	log.Info("admission webhook listening", "addr", ln.Addr().String(), "names", names)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Shutdown(sctx)
+	}, nil
+}
+
+// webhookService is the webhook's name in namespace ns: the Service of
+// deploy/controller.yaml.
+func webhookService(ns string) string { return "hvkube." + ns + ".svc" }
+
+func orDefaultNS(ns string) string {
+	if ns == "" {
+		return "default"
+	}
+	return ns
 }

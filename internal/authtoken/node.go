@@ -212,3 +212,11 @@ func (k Key) NodeCASeed() []byte {
 	m.Write([]byte("hvkube node API CA v1"))
 	return m.Sum(nil)
 }
+
+// WebhookCASeed is the seed of the authority of the API servers' own
+// admission webhook (internal/nodeca), derived from k.
+func (k Key) WebhookCASeed() []byte {
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte("hvkube admission webhook CA v1"))
+	return m.Sum(nil)
+}

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"time"
 )
 
@@ -46,7 +47,7 @@ func New(seed []byte) (*CA, error) {
 	ski := sha256.Sum256(pub)
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "hvkube node API CA"},
+		Subject:               pkix.Name{CommonName: "hvkube CA"},
 		NotBefore:             time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
 		NotAfter:              time.Date(2125, 1, 1, 0, 0, 0, 0, time.UTC),
 		KeyUsage:              x509.KeyUsageCertSign,
@@ -143,4 +144,43 @@ func KeyPair(certPEM []byte, key ed25519.PrivateKey) (*tls.Certificate, error) {
 		return nil, errors.New("the certificate is not for this node's key")
 	}
 	return &tls.Certificate{Certificate: [][]byte{blk.Bytes}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// Issue makes a key and a serving certificate for names (host names, or
+// IP addresses) signed by the authority: for a server of the API servers'
+// own (the admission webhook), whose key never leaves them.
+func (c *CA) Issue(names []string, now time.Time) (*tls.Certificate, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:   serial,
+		Subject:        pkix.Name{CommonName: names[0]},
+		NotBefore:      now.Add(-5 * time.Minute),
+		NotAfter:       now.Add(CertTTL),
+		KeyUsage:       x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:    []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		AuthorityKeyId: c.cert.SubjectKeyId,
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, key.Public(), c.key)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }

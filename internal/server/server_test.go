@@ -191,6 +191,70 @@ func TestBadInput(t *testing.T) {
 	if code, _, b := ts.do(t, "POST", "/api/v1/sandboxpools", "application/yaml", poolYAML); code != 201 {
 		t.Fatalf("setup: %d %s", code, b)
 	}
+	tests := badInputs()
+	before := snapshot(t, ts)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, h, body := ts.do(t, tt.method, tt.path, tt.ctype, tt.body)
+			if code != tt.code {
+				t.Fatalf("status %d, want %d: %s", code, tt.code, body)
+			}
+			if ct := h.Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("content type %q", ct)
+			}
+			var e struct {
+				Error string `json:"error"`
+				Field string `json:"field"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+				t.Fatalf("error body %q: %v", body, err)
+			}
+			if e.Field != tt.field {
+				t.Fatalf("field %q, want %q (error: %s)", e.Field, tt.field, e.Error)
+			}
+			if tt.field != "" && !strings.Contains(e.Error, tt.field) {
+				t.Fatalf("message %q does not name %s", e.Error, tt.field)
+			}
+		})
+	}
+	if after := snapshot(t, ts); after != before {
+		t.Fatalf("bad input changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+	if len(tests) < 30 {
+		t.Fatalf("only %d bad inputs", len(tests))
+	}
+}
+
+// snapshot is every object in the store plus the revision.
+func snapshot(t *testing.T, ts *testServer) string {
+	var sb strings.Builder
+	rv, err := ts.st.Revision(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&sb, "rv=%d ", rv)
+	for _, k := range api.Kinds {
+		items, _, err := ts.st.List(context.Background(), k.Kind, api.Selector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(items)
+		sb.Write(b)
+	}
+	return sb.String()
+}
+
+// badInput is a request the API refuses: its status, and the field its
+// error names ("" for none).
+type badInput struct {
+	name, method, path, ctype, body string
+	code                            int
+	field                           string
+}
+
+// badInputs are TestBadInput's requests (TestWebhookOnKubernetes sends
+// those of objects straight to the Kubernetes API server).
+func badInputs() []badInput {
 	const sb = "apiVersion: hvkube/v1\nkind: Sandbox\nmetadata:\n  name: desk\n"
 	const ag = "apiVersion: hvkube/v1\nkind: Agent\nmetadata:\n  name: job\n"
 	const tpl = "apiVersion: hvkube/v1\nkind: Template\nmetadata:\n  name: tpl\n"
@@ -198,11 +262,7 @@ func TestBadInput(t *testing.T) {
 	pool := func(spec string) string {
 		return "apiVersion: hvkube/v1\nkind: SandboxPool\nmetadata:\n  name: other\nspec:\n" + spec
 	}
-	tests := []struct {
-		name, method, path, ctype, body string
-		code                            int
-		field                           string
-	}{
+	return []badInput{
 		{"not YAML", "POST", "/api/v1/sandboxes", "application/yaml", "{{{ not: [yaml", 400, ""},
 		{"binary", "POST", "/api/v1/sandboxes", "application/json", "\x00\xff\xfe", 400, ""},
 		{"no content type", "POST", "/api/v1/sandboxes", "", "\x00\xff\xfe", 415, ""},
@@ -292,54 +352,4 @@ func TestBadInput(t *testing.T) {
 		{"stale resourceVersion", "PUT", "/api/v1/sandboxpools/browser-workers", "application/yaml", strings.Replace(poolYAML, "name: browser-workers\n", "name: browser-workers\n  resourceVersion: \"999\"\n", 1), 409, ""},
 		{"events bad limit", "GET", "/api/v1/events?limit=-4", "", "", 400, "limit"},
 	}
-	before := snapshot(t, ts)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, h, body := ts.do(t, tt.method, tt.path, tt.ctype, tt.body)
-			if code != tt.code {
-				t.Fatalf("status %d, want %d: %s", code, tt.code, body)
-			}
-			if ct := h.Get("Content-Type"); ct != "application/json" {
-				t.Fatalf("content type %q", ct)
-			}
-			var e struct {
-				Error string `json:"error"`
-				Field string `json:"field"`
-			}
-			if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
-				t.Fatalf("error body %q: %v", body, err)
-			}
-			if e.Field != tt.field {
-				t.Fatalf("field %q, want %q (error: %s)", e.Field, tt.field, e.Error)
-			}
-			if tt.field != "" && !strings.Contains(e.Error, tt.field) {
-				t.Fatalf("message %q does not name %s", e.Error, tt.field)
-			}
-		})
-	}
-	if after := snapshot(t, ts); after != before {
-		t.Fatalf("bad input changed the store:\nbefore %s\nafter  %s", before, after)
-	}
-	if len(tests) < 30 {
-		t.Fatalf("only %d bad inputs", len(tests))
-	}
-}
-
-// snapshot is every object in the store plus the revision.
-func snapshot(t *testing.T, ts *testServer) string {
-	var sb strings.Builder
-	rv, err := ts.st.Revision(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(&sb, "rv=%d ", rv)
-	for _, k := range api.Kinds {
-		items, _, err := ts.st.List(context.Background(), k.Kind, api.Selector{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(items)
-		sb.Write(b)
-	}
-	return sb.String()
 }
