@@ -151,3 +151,25 @@ func edited(t *testing.T, tok string, f func(*nodeRequestClaims)) string {
 	nb, _ := json.Marshal(c)
 	return nodeRequestPrefix + base64.RawURLEncoding.EncodeToString(nb) + "." + sig
 }
+
+// BenchmarkNodeRequest is what each request to a node costs its two ends:
+// the API server's signature, and the node's check.
+func BenchmarkNodeRequest(b *testing.B) {
+	k := Key([]byte(strings.Repeat("k", 32)))
+	s, v := k.NodeSigner(), k.NodeSigner().Verifier()
+	const path = "/node/v1/sandboxes/sb/input"
+	now := time.Now()
+	b.Run("mint", func(b *testing.B) {
+		for b.Loop() {
+			s.MintRequest("node-a", "POST", path, now)
+		}
+	})
+	tok := s.MintRequest("node-a", "POST", path, now)
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := v.VerifyRequest(tok, "node-a", "POST", path, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

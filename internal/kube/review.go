@@ -32,7 +32,9 @@ func (s *Store) ReviewNodeToken(ctx context.Context, tok, serviceAccount string)
 		Spec: authnv1.TokenReviewSpec{Token: tok, Audiences: []string{NodeAudience}},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("token review: %w", err)
+		// The question could not be asked: not the token's fault (the
+		// node tries again).
+		return "", fmt.Errorf("%w: token review: %v", api.ErrUnavailable, err)
 	}
 	st := tr.Status
 	if !st.Authenticated {

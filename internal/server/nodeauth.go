@@ -61,6 +61,11 @@ func (s *Server) nodeOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	who, err := s.opts.NodeIdentity(ctx, tok)
+	if errors.Is(err, api.ErrUnavailable) {
+		s.log.Warn("node identity not checked", "node", name, "err", err)
+		refuse(w, http.StatusServiceUnavailable, fmt.Errorf("node %s: the identity could not be checked now: %v", name, err))
+		return "", false
+	}
 	if err != nil {
 		s.log.Warn("node identity refused", "node", name, "remote", r.RemoteAddr, "err", err)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube node"`)

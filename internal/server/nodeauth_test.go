@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,6 +26,9 @@ func nodeServer(t *testing.T) *testServer {
 	d := &recordingDesk{}
 	ts := start(t, Options{Token: "admin", ScopedKey: testKey, Sandboxes: d, Actions: display.NewActions(d),
 		NodeIdentity: func(_ context.Context, tok string) (string, error) {
+			if tok == "review-down" {
+				return "", fmt.Errorf("%w: token review: connection refused", api.ErrUnavailable)
+			}
 			if !authtoken.IsNodeIdentity(tok) {
 				return "", errors.New("not a node identity")
 			}
@@ -146,6 +150,9 @@ func TestNodeGetsOnlyItsOwn(t *testing.T) {
 		{"an expired identity", testKey.MintNodeIdentity("node-a", now.Add(-2*time.Hour), time.Hour), "POST", "/api/v1/nodes/node-a/join", string(join), http.StatusUnauthorized},
 		{"a request credential it saw", testKey.NodeSigner().MintRequest("node-a", "POST", "/api/v1/nodes/node-a/join", now), "POST", "/api/v1/nodes/node-a/join", string(join), http.StatusUnauthorized},
 		{"no identity", "", "POST", "/api/v1/nodes/node-a/join", string(join), http.StatusUnauthorized},
+		// The cluster could not be asked: the node tries again, it is not
+		// refused for good.
+		{"the review down", "review-down", "POST", "/api/v1/nodes/node-a/join", string(join), http.StatusServiceUnavailable},
 		// The server's token is not a node: the routes of nodes take
 		// identities only.
 		{"the server's token", "admin", "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop1","attempt":1}`, http.StatusUnauthorized},
