@@ -204,7 +204,7 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
-		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3} {
+		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "NetworkPolicy": 1, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d", kinds[kind], kind, n)
 		}
@@ -244,6 +244,45 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 	}
 	if nd := secrets["DaemonSet"]; len(nd) != 0 {
 		t.Errorf("the nodes mount the Secrets %v, want none (the key never reaches a node)", nd)
+	}
+	// The NetworkPolicy selects the nodes' pods and lets in only the API
+	// servers' pods.
+	podLabels := map[string]map[string]string{}
+	var policy *unstructured.Unstructured
+	for _, m := range ms {
+		switch m.obj.GetKind() {
+		case "Deployment", "DaemonSet":
+			l, _, _ := unstructured.NestedStringMap(m.obj.Object, "spec", "template", "metadata", "labels")
+			podLabels[m.obj.GetKind()] = l
+		case "NetworkPolicy":
+			policy = m.obj
+		}
+	}
+	selects := func(sel map[string]string, labels map[string]string) bool {
+		for k, v := range sel {
+			if labels[k] != v {
+				return false
+			}
+		}
+		return len(sel) > 0
+	}
+	if policy == nil {
+		t.Fatal("no NetworkPolicy")
+	}
+	target, _, _ := unstructured.NestedStringMap(policy.Object, "spec", "podSelector", "matchLabels")
+	ingress, _, _ := unstructured.NestedSlice(policy.Object, "spec", "ingress")
+	var from map[string]string
+	if len(ingress) == 1 {
+		peers, _, _ := unstructured.NestedSlice(ingress[0].(map[string]any), "from")
+		if len(peers) == 1 {
+			from, _, _ = unstructured.NestedStringMap(peers[0].(map[string]any), "podSelector", "matchLabels")
+		}
+	}
+	if !selects(target, podLabels["DaemonSet"]) || selects(target, podLabels["Deployment"]) {
+		t.Errorf("the NetworkPolicy selects %v: want the nodes' pods alone", target)
+	}
+	if !selects(from, podLabels["Deployment"]) || selects(from, podLabels["DaemonSet"]) {
+		t.Errorf("the NetworkPolicy lets in %v: want the API servers' pods alone", from)
 	}
 }
 
