@@ -245,6 +245,18 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 	if nd := secrets["DaemonSet"]; len(nd) != 0 {
 		t.Errorf("the nodes mount the Secrets %v, want none (the key never reaches a node)", nd)
 	}
+	// Nor a host of theirs: the API servers never run where desktops do.
+	for _, m := range ms {
+		if m.obj.GetKind() != "Deployment" {
+			continue
+		}
+		terms, _, _ := unstructured.NestedSlice(m.obj.Object, "spec", "template", "spec", "affinity", "nodeAffinity",
+			"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+		b, _ := json.Marshal(terms)
+		if len(terms) != 1 || !strings.Contains(string(b), `"key":"hvkube.io/desktops","operator":"NotIn","values":["true"]`) {
+			t.Errorf("%s: the API servers may be scheduled on a desktop host: nodeSelectorTerms %s", m, b)
+		}
+	}
 	// The NetworkPolicy selects the nodes' pods and lets in only the API
 	// servers' pods.
 	podLabels := map[string]map[string]string{}
@@ -600,6 +612,10 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	refused(t, "node: create a Node object of another name", func() error {
 		o := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "fake-" + suffix}}
 		_, err := nd.Create(ctx, o)
+		return err
+	})
+	refused(t, "node: hand its agent to another node", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindAgent, objs[api.KindAgent].GetMeta().Name, onNode(peer.Metadata.Name))
 		return err
 	})
 	// The sandbox and the agent move to the peer: the node may no longer

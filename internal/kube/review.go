@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +43,11 @@ func (s *Store) ReviewNodeToken(ctx context.Context, tok, serviceAccount string)
 			return "", fmt.Errorf("not a token of this cluster for audience %s: %s", NodeAudience, st.Error)
 		}
 		return "", fmt.Errorf("not a token of this cluster for audience %s", NodeAudience)
+	}
+	// An authenticator that ignores audiences answers without them: the
+	// answer must say the token is for hvkube.
+	if !slices.Contains(st.Audiences, NodeAudience) {
+		return "", fmt.Errorf("the token is not for audience %s (the review says %v)", NodeAudience, st.Audiences)
 	}
 	if want := "system:serviceaccount:" + serviceAccount; st.User.Username != want {
 		return "", fmt.Errorf("the token is %s's, not the node agents' service account (%s)", st.User.Username, want)

@@ -92,6 +92,10 @@ func (n *Node) reconcileAgentFrom(ctx context.Context, name string, fresh bool) 
 	case !fresh && (a.Metadata.DeletionTimestamp != nil || agentstate.Finished(a) && a.Status.Sandbox != "" && n.runs.get(name) == nil ||
 		a.Status.Phase == api.AgentRunning && a.Status.Sandbox != "" && n.runs.get(name) == nil):
 		return n.reconcileAgentFrom(ctx, name, true)
+	case a.Metadata.DeletionTimestamp != nil && a.Status.Node == "" && n.opt.WaitForPlacement && n.runs.get(name) == nil:
+		// Bound to no node: in a cluster its finalizer is the agent
+		// controller's to remove (a node's write to it is refused).
+		return reconcile.Result{}, nil
 	case a.Metadata.DeletionTimestamp != nil:
 		if n.stopRun(name) {
 			// The attempt releases its sandbox as it ends (a reset takes

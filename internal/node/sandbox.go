@@ -67,9 +67,11 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 		return reconcile.Result{}, err
 	}
 	sb := o.(*api.Sandbox)
-	if sb.Status.Node != "" && sb.Status.Node != n.name {
+	if sb.Status.Node != n.name && (sb.Status.Node != "" || n.opt.WaitForPlacement) {
 		// Another node's: its VM and its finalizer are that node's to
-		// remove, also when the sandbox is being deleted.
+		// remove, also when the sandbox is being deleted. In a cluster,
+		// one placed on no node is no node's yet (and the admission
+		// policies refuse a node's writes to it).
 		n.egress.forget(name)
 		return reconcile.Result{}, nil
 	}

@@ -85,6 +85,11 @@ func (c *Client) do(ctx context.Context, method, u string, body any, hdr http.He
 		return resp, nil
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 3 {
+		// The node API never redirects: a node that does is not to be
+		// followed.
+		return nil, fmt.Errorf("%w: node %s answered a redirect (%s), which is not followed", api.ErrUnavailable, c.Node, resp.Status)
+	}
 	return nil, c.answerErr(resp)
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -468,5 +469,48 @@ func TestRouterChecksTheNodesName(t *testing.T) {
 	}
 	if c := impostor.Calls(); len(c) != 0 {
 		t.Errorf("the impostor was reached: %q", c)
+	}
+}
+
+// TestRouterFollowsNoRedirect: a node taken over that answers a file or
+// a screenshot with a redirect (to a metadata service, an internal page)
+// does not get the API server to fetch it: the redirect is an error, and
+// its target is never asked.
+func TestRouterFollowsNoRedirect(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var asked atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		io.WriteString(w, "secret of the API server's network")
+	}))
+	t.Cleanup(target.Close)
+	key, csr, _ := nodeca.NewRequest("node-b")
+	certPEM, _ := testCA.Sign(csr, "node-b", time.Now())
+	cert, _ := nodeca.KeyPair(certPEM, key)
+	evil := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+"/latest/meta-data/", http.StatusFound)
+	}))
+	evil.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
+	evil.StartTLS()
+	t.Cleanup(evil.Close)
+	mustCreate(t, st, &api.Node{Metadata: api.ObjectMeta{Name: "node-b"}}, func(o api.Object) {
+		o.(*api.Node).Status.Address = strings.TrimPrefix(evil.URL, "https://")
+	})
+	mustCreate(t, st, &api.Sandbox{Metadata: api.ObjectMeta{Name: "far"}}, func(o api.Object) { o.(*api.Sandbox).Status.Node = "node-b" })
+	mustCreate(t, st, &api.Agent{Metadata: api.ObjectMeta{Name: "job"}}, func(o api.Object) { o.(*api.Agent).Status.Node = "node-b" })
+	r := NewRouter(RouterOptions{Store: st, Signer: testSigner, CA: testCA})
+	if _, err := r.AgentFile(ctx, "job", "a.txt"); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "redirect") {
+		t.Errorf("a file answered with a redirect: %v", err)
+	}
+	if _, _, err := r.Screenshot(ctx, "far", backend.ScreenshotOptions{}); !errors.Is(err, api.ErrUnavailable) {
+		t.Errorf("a screenshot answered with a redirect: %v", err)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the redirect's target was asked %d times", n)
 	}
 }

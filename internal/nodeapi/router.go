@@ -66,16 +66,24 @@ func (r *Router) httpFor(node string) *http.Client {
 		return c
 	}
 	if len(r.clients) >= maxNodeClients {
+		for _, c := range r.clients {
+			c.CloseIdleConnections()
+		}
 		r.clients = map[string]*http.Client{} // nodes come and go: start over
 	}
-	c := &http.Client{Transport: &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
-		TLSClientConfig:       r.o.CA.ClientConfig(node),
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 0, // exec and reset take as long as they take; ctx bounds them
-		MaxIdleConnsPerHost:   32,
-		IdleConnTimeout:       90 * time.Second,
-	}}
+	c := &http.Client{
+		// A node's answer is its own: a redirect is never followed (a
+		// node taken over would point the API servers at whatever they
+		// reach, and read it back as a screenshot or a file).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+			TLSClientConfig:       r.o.CA.ClientConfig(node),
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: 0, // exec and reset take as long as they take; ctx bounds them
+			MaxIdleConnsPerHost:   32,
+			IdleConnTimeout:       90 * time.Second,
+		}}
 	r.clients[node] = c
 	return c
 }

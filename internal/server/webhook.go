@@ -78,23 +78,25 @@ func (s *Server) review(req *admissionv1.AdmissionRequest) error {
 	if err != nil {
 		return err
 	}
-	if o.GetMeta().DeletionTimestamp != nil {
-		return nil // going: what is left is its finalizers
+	specChanged := true
+	var old api.Object
+	if req.Operation == admissionv1.Update {
+		if old, err = fromReview(req.Kind.Kind, req.OldObject.Raw); err != nil {
+			return err
+		}
+		ob, _ := json.Marshal(old.GetSpec())
+		nb, _ := json.Marshal(o.GetSpec())
+		specChanged = string(ob) != string(nb)
+	}
+	if o.GetMeta().DeletionTimestamp != nil && !specChanged {
+		return nil // going: what changes is its finalizers
 	}
 	next := api.DeepCopy(o)
 	if err := s.admit(next); err != nil {
 		return err
 	}
-	if req.Operation == admissionv1.Update {
-		old, err := fromReview(req.Kind.Kind, req.OldObject.Raw)
-		if err != nil {
-			return err
-		}
-		ob, _ := json.Marshal(old.GetSpec())
-		nb, _ := json.Marshal(o.GetSpec())
-		if string(ob) != string(nb) {
-			return api.ValidateUpdate(old, o)
-		}
+	if old != nil && specChanged {
+		return api.ValidateUpdate(old, o)
 	}
 	return nil
 }
