@@ -243,7 +243,7 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		return fmt.Errorf("joining the API servers at %s: %w", nc.serverURL, err)
 	}
 	log.Info("joined the API servers", "server", nc.serverURL, "node", up.Node, "certificate expires", joined.Cert.Leaf.NotAfter)
-	serving := nodeapi.NewServingCert(joined.Cert)
+	serving := nodeapi.NewServingCert(joined)
 	go serving.Renew(ctx, up, tlsKey, csr, log)
 	if err := nd.Start(ctx); err != nil {
 		return err
@@ -257,7 +257,7 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		return err
 	}
 	hs := &http.Server{
-		Handler:           nodeapi.Handler(nodeapi.HandlerOptions{Node: nd.Name(), Verifier: joined.Verifier, Target: nd, Logger: log}),
+		Handler:           nodeapi.Handler(nodeapi.HandlerOptions{Node: nd.Name(), Verifiers: serving.Verifier, Target: nd, Logger: log}),
 		ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
 		IdleTimeout:       server.DefaultIdleTimeout,
 	}

@@ -25,8 +25,10 @@ type HandlerOptions struct {
 	// it.
 	Node string
 	// Verifier checks the API servers' credentials (the public half of
-	// their signing key: it mints nothing).
-	Verifier authtoken.NodeVerifier
+	// their signing key: it mints nothing). Verifiers, when set, is asked
+	// at each request instead (the key the node was last given).
+	Verifier  authtoken.NodeVerifier
+	Verifiers func() authtoken.NodeVerifier
 	// Target is this node.
 	Target Target
 	Logger *slog.Logger
@@ -127,7 +129,11 @@ func (h *handler) auth(next http.Handler) http.Handler {
 		var exp time.Time
 		err := authtoken.ErrInvalid
 		if ok {
-			id, exp, err = h.o.Verifier.VerifyRequest(tok, h.o.Node, r.Method, r.URL.RequestURI(), now)
+			v := h.o.Verifier
+			if h.o.Verifiers != nil {
+				v = h.o.Verifiers()
+			}
+			id, exp, err = v.VerifyRequest(tok, h.o.Node, r.Method, r.URL.RequestURI(), now)
 		}
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hvkube node"`)

@@ -514,3 +514,42 @@ func TestRouterFollowsNoRedirect(t *testing.T) {
 		t.Errorf("the redirect's target was asked %d times", n)
 	}
 }
+
+// TestNodeTakesARotatedKey: after the API servers' key is rotated and the
+// node joins again, the node takes the new key's requests and refuses the
+// old key's, without a restart.
+func TestNodeTakesARotatedKey(t *testing.T) {
+	oldKey, newKey := testKey, authtoken.Key(bytes.Repeat([]byte("n"), 32))
+	var mu sync.Mutex
+	current := oldKey.NodeSigner().Verifier()
+	rec := &recorder{}
+	srv := httptest.NewServer(Handler(HandlerOptions{Node: "node-b", Target: rec, Verifiers: func() authtoken.NodeVerifier {
+		mu.Lock()
+		defer mu.Unlock()
+		return current
+	}}))
+	t.Cleanup(srv.Close)
+	const path = "/node/v1/sandboxes/sb/exec"
+	send := func(k authtoken.Key) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{"Path":"/bin/true"}`))
+		req.Header.Set("Authorization", "Bearer "+k.NodeSigner().MintRequest("node-b", "POST", path, time.Now()))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := send(oldKey); code != http.StatusOK {
+		t.Fatalf("before the rotation: %d", code)
+	}
+	mu.Lock()
+	current = newKey.NodeSigner().Verifier() // joined again
+	mu.Unlock()
+	if code := send(newKey); code != http.StatusOK {
+		t.Errorf("the new key's request: %d", code)
+	}
+	if code := send(oldKey); code != http.StatusUnauthorized {
+		t.Errorf("the old key's request after the rotation: %d", code)
+	}
+}

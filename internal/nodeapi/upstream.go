@@ -144,16 +144,26 @@ func (u *Upstream) JoinRetrying(ctx context.Context, key ed25519.PrivateKey, csr
 	}
 }
 
-// ServingCert keeps the node's serving certificate fresh: it joins
-// again at half the certificate's life (and on failure, every minute
-// until it works), and GetCertificate answers with the latest.
+// ServingCert keeps what the node was given when it joined fresh: it
+// joins again at half the certificate's life (and on failure, every
+// minute until it works); GetCertificate answers with the latest
+// certificate, and Verifier with the latest public key of the API
+// servers (a new one after their key is rotated).
 type ServingCert struct {
 	mu   sync.Mutex
 	cert *tls.Certificate
+	ver  authtoken.NodeVerifier
 }
 
-// NewServingCert starts with cert.
-func NewServingCert(cert *tls.Certificate) *ServingCert { return &ServingCert{cert: cert} }
+// NewServingCert starts with what j holds.
+func NewServingCert(j Joined) *ServingCert { return &ServingCert{cert: j.Cert, ver: j.Verifier} }
+
+// Verifier is the API servers' public key as last given.
+func (s *ServingCert) Verifier() authtoken.NodeVerifier {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ver
+}
 
 // GetCertificate is for tls.Config.
 func (s *ServingCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -180,7 +190,7 @@ func (s *ServingCert) Renew(ctx context.Context, u *Upstream, key ed25519.Privat
 			continue
 		}
 		s.mu.Lock()
-		s.cert = j.Cert
+		s.cert, s.ver = j.Cert, j.Verifier
 		s.mu.Unlock()
 		log.Info("renewed the node's certificate", "expires", j.Cert.Leaf.NotAfter)
 	}
