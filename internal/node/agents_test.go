@@ -541,6 +541,22 @@ spec:
 	for i := range deleted {
 		c.waitAgent(t, fmt.Sprintf("job-%d", i), api.AgentRunning)
 	}
+	// Each attempt is Running before its sandbox is resumed; a sandbox
+	// released before it ran for its agent needs no reset. Wait until all
+	// five ran.
+	eventually(t, "the deleted agents' sandboxes running", func() (bool, string) {
+		items, _, err := c.st.List(context.Background(), api.KindSandbox, api.Selector{})
+		if err != nil {
+			return false, err.Error()
+		}
+		running := 0
+		for _, it := range items {
+			if sb := it.(*api.Sandbox); sb.Status.Phase == api.SandboxRunning && sb.Status.CurrentAgent != "" {
+				running++
+			}
+		}
+		return running == deleted, fmt.Sprintf("%d running", running)
+	})
 	for i := range deleted {
 		if _, _, err := c.st.Delete(context.Background(), api.KindAgent, fmt.Sprintf("job-%d", i), store.DeleteOptions{}); err != nil {
 			t.Fatal(err)
