@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hvkube/hvkube/internal/authtoken"
 )
 
@@ -18,21 +20,8 @@ import (
 // key others can read, or a validity out of bounds are refused, naming
 // what is wrong.
 func TestNodeIdentityCommand(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "key")
-	key := []byte(strings.Repeat("k", 32))
-	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	run := func(args ...string) (string, error) {
-		cmd := newNodeIdentityCmd()
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		cmd.SetErr(&out)
-		cmd.SetArgs(args)
-		err := cmd.ExecuteContext(context.Background())
-		return out.String(), err
-	}
+	dir, keyFile, key := keyDir(t)
+	run := func(args ...string) (string, error) { return runCommand(newNodeIdentityCmd(), args...) }
 	out, err := run("host-b", "--key-file", keyFile, "--valid", "1h")
 	if err != nil {
 		t.Fatal(err)
@@ -93,4 +82,26 @@ func TestNodeNeedsItsIdentity(t *testing.T) {
 			t.Fatal("a node refused at start made its data directory")
 		}
 	}
+}
+
+// keyDir is a directory holding a private key file: its path and bytes.
+func keyDir(t *testing.T) (dir, keyFile string, key []byte) {
+	t.Helper()
+	dir = t.TempDir()
+	keyFile = filepath.Join(dir, "key")
+	key = []byte(strings.Repeat("k", 32))
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, keyFile, key
+}
+
+// runCommand runs cmd with args and returns what it printed.
+func runCommand(cmd *cobra.Command, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,19 +19,8 @@ import (
 // whose authority checks the certificate hvkube serve makes for its
 // webhook under the same key; bad flags are refused, naming the flag.
 func TestWebhookConfigCommand(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "key")
-	key := []byte(strings.Repeat("k", 32))
-	os.WriteFile(keyFile, key, 0o600)
-	run := func(args ...string) (string, error) {
-		cmd := newWebhookConfigCmd()
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		cmd.SetErr(&out)
-		cmd.SetArgs(args)
-		err := cmd.ExecuteContext(context.Background())
-		return out.String(), err
-	}
+	dir, keyFile, key := keyDir(t)
+	run := func(args ...string) (string, error) { return runCommand(newWebhookConfigCmd(), args...) }
 	out, err := run("--key-file", keyFile, "--namespace", "desks")
 	if err != nil {
 		t.Fatal(err)
