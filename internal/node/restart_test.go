@@ -329,7 +329,9 @@ func (r *restartRig) runAgain() {
 		for _, name := range r.names(api.KindAgent) {
 			a := r.agent(name)
 			states = append(states, fmt.Sprintf("%s=%s/%s", name, a.Status.Phase, a.Status.Reason))
-			ok = ok && agentstate.Finished(a)
+			// The node writes an attempt's event after its outcome:
+			// wait for both.
+			ok = ok && agentstate.Finished(a) && len(storeEvents(t, r.st, api.KindAgent, name, "Completed", "Failed")) > 0
 		}
 		return ok, fmt.Sprint(states)
 	}
