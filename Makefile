@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps web examples build image image-browser image-osworld kube-assets run demo test test-python test-short bench vet tidy fmt clean windows
+.PHONY: all deps web examples build image image-browser image-osworld kube-assets crds run demo test test-python test-short bench vet tidy fmt clean windows
 
 all: build
 
@@ -77,6 +77,11 @@ run: deps build image
 # module proxy into the cache (hack/kube); prints their directory.
 kube-assets:
 	@GO=$(GO) hack/kube/build.sh
+
+# deploy/crds from the Go types of internal/api and their markers
+# (controller-tools' CRD generator); a test checks the files are current.
+crds:
+	$(GO) run ./internal/crd/crdgen -out deploy/crds
 
 vet:
 	$(GO) vet ./...

@@ -1,6 +1,13 @@
 // Package api holds hvkube's resource types, their defaults, validation and
 // decoding, and the error categories shared by the store, server and CLI. It
 // does no I/O.
+//
+// The CRDs in deploy/crds are generated from these types and their
+// markers by controller-tools' CRD generator (make crds).
+//
+// +groupName=hvkube.io
+// +versionName=v1
+// +kubebuilder:validation:Optional
 package api
 
 import (
@@ -65,7 +72,11 @@ type OwnerReference struct {
 
 // Resources is what a desktop VM asks of the host.
 type Resources struct {
-	CPU      int  `json:"cpu,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=256
+	CPU int `json:"cpu,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4194304
 	MemoryMB int  `json:"memoryMB,omitempty"`
 	GPU      bool `json:"gpu,omitempty"`
 }
@@ -73,8 +84,20 @@ type Resources struct {
 // ---- Template ----
 
 // Template is a desktop image: the thing sandboxes are cloned from.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:object:generate=false
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=templates,singular=template,scope=Namespaced,categories=hvkube,shortName=tpl
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Resolution",type=string,JSONPath=`.spec.display.resolution`
+// +kubebuilder:printcolumn:name="CPU",type=integer,JSONPath=`.spec.resources.cpu`
+// +kubebuilder:printcolumn:name="Memory",type=integer,JSONPath=`.spec.resources.memoryMB`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.qemu.image`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: not a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
 type Template struct {
-	TypeMeta
+	TypeMeta `json:",inline"`
 	Metadata ObjectMeta     `json:"metadata"`
 	Spec     TemplateSpec   `json:"spec"`
 	Status   TemplateStatus `json:"status,omitzero"`
@@ -191,8 +214,21 @@ type Automation struct {
 // ---- Sandbox ----
 
 // Sandbox is one isolated desktop VM.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:object:generate=false
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=sandboxes,singular=sandbox,scope=Namespaced,categories=hvkube,shortName=sb;vm;vms
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.metadata.ownerReferences[?(@.kind=="SandboxPool")].name`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.currentAgent`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
+// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef`,priority=1
+// +kubebuilder:printcolumn:name="PID",type=integer,JSONPath=`.status.pid`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: not a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
 type Sandbox struct {
-	TypeMeta
+	TypeMeta `json:",inline"`
 	Metadata ObjectMeta    `json:"metadata"`
 	Spec     SandboxSpec   `json:"spec"`
 	Status   SandboxStatus `json:"status,omitzero"`
@@ -201,9 +237,12 @@ type Sandbox struct {
 // SandboxSpec is what a sandbox should be.
 type SandboxSpec struct {
 	// TemplateRef names the Template; empty means the server's default.
-	TemplateRef string      `json:"templateRef,omitempty"`
-	Resources   Resources   `json:"resources,omitzero"`
-	Display     Display     `json:"display,omitzero"`
+	// +kubebuilder:validation:MaxLength=63
+	TemplateRef string    `json:"templateRef,omitempty"`
+	Resources   Resources `json:"resources,omitzero"`
+	Display     Display   `json:"display,omitzero"`
+	// +listType=map
+	// +listMapKey=name
 	Volumes     []Volume    `json:"volumes,omitempty"`
 	Startup     []Command   `json:"startup,omitempty"`
 	HealthCheck HealthCheck `json:"healthCheck,omitzero"`
@@ -215,17 +254,25 @@ type SandboxSpec struct {
 // Display is a sandbox's screen and how it is served.
 type Display struct {
 	Resolution string `json:"resolution,omitempty"`
-	ColorDepth int    `json:"colorDepth,omitempty"`
+	// +kubebuilder:validation:Enum=0;8;16;24;32
+	ColorDepth int `json:"colorDepth,omitempty"`
 	// Protocol is vnc, rdp or enhanced-mode.
+	// +kubebuilder:validation:Enum="";vnc;rdp;enhanced-mode
 	Protocol string `json:"protocol,omitempty"`
 	// Port is the display port on the host; 0 means assigned automatically.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
 	Port int `json:"port,omitempty"`
 }
 
 // Volume maps a host folder into the sandbox.
 type Volume struct {
-	Name        string `json:"name"`
-	HostPath    string `json:"hostPath"`
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=4096
+	HostPath string `json:"hostPath"`
+	// +kubebuilder:validation:MaxLength=4096
 	SandboxPath string `json:"sandboxPath"`
 	ReadOnly    bool   `json:"readOnly,omitempty"`
 }
@@ -238,19 +285,29 @@ type Command struct {
 }
 
 // HealthCheck says how to tell a sandbox is healthy.
+// +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type != 'process' || has(self.processName)",message="required when type is process",fieldPath=".processName"
 type HealthCheck struct {
 	// Type is guest (the guest agent answers), process or tcp.
-	Type            string `json:"type,omitempty"`
-	ProcessName     string `json:"processName,omitempty"`
-	Port            int    `json:"port,omitempty"`
-	IntervalSeconds int    `json:"intervalSeconds,omitempty"`
+	// +kubebuilder:validation:Enum="";guest;process;tcp
+	Type        string `json:"type,omitempty"`
+	ProcessName string `json:"processName,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	Port int `json:"port,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	IntervalSeconds int `json:"intervalSeconds,omitempty"`
 }
 
 // Lifecycle bounds a sandbox's life.
 type Lifecycle struct {
-	Ephemeral          bool `json:"ephemeral,omitempty"`
-	TimeoutMinutes     int  `json:"timeoutMinutes,omitempty"`
-	IdleTimeoutMinutes int  `json:"idleTimeoutMinutes,omitempty"`
+	Ephemeral bool `json:"ephemeral,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=525600
+	TimeoutMinutes int `json:"timeoutMinutes,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=525600
+	IdleTimeoutMinutes int `json:"idleTimeoutMinutes,omitempty"`
 }
 
 // Unsatisfiable reports whether a sandbox that waits for reason waits for
@@ -338,28 +395,53 @@ const ControlHeader = "X-Hvkube-Control"
 // ---- SandboxPool ----
 
 // SandboxPool keeps a number of sandboxes from one template warm.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:object:generate=false
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas
+// +kubebuilder:resource:path=sandboxpools,singular=sandboxpool,scope=Namespaced,categories=hvkube,shortName=pools;pool;sp
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`
+// +kubebuilder:printcolumn:name="Warm",type=integer,JSONPath=`.status.warm`
+// +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.busy`
+// +kubebuilder:printcolumn:name="Tier",type=string,JSONPath=`.spec.warmTier`,priority=1
+// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.template.spec.templateRef`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: not a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
 type SandboxPool struct {
-	TypeMeta
+	TypeMeta `json:",inline"`
 	Metadata ObjectMeta        `json:"metadata"`
 	Spec     SandboxPoolSpec   `json:"spec"`
 	Status   SandboxPoolStatus `json:"status,omitzero"`
 }
 
 // SandboxPoolSpec is what a pool should hold.
+// +kubebuilder:validation:XValidation:rule="(has(self.minReady) ? self.minReady : 0) <= (has(self.replicas) ? self.replicas : 0)",message="is greater than spec.replicas",fieldPath=".minReady"
 type SandboxPoolSpec struct {
-	Replicas   int             `json:"replicas"`
-	MinReady   int             `json:"minReady,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	Replicas int `json:"replicas"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	MinReady int `json:"minReady,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
 	MaxPerHost int             `json:"maxPerHost,omitempty"`
 	Template   SandboxTemplate `json:"template"`
 	Scaling    Scaling         `json:"scaling,omitzero"`
 	// WarmTier is where idle sandboxes wait: paused (in RAM) or saved (on disk).
+	// +kubebuilder:validation:Enum="";paused;saved
 	WarmTier string `json:"warmTier,omitempty"`
 	// MaxAge replaces idle sandboxes older than this (a Go duration, "1h").
 	MaxAge string `json:"maxAge,omitempty"`
 	// RefillRate caps how many sandboxes the pool starts per second; 0 is no cap.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
 	RefillRate int `json:"refillRate,omitempty"`
 	// ReleasePolicy is what happens to a sandbox when its agent is done:
 	// reset (back to clean), save (keep state) or destroy.
+	// +kubebuilder:validation:Enum="";reset;save;destroy
 	ReleasePolicy string `json:"releasePolicy,omitempty"`
 }
 
@@ -377,12 +459,20 @@ type TemplateMeta struct {
 
 // Scaling is a pool's autoscaling policy.
 type Scaling struct {
-	Type             string `json:"type,omitempty"`
-	Metric           string `json:"metric,omitempty"`
-	ScaleUpThreshold int    `json:"scaleUpThreshold,omitempty"`
+	// +kubebuilder:validation:Enum="";queue-based;none
+	Type string `json:"type,omitempty"`
+	// +kubebuilder:validation:Enum="";pending-agents
+	Metric string `json:"metric,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	ScaleUpThreshold int `json:"scaleUpThreshold,omitempty"`
 	// ScaleDownDelay is in seconds.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=604800
 	ScaleDownDelay int `json:"scaleDownDelay,omitempty"`
-	MaxReplicas    int `json:"maxReplicas,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	MaxReplicas int `json:"maxReplicas,omitempty"`
 }
 
 // SandboxPoolStatus counts a pool's sandboxes.
@@ -415,18 +505,40 @@ type Condition struct {
 // ---- Agent ----
 
 // Agent is one task run on a sandbox.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:object:generate=false
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=agents,singular=agent,scope=Namespaced,categories=hvkube,shortName=ag
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Sandbox",type=string,JSONPath=`.status.sandbox`
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`,priority=1
+// +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.status.attempts`,priority=1
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: not a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || ((!has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending') && (!has(oldSelf.status.attempts) || oldSelf.status.attempts == 0)) || (has(self.spec.type) == has(oldSelf.spec.type) && (!has(self.spec.type) || self.spec.type == oldSelf.spec.type))",message="the agent has started: what it runs cannot change; delete it and create a new agent",fieldPath=".spec.type"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || ((!has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending') && (!has(oldSelf.status.attempts) || oldSelf.status.attempts == 0)) || (has(self.spec.task) == has(oldSelf.spec.task) && (!has(self.spec.task) || self.spec.task == oldSelf.spec.task))",message="the agent has started: what it runs cannot change; delete it and create a new agent",fieldPath=".spec.task"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || ((!has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending') && (!has(oldSelf.status.attempts) || oldSelf.status.attempts == 0)) || (has(self.spec.completion) == has(oldSelf.spec.completion) && (!has(self.spec.completion) || self.spec.completion == oldSelf.spec.completion))",message="the agent has started: what it runs cannot change; delete it and create a new agent",fieldPath=".spec.completion"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || ((!has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending') && (!has(oldSelf.status.attempts) || oldSelf.status.attempts == 0)) || (has(self.spec.sandboxSelector) == has(oldSelf.spec.sandboxSelector) && (!has(self.spec.sandboxSelector) || self.spec.sandboxSelector == oldSelf.spec.sandboxSelector))",message="the agent has started: what it runs cannot change; delete it and create a new agent",fieldPath=".spec.sandboxSelector"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || ((!has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending') && (!has(oldSelf.status.attempts) || oldSelf.status.attempts == 0)) || (has(self.spec.sandboxName) == has(oldSelf.spec.sandboxName) && (!has(self.spec.sandboxName) || self.spec.sandboxName == oldSelf.spec.sandboxName))",message="the agent has started: what it runs cannot change; delete it and create a new agent",fieldPath=".spec.sandboxName"
 type Agent struct {
-	TypeMeta
+	TypeMeta `json:",inline"`
 	Metadata ObjectMeta  `json:"metadata"`
 	Spec     AgentSpec   `json:"spec"`
 	Status   AgentStatus `json:"status,omitzero"`
 }
 
 // AgentSpec is the task and where it may run.
+// +kubebuilder:validation:XValidation:rule="has(self.sandboxName) || has(self.sandboxSelector)",message="required: set sandboxSelector (matchLabels or pool) or sandboxName",fieldPath=".sandboxSelector"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sandboxName) && has(self.sandboxSelector))",message="set either sandboxName or sandboxSelector, not both",fieldPath=".sandboxName"
 type AgentSpec struct {
 	SandboxSelector *SandboxSelector `json:"sandboxSelector,omitempty"`
-	SandboxName     string           `json:"sandboxName,omitempty"`
+	// +kubebuilder:validation:MaxLength=63
+	SandboxName string `json:"sandboxName,omitempty"`
 	// Type is mcp-agent, workflow, custom, playwright or selenium.
+	// +kubebuilder:validation:Enum="";mcp-agent;workflow;custom;playwright;selenium
 	Type        string     `json:"type,omitempty"`
 	Task        Task       `json:"task,omitzero"`
 	MCP         *MCPConfig `json:"mcp,omitempty"`
@@ -435,6 +547,8 @@ type AgentSpec struct {
 	RequiresGPU bool       `json:"requiresGpu,omitempty"`
 	// TTLSecondsAfterFinished deletes the agent this long after it
 	// completed or failed, as a Kubernetes Job's does; unset keeps it.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2592000
 	TTLSecondsAfterFinished *int `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
@@ -447,9 +561,11 @@ type SandboxSelector struct {
 
 // Task is what the agent is asked to do.
 type Task struct {
-	Workflow string          `json:"workflow,omitempty"`
-	Input    json.RawMessage `json:"input,omitempty"`
-	Steps    []Action        `json:"steps,omitempty"`
+	Workflow string `json:"workflow,omitempty"`
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Input json.RawMessage `json:"input,omitempty"`
+	Steps []Action        `json:"steps,omitempty"`
 	// TimeoutSeconds is seed 001's per-task timeout; completion.timeoutMinutes wins when both are set.
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
 	// Command is a custom, playwright or selenium agent's program and arguments, as a list (never
@@ -516,10 +632,13 @@ type Action struct {
 	// the rest of an OpenAI computer_call item, taken so that the item
 	// can be sent as it came (ID is also a Gemini call's id); hvkube does
 	// not act on them.
-	Actions             []Action        `json:"actions,omitempty"`
-	CallID              string          `json:"call_id,omitempty"`
-	ID                  string          `json:"id,omitempty"`
-	Status              string          `json:"status,omitempty"`
+	// +kubebuilder:validation:items:XPreserveUnknownFields
+	Actions []Action `json:"actions,omitempty"`
+	CallID  string   `json:"call_id,omitempty"`
+	ID      string   `json:"id,omitempty"`
+	Status  string   `json:"status,omitempty"`
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
 	PendingSafetyChecks json.RawMessage `json:"pending_safety_checks,omitempty"`
 
 	// Gemini's function calls: Args as generateContent gives them,
@@ -544,23 +663,29 @@ type MCPConfig struct {
 // Completion says when an agent is done and how often it may be retried.
 type Completion struct {
 	// Type is mcp-done (the agent calls the completion tool) or exit.
-	Type           string `json:"type,omitempty"`
-	MaxRetries     int    `json:"maxRetries,omitempty"`
-	TimeoutMinutes int    `json:"timeoutMinutes,omitempty"`
+	Type string `json:"type,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MaxRetries int `json:"maxRetries,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10080
+	TimeoutMinutes int `json:"timeoutMinutes,omitempty"`
 	// HeartbeatSeconds (mcp-agent only; 0: none) ends a running attempt
 	// whose external agent has not sent a heartbeat (POST
 	// /agents/NAME/heartbeat) for that long: a lease held by a process
 	// lives as long as the process, and its sandbox goes back when the
 	// process dies.
+	// +kubebuilder:validation:XValidation:rule="self == 0 || (self >= 10 && self <= 86400)",message="out of range 10..86400 (0: none)"
 	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
 }
 
 // Output says what to keep from a run.
 type Output struct {
-	Screenshots     bool     `json:"screenshots,omitempty"`
-	ScreenRecording bool     `json:"screenRecording,omitempty"`
-	Logs            bool     `json:"logs,omitempty"`
-	Artifacts       []string `json:"artifacts,omitempty"`
+	Screenshots     bool `json:"screenshots,omitempty"`
+	ScreenRecording bool `json:"screenRecording,omitempty"`
+	Logs            bool `json:"logs,omitempty"`
+	// +kubebuilder:validation:MaxItems=100
+	Artifacts []string `json:"artifacts,omitempty"`
 }
 
 // Agent phases.
@@ -618,7 +743,9 @@ const ConditionWaitingForHuman = "WaitingForHuman"
 
 // AgentResult is what an agent produced.
 type AgentResult struct {
-	Success         bool            `json:"success"`
+	Success bool `json:"success"`
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
 	Output          json.RawMessage `json:"output,omitempty"`
 	Artifacts       []string        `json:"artifacts,omitempty"`
 	Screenshots     []string        `json:"screenshots,omitempty"`
@@ -644,8 +771,17 @@ type StepResult struct {
 // ---- DisplayService ----
 
 // DisplayService exposes the displays of the sandboxes it selects.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:object:generate=false
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=displayservices,singular=displayservice,scope=Namespaced,categories=hvkube
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway.path`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: not a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
 type DisplayService struct {
-	TypeMeta
+	TypeMeta `json:",inline"`
 	Metadata ObjectMeta           `json:"metadata"`
 	Spec     DisplayServiceSpec   `json:"spec"`
 	Status   DisplayServiceStatus `json:"status,omitzero"`
@@ -654,24 +790,29 @@ type DisplayService struct {
 // DisplayServiceSpec selects sandboxes and says how to reach their screens.
 type DisplayServiceSpec struct {
 	Selector map[string]string `json:"selector,omitempty"`
-	Ports    []ServicePort     `json:"ports,omitempty"`
+	// +kubebuilder:validation:MaxItems=32
+	Ports []ServicePort `json:"ports,omitempty"`
 	// Type is ClusterIP (loopback only), NodePort or LoadBalancer (host address).
+	// +kubebuilder:validation:Enum="";ClusterIP;NodePort;LoadBalancer
 	Type    string  `json:"type,omitempty"`
 	Gateway Gateway `json:"gateway,omitzero"`
 }
 
 // ServicePort is one exposed display port.
 type ServicePort struct {
-	Name       string      `json:"name,omitempty"`
-	Protocol   string      `json:"protocol,omitempty"`
+	Name     string `json:"name,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
 	Port       int         `json:"port,omitempty"`
 	TargetPort IntOrString `json:"targetPort,omitzero"`
 }
 
 // Gateway is the WebSocket display gateway for browsers.
 type Gateway struct {
-	Enabled bool   `json:"enabled,omitempty"`
-	Path    string `json:"path,omitempty"`
+	Enabled bool `json:"enabled,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.startsWith('/')",message="must start with /"
+	Path string `json:"path,omitempty"`
 	// Auth is jwt or none.
 	Auth string `json:"auth,omitempty"`
 }
@@ -693,8 +834,19 @@ type Endpoint struct {
 
 // Node is a host that runs sandboxes, as the node itself reports it. Only
 // the node writes it: the API serves it read-only.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:object:generate=false
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=nodes,singular=node,scope=Namespaced,categories=hvkube
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.status.backend`
+// +kubebuilder:printcolumn:name="Used MiB",type=integer,JSONPath=`.status.memory.usedMB`
+// +kubebuilder:printcolumn:name="Free MiB",type=integer,JSONPath=`.status.memory.freeMB`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.lastHeartbeat`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: not a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
 type Node struct {
-	TypeMeta
+	TypeMeta `json:",inline"`
 	Metadata ObjectMeta `json:"metadata"`
 	Spec     NodeSpec   `json:"spec,omitzero"`
 	Status   NodeStatus `json:"status,omitzero"`

@@ -43,15 +43,11 @@ wait until they are established.`,
 				fmt.Fprintf(e.out, "CRDs of group %s installed on %s\n", crd.Group, rc.Host)
 				return nil
 			}
-			all, err := crd.All()
+			files, err := crd.Files()
 			if err != nil {
 				return err
 			}
-			for i, c := range all {
-				b, err := crd.YAML(c)
-				if err != nil {
-					return err
-				}
+			for i, b := range files {
 				if i > 0 {
 					e.out.Write([]byte("---\n"))
 				}

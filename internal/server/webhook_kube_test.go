@@ -88,6 +88,42 @@ func TestWebhookOnKubernetes(t *testing.T) {
 		return err
 	}
 
+	// The CRDs alone, with no webhook, refuse what their schema and CEL
+	// rules say (deploy/crds, generated from internal/api's markers),
+	// naming the field the REST API names.
+	schemaRefuses := map[string]bool{}
+	for _, name := range []string{"unknown top field", "unknown nested field", "wrong type string", "wrong type list",
+		"name too long", "name not DNS", "bad label value", "bad protocol", "bad port", "negative memory",
+		"duplicate volume", "bad health type", "process without name", "negative timeout", "negative replicas",
+		"minReady > replicas", "bad warm tier", "bad release policy", "agent without target", "agent bad type",
+		"agent retries", "service bad type"} {
+		schemaRefuses[name] = true
+	}
+	for i, tt := range badInputs() {
+		obj, ok := objectOf(tt)
+		if !ok || !schemaRefuses[tt.name] {
+			continue
+		}
+		delete(schemaRefuses, tt.name)
+		if !strings.HasPrefix(tt.field, "metadata.name") {
+			obj["metadata"].(map[string]any)["name"] = fmt.Sprintf("schema-%d", i)
+		}
+		t.Run("schema/"+tt.name, func(t *testing.T) {
+			err := create(obj)
+			if err == nil {
+				t.Fatalf("the CRD took it (the REST API refuses %s)", tt.field)
+			}
+			if msg := err.Error(); !namesField(msg, tt.field) {
+				t.Errorf("refused without naming %s: %s", tt.field, msg)
+			}
+		})
+	}
+	for name := range schemaRefuses {
+		t.Errorf("no object of TestBadInput named %q", name)
+	}
+	// A started agent keeps what it runs, by the CRD's transition rules.
+	checkStartedAgent(t, ctx, dyn, ns, create, "started-schema")
+
 	// The webhook takes effect a moment after it is registered.
 	probe := map[string]any{"apiVersion": "hvkube.io/v1", "kind": "Sandbox", "metadata": map[string]any{"name": "probe"},
 		"spec": map[string]any{"network": map[string]any{"mode": "none", "egress": map[string]any{"allow": []any{"example.com"}}}}}
@@ -118,10 +154,7 @@ func TestWebhookOnKubernetes(t *testing.T) {
 			}
 			msg := err.Error()
 			hooked := strings.Contains(msg, "denied the request")
-			// The API server's own checks (a label's syntax) come first
-			// and name the map, not its key.
-			parent := tt.field[:max(strings.LastIndex(tt.field, "."), 0)]
-			if !strings.Contains(msg, tt.field) && (hooked || parent == "" || !strings.Contains(msg, parent+":")) {
+			if !namesField(msg, tt.field) || hooked && !strings.Contains(msg, tt.field) {
 				t.Errorf("refused without naming %s: %s", tt.field, msg)
 			}
 			if hooked {
@@ -140,26 +173,7 @@ func TestWebhookOnKubernetes(t *testing.T) {
 		t.Errorf("only %d of TestBadInput's objects sent", sent)
 	}
 
-	// A started agent keeps what it runs.
-	agent := map[string]any{"apiVersion": "hvkube.io/v1", "kind": "Agent", "metadata": map[string]any{"name": "started"},
-		"spec": map[string]any{"sandboxName": "desk", "type": "workflow", "task": map[string]any{"steps": []any{map[string]any{"action": "wait", "duration": int64(1)}}}}}
-	if err := create(agent); err != nil {
-		t.Fatal(err)
-	}
-	agents := dyn.Resource(schema.GroupVersionResource{Group: "hvkube.io", Version: "v1", Resource: "agents"}).Namespace(ns)
-	u, err := agents.Get(ctx, "started", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	unstructured.SetNestedField(u.Object, string(api.AgentRunning), "status", "phase")
-	unstructured.SetNestedField(u.Object, int64(1), "status", "attempts")
-	if u, err = agents.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	unstructured.SetNestedField(u.Object, []any{map[string]any{"action": "type", "text": "rm -rf /"}}, "spec", "task", "steps")
-	if _, err := agents.Update(ctx, u, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.task") {
-		t.Errorf("changing a started agent's task: %v, want refused naming spec.task", err)
-	}
+	checkStartedAgent(t, ctx, dyn, ns, create, "started")
 
 	// Nothing of the refused was stored.
 	for _, plural := range []string{"sandboxes", "sandboxpools", "templates", "displayservices"} {
@@ -219,4 +233,46 @@ func jsonMap(v map[string]any) map[string]any {
 	var out map[string]any
 	json.Unmarshal(b, &out)
 	return out
+}
+
+// namesField reports whether the API server's refusal msg names field:
+// its own checks (a label's syntax, a duplicate list key) name the map
+// or the list item rather than the key.
+func namesField(msg, field string) bool {
+	parent := field[:max(strings.LastIndex(field, "."), 0)]
+	return strings.Contains(msg, field) || parent != "" && strings.Contains(msg, parent+":")
+}
+
+// checkStartedAgent creates an agent, marks it started, and checks that
+// its task cannot change then.
+func checkStartedAgent(t *testing.T, ctx context.Context, dyn dynamic.Interface, ns string, create func(map[string]any) error, name string) {
+	t.Helper()
+	agent := map[string]any{"apiVersion": "hvkube.io/v1", "kind": "Agent", "metadata": map[string]any{"name": name},
+		"spec": map[string]any{"sandboxName": "desk", "type": "workflow", "task": map[string]any{"steps": []any{map[string]any{"action": "wait", "duration": int64(1)}}}}}
+	if err := create(agent); err != nil {
+		t.Fatal(err)
+	}
+	agents := dyn.Resource(schema.GroupVersionResource{Group: "hvkube.io", Version: "v1", Resource: "agents"}).Namespace(ns)
+	u, err := agents.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstructured.SetNestedField(u.Object, []any{map[string]any{"action": "wait", "duration": int64(2)}}, "spec", "task", "steps")
+	if u, err = agents.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("changing a pending agent's task: %v", err)
+	}
+	unstructured.SetNestedField(u.Object, string(api.AgentRunning), "status", "phase")
+	unstructured.SetNestedField(u.Object, int64(1), "status", "attempts")
+	if u, err = agents.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	unstructured.SetNestedField(u.Object, []any{map[string]any{"action": "type", "text": "rm -rf /"}}, "spec", "task", "steps")
+	if _, err := agents.Update(ctx, u, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.task") {
+		t.Errorf("changing a started agent's task: %v, want refused naming spec.task", err)
+	}
+	u.Object["metadata"].(map[string]any)["labels"] = map[string]any{"seen": "yes"}
+	unstructured.SetNestedField(u.Object, []any{map[string]any{"action": "wait", "duration": int64(2)}}, "spec", "task", "steps")
+	if _, err := agents.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("labelling a started agent: %v", err)
+	}
 }
