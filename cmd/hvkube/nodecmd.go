@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -30,6 +32,7 @@ type nodeConfig struct {
 	listen    string
 	advertise string
 	serverURL string
+	serverCA  string
 }
 
 func newNodeCmd() *cobra.Command {
@@ -79,7 +82,8 @@ It needs --store kubernetes: with SQLite, hvkube serve runs the one node.`,
 	f := cmd.Flags()
 	f.StringVar(&nc.listen, "listen", "127.0.0.1:8090", "address the node API listens on (in a cluster, 0.0.0.0:8090)")
 	f.StringVar(&nc.advertise, "advertise-address", "", "host:port the API servers reach this node by, written in its Node object (default --listen, when it names a host)")
-	f.StringVar(&nc.serverURL, "server-url", "", "the API's address custom agents' programs are given (the hvkube serve Service, e.g. http://hvkube.hvkube-system.svc:8080)")
+	f.StringVar(&nc.serverURL, "server-url", "", "the API servers' address: where the node joins and custom agents' programs call (their TLS listener, e.g. https://hvkube.hvkube-system.svc:8443; http only on loopback)")
+	f.StringVar(&nc.serverCA, "server-ca", "", "the PEM certificate of the authority the API servers' certificate is checked by (hvkube ca prints it; default the system's); custom agents' programs are given it as HVKUBE_CA_FILE and NODE_EXTRA_CA_CERTS")
 	f.StringVar(&cfg.identityFile, "identity-file", "", "the node's identity, read at each use: its pod's projected service-account token (audience hvkube), or one made by hvkube node identity NAME (required; not readable by others)")
 	hostFlags(cmd, &cfg)
 	f.StringVar(&cfg.backend, "backend", "auto", "VM backend: qemu, hyperv, or auto (hyperv on Windows, qemu elsewhere)")
@@ -178,8 +182,24 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 	if nc.serverURL == "" {
 		return errors.New("--server-url: required: the API servers' address, where the node joins and its agents' programs call (e.g. http://hvkube.hvkube-system.svc:8080)")
 	}
-	if u, err := url.Parse(nc.serverURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--server-url %q: want http(s)://HOST[:PORT]", nc.serverURL)
+	u, err := url.Parse(nc.serverURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--server-url %q: want https://HOST[:PORT]", nc.serverURL)
+	}
+	if loop, _ := isLoopback(net.JoinHostPort(u.Hostname(), "0")); u.Scheme == "http" && !loop {
+		return fmt.Errorf("--server-url %q: plain HTTP would carry the node's identity and its agents' tokens in the clear; give the API servers' TLS address (hvkube serve --tls-addr) and --server-ca", nc.serverURL)
+	}
+	var serverTLS *tls.Config
+	if nc.serverCA != "" {
+		b, err := os.ReadFile(nc.serverCA)
+		if err != nil {
+			return fmt.Errorf("--server-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return fmt.Errorf("--server-ca %s: no PEM certificate in it", nc.serverCA)
+		}
+		serverTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	identity := identityReader(cfg.identityFile)
 	if _, err := identity(); err != nil {
@@ -225,11 +245,16 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		mx.CountEventDrops(ks.EventDrops)
 	}
 	up := &nodeapi.Upstream{Server: nc.serverURL, Identity: identity}
+	if serverTLS != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = serverTLS
+		up.HTTP = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+	}
 	tokens := func(ctx context.Context, a *api.Agent, _ time.Duration) (string, error) {
 		return up.AgentToken(ctx, a.Metadata.Name, a.Status.Attempts)
 	}
 	nd := newNode(cfg, st, be, tokens, nc.serverURL, hostCommands, roots, mx, log, func(o *node.Options) {
-		o.WaitForPlacement, o.Address = true, addr
+		o.WaitForPlacement, o.Address, o.ServerCAFile = true, addr, nc.serverCA
 	})
 	up.Node = nd.Name()
 	// The node API's key is made here and never leaves: the API servers

@@ -67,7 +67,10 @@ func TestNodeNeedsItsIdentity(t *testing.T) {
 		says string
 	}{
 		{[]string{"--server-url", "http://api:8080"}, "--identity-file"},
-		{[]string{"--server-url", "http://api:8080", "--identity-file", open}, "--identity-file"},
+		{[]string{"--server-url", "https://api:8443", "--identity-file", open}, "--identity-file"},
+		{[]string{"--identity-file", open, "--server-url", "http://api:8080"}, "plain HTTP"},
+		{[]string{"--identity-file", open, "--server-url", "https://api:8443", "--server-ca", filepath.Join(dir, "none")}, "--server-ca"},
+		{[]string{"--identity-file", open, "--server-url", "https://api:8443", "--server-ca", open}, "--server-ca"},
 		{[]string{"--identity-file", open}, "--server-url"},
 		{[]string{"--identity-file", open, "--server-url", "ftp://api"}, "--server-url"},
 	} {

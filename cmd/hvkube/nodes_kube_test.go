@@ -40,6 +40,9 @@ type cluster struct {
 	nodes      map[string]*proc
 	dirs       map[string]string
 	identity   map[string]string // the identity file of each node
+	// tlsURL is the API's TLS listener, where the nodes join, and ca
+	// the file of its authority (hvkube ca).
+	tlsURL, ca string
 }
 
 func newCluster(t *testing.T, serveArgs ...string) *cluster {
@@ -50,7 +53,9 @@ func newCluster(t *testing.T, serveArgs ...string) *cluster {
 	if err := os.WriteFile(cl.key, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cl.api = startServe(t, t.TempDir(), nil, append([]string{"--backend", "none", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig, "--key-file", cl.key}, serveArgs...)...)
+	cl.api = startServe(t, t.TempDir(), nil, append([]string{"--backend", "none", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig, "--key-file", cl.key,
+		"--tls-addr", "127.0.0.1:0", "--tls-names", "127.0.0.1"}, serveArgs...)...)
+	cl.tlsURL, cl.ca = cl.api.tlsURL(t), writeCA(t, cl.api, cl.key)
 	c, err := client.New(cl.api.url(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +75,7 @@ func (cl *cluster) startNode(name string) *proc {
 		cl.t.Fatal(err)
 	}
 	p := startProc(cl.t, dir, os.Environ(), nodeListenRE, "node", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig,
-		"--node-name", name, "--listen", "127.0.0.1:0", "--identity-file", id, "--data-dir", dir, "--server-url", cl.api.url(),
+		"--node-name", name, "--listen", "127.0.0.1:0", "--identity-file", id, "--data-dir", dir, "--server-url", cl.tlsURL, "--server-ca", cl.ca,
 		"--image-dir", qemu.DefaultImageDir())
 	cl.nodes[name], cl.dirs[name], cl.identity[name] = p, dir, id
 	return p

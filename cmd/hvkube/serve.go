@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,9 +80,10 @@ type serveConfig struct {
 	nodeServiceAccount string
 	// identityFile holds a node's identity (hvkube node).
 	identityFile string
-	// The admission webhook's listener and the names of its certificate.
-	webhookAddr  string
-	webhookNames []string
+	// The TLS listener (the API, and the admission webhook with the
+	// Kubernetes store) and the names of its certificate.
+	tlsAddr  string
+	tlsNames []string
 }
 
 func newServeCmd() *cobra.Command {
@@ -159,8 +161,8 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringSliceVar(&cfg.allowedHosts, "allowed-hosts", nil, "more names clients may reach the server by (Host header), comma-separated or repeated")
 	f.DurationVar(&cfg.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "how long a shutdown waits for requests in flight before closing their connections")
 	f.StringVar(&cfg.keyFile, "key-file", "", "the key that signs agents' tokens and the requests to nodes (default DATA-DIR/token.key, created when missing); on Kubernetes, a Secret of the API servers' alone, never mounted in a node")
-	f.StringVar(&cfg.webhookAddr, "webhook-addr", "", "with --store kubernetes: serve the admission webhook (TLS) on this address, e.g. 0.0.0.0:8443, so that writes straight to the Kubernetes API server meet hvkube's rules (hvkube webhook-config registers it)")
-	f.StringSliceVar(&cfg.webhookNames, "webhook-names", nil, "the names (or IP addresses) the webhook's certificate is for (default hvkube.NAMESPACE.svc)")
+	f.StringVar(&cfg.tlsAddr, "tls-addr", "", "also serve the API over TLS on this address, e.g. 0.0.0.0:8443, with a certificate from the key's authority (hvkube ca prints it; nodes join here); with --store kubernetes the admission webhook answers here too (hvkube webhook-config registers it)")
+	f.StringSliceVar(&cfg.tlsNames, "tls-names", nil, "the names (or IP addresses) the TLS certificate is for (default the Service hvkube: hvkube, hvkube.NAMESPACE, hvkube.NAMESPACE.svc, hvkube.NAMESPACE.svc.cluster.local)")
 	f.StringVar(&cfg.nodeServiceAccount, "node-service-account", "", "with --store kubernetes: NAMESPACE:NAME of the node agents' service account, whose pod-bound tokens of audience hvkube identify nodes (default: the store's namespace and hvkube-node)")
 	f.BoolVar(&cfg.leaderElect, "leader-elect", true, "with --store kubernetes: run the cluster controllers only while this replica holds the Lease hvkube-controllers")
 	f.DurationVar(&cfg.leaderLease, "leader-lease-duration", 15*time.Second, "with --leader-elect: how long the other replicas wait after the leader's last renewal before one takes over")
@@ -383,15 +385,17 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if !loop && cfg.insecureNoToken {
 		return fmt.Errorf("refusing to listen on %s without a token: drop --insecure-no-token, or listen on 127.0.0.1", cfg.addr)
 	}
-	hosts, err := server.NewHostPolicy(cfg.addr, cfg.allowedHosts)
+	allowed := cfg.allowedHosts
+	if cfg.tlsAddr != "" {
+		// The names the certificate is for are names the server goes by.
+		allowed = append(slices.Clone(allowed), tlsNames(cfg)...)
+	}
+	hosts, err := server.NewHostPolicy(cfg.addr, allowed)
 	if err != nil {
 		return err
 	}
 	if cfg.shutdownGrace <= 0 {
 		return fmt.Errorf("--shutdown-grace %s: must be positive", cfg.shutdownGrace)
-	}
-	if cfg.webhookAddr != "" && cfg.store.kind != storeKubernetes {
-		return errors.New("--webhook-addr: only with --store kubernetes (the webhook checks writes to the Kubernetes API server)")
 	}
 	if cfg.store.kind == storeKubernetes && cfg.nodeGrace < node.DefaultFenceAfter+node.DefaultStatusInterval {
 		return fmt.Errorf("--node-grace %s: must be more than the nodes' fence time plus their status interval (%s)", cfg.nodeGrace, node.DefaultFenceAfter+node.DefaultStatusInterval)
@@ -433,7 +437,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if ks, ok := st.(*kube.Store); ok {
 		mx.CountEventDrops(ks.EventDrops)
 	}
-	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace, ScopedKey: key, Metrics: mx}
+	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace, ScopedKey: key, Metrics: mx,
+		Webhook: cfg.tlsAddr != "" && cfg.store.kind == storeKubernetes}
 	be, err := openBackend(ctx, cfg, roots, log)
 	if err != nil {
 		return err
@@ -527,15 +532,17 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if hostCommands != nil {
 		log.Warn("custom agents may run commands on this host (--allow-host-commands)", "user", hostCommands.User.String(), "workRoot", hostCommands.WorkRoot)
 	}
-	if cfg.webhookAddr != "" {
-		stopHook, err := serveWebhook(serveCtx, cfg, key, srv, log)
+	var more []net.Listener
+	if cfg.tlsAddr != "" {
+		tln, err := tlsListener(cfg, key, log)
 		if err != nil {
 			return err
 		}
-		defer stopHook()
+		defer tln.Close()
+		more = append(more, tln)
 	}
 	log.Info("hvkube server listening", "addr", ln.Addr().String(), "dataDir", cfg.dataDir, "auth", token != "", "hostPaths", roots.String(), "version", version)
-	if err := srv.Serve(serveCtx, ln); err != nil {
+	if err := srv.Serve(serveCtx, ln, more...); err != nil {
 		return err
 	}
 	if cause := context.Cause(serveCtx); ctx.Err() == nil && cause != nil {
@@ -573,16 +580,13 @@ func runControllers(ctx context.Context, st store.API, log *slog.Logger, mx *met
 	m.Stop()
 }
 
-// serveWebhook serves the admission webhook on --webhook-addr over TLS,
-// with a certificate for --webhook-names signed by the webhook's
-// authority (derived from key; hvkube webhook-config gives the API server
-// its certificate), made again at half its life.
-func serveWebhook(ctx context.Context, cfg serveConfig, key authtoken.Key, srv *server.Server, log *slog.Logger) (func(), error) {
-	names := cfg.webhookNames
-	if len(names) == 0 {
-		names = []string{webhookService(orDefaultNS(cfg.store.namespace))}
-	}
-	ca, err := nodeca.New(key.WebhookCASeed())
+// tlsListener listens on --tls-addr over TLS, with a certificate for
+// --tls-names signed by the API servers' authority (derived from key: the
+// same on every replica; hvkube ca prints it), made again at half its
+// life.
+func tlsListener(cfg serveConfig, key authtoken.Key, log *slog.Logger) (net.Listener, error) {
+	names := tlsNames(cfg)
+	ca, err := nodeca.New(key.APICASeed())
 	if err != nil {
 		return nil, err
 	}
@@ -602,26 +606,30 @@ func serveWebhook(ctx context.Context, cfg serveConfig, key authtoken.Key, srv *
 		return cert, nil
 	}
 	if _, err := get(nil); err != nil {
-		return nil, fmt.Errorf("--webhook-names: %w", err)
+		return nil, fmt.Errorf("--tls-names: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.webhookAddr)
+	ln, err := net.Listen("tcp", cfg.tlsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("--webhook-addr: %w", err)
+		return nil, fmt.Errorf("--tls-addr: %w", err)
 	}
-	hs := &http.Server{Handler: srv.AdmissionHandler(), ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
-		IdleTimeout: server.DefaultIdleTimeout, ReadTimeout: 30 * time.Second}
-	go hs.Serve(tls.NewListener(ln, &tls.Config{GetCertificate: get, MinVersion: tls.VersionTLS12}))
-	log.Info("admission webhook listening", "addr", ln.Addr().String(), "names", names)
-	return func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		hs.Shutdown(sctx)
-	}, nil
+	log.Info("hvkube server listening over TLS", "addr", ln.Addr().String(), "names", names, "webhook", cfg.store.kind == storeKubernetes)
+	return tls.NewListener(ln, &tls.Config{GetCertificate: get, MinVersion: tls.VersionTLS12}), nil
 }
 
-// webhookService is the webhook's name in namespace ns: the Service of
-// deploy/controller.yaml.
-func webhookService(ns string) string { return "hvkube." + ns + ".svc" }
+// tlsNames are the names of the TLS certificate: --tls-names, else the
+// Service's.
+func tlsNames(cfg serveConfig) []string {
+	if len(cfg.tlsNames) > 0 {
+		return cfg.tlsNames
+	}
+	return serviceNames(orDefaultNS(cfg.store.namespace))
+}
+
+// serviceNames are the names of the Service hvkube (deploy/controller.yaml)
+// in namespace ns.
+func serviceNames(ns string) []string {
+	return []string{"hvkube", "hvkube." + ns, "hvkube." + ns + ".svc", "hvkube." + ns + ".svc.cluster.local"}
+}
 
 func orDefaultNS(ns string) string {
 	if ns == "" {

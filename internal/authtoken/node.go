@@ -213,10 +213,11 @@ func (k Key) NodeCASeed() []byte {
 	return m.Sum(nil)
 }
 
-// WebhookCASeed is the seed of the authority of the API servers' own
-// admission webhook (internal/nodeca), derived from k.
-func (k Key) WebhookCASeed() []byte {
+// APICASeed is the seed of the authority of the API servers' own TLS
+// certificate (internal/nodeca), derived from k: the one nodes, clients
+// and the Kubernetes API server (for the admission webhook) check them by.
+func (k Key) APICASeed() []byte {
 	m := hmac.New(sha256.New, k)
-	m.Write([]byte("hvkube admission webhook CA v1"))
+	m.Write([]byte("hvkube API servers CA v1"))
 	return m.Sum(nil)
 }

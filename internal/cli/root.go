@@ -36,17 +36,31 @@ type env struct {
 	// tokenSet: HVKUBE_TOKEN was set (even to ""), or the token was
 	// looked up already; otherwise client looks for a local server's.
 	tokenSet bool
-	out      io.Writer
-	errOut   io.Writer
-	in       io.Reader
-	now      func() time.Time
+	// caFile is the authority an https server's certificate is checked
+	// by (hvkube ca), when not the system's.
+	caFile string
+	out    io.Writer
+	errOut io.Writer
+	in     io.Reader
+	now    func() time.Time
 }
 
 func (e *env) client() (*client.Client, error) {
 	if !e.tokenSet {
 		e.token, e.tokenSet = localToken(e.server), true
 	}
-	return client.New(e.server, e.token)
+	c, err := client.New(e.server, e.token)
+	if err != nil || e.caFile == "" {
+		return c, err
+	}
+	b, err := os.ReadFile(e.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	if err := c.TrustCA(b); err != nil {
+		return nil, fmt.Errorf("--ca-file %s: %w", e.caFile, err)
+	}
+	return c, nil
 }
 
 // NewRoot builds the root command.
@@ -88,6 +102,7 @@ HVKUBE_TOKEN set to nothing sends no token.`,
 		defServer = client.DefaultServer
 	}
 	root.PersistentFlags().StringVarP(&e.server, "server", "s", defServer, "hvkube server URL (env HVKUBE_SERVER)")
+	root.PersistentFlags().StringVar(&e.caFile, "ca-file", os.Getenv("HVKUBE_CA_FILE"), "for an https server: the PEM certificate of the authority its certificate is checked by, as hvkube ca prints it (env HVKUBE_CA_FILE; default the system's)")
 	e.token, e.tokenSet = os.LookupEnv("HVKUBE_TOKEN")
 	root.AddCommand(
 		newApplyCmd(e),

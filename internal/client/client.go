@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +49,21 @@ func New(server, token string) (*Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 32
 	return &Client{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Transport: tr}}, nil
+}
+
+// TrustCA makes the client check the server's TLS certificate against the
+// authority in caPEM (hvkube ca prints it) instead of the system's.
+func (c *Client) TrustCA(caPEM []byte) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("no PEM certificate in it")
+	}
+	tr, ok := c.http.Transport.(*http.Transport)
+	if !ok {
+		return errors.New("the client's transport is not its own")
+	}
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return nil
 }
 
 // Server returns the base URL.

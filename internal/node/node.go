@@ -42,6 +42,10 @@ type Options struct {
 	DataDir string
 	// ServerURL is the API's address, given to custom agents.
 	ServerURL string
+	// ServerCAFile is the authority the API's certificate is checked by
+	// (when not the system's), given to custom agents as HVKUBE_CA_FILE
+	// and NODE_EXTRA_CA_CERTS.
+	ServerCAFile string
 	// Tokens gets a token for the running attempt of a custom agent
 	// that reaches only that attempt's agent and sandbox, valid for ttl
 	// (minted in this process, or asked of the API servers by a node

@@ -333,6 +333,9 @@ func (n *Node) runHostEnv(ctx context.Context, a *api.Agent, extra []string, lg 
 	if n.opt.ServerURL != "" {
 		env = append(env, "HVKUBE_SERVER="+n.opt.ServerURL)
 	}
+	if ca := n.opt.ServerCAFile; ca != "" {
+		env = append(env, "HVKUBE_CA_FILE="+ca, "NODE_EXTRA_CA_CERTS="+ca)
+	}
 	if n.opt.Tokens != nil {
 		tok, err := n.opt.Tokens(ctx, a, agentstate.Timeout(a))
 		if err != nil {

@@ -8,12 +8,13 @@ import (
 	"time"
 )
 
-// Serve answers requests on ln until ctx ends, then shuts down: it stops
+// Serve answers requests on ln, and on each of more (a TLS listener: see
+// Handler for what answers only there), until ctx ends, then shuts down: it stops
 // accepting, ends open watches, and waits up to Options.ShutdownGrace for
 // requests in flight; connections still open after that (a client sending
 // its body slowly, a long exec) are closed. A shutdown that had to close
 // connections is still a clean stop: Serve returns nil.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+func (s *Server) Serve(ctx context.Context, ln net.Listener, more ...net.Listener) error {
 	// Watches stream until their request context ends; cancelling the
 	// base context on shutdown ends them.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -27,8 +28,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 	}
 	hs.RegisterOnShutdown(cancelBase)
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	lns := append([]net.Listener{ln}, more...)
+	errc := make(chan error, len(lns))
+	for _, l := range lns {
+		go func() { errc <- hs.Serve(l) }()
+	}
 	select {
 	case err := <-errc:
 		return err

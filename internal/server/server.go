@@ -81,6 +81,10 @@ type Options struct {
 	// NodeIdentity says which node a node agent's identity names
 	// (nodeauth.go); nil takes no nodes.
 	NodeIdentity func(ctx context.Context, tok string) (string, error)
+	// Webhook serves the admission webhook (AdmissionHandler) on the TLS
+	// listeners: with the Kubernetes store, whose API server sends it
+	// writes of hvkube's kinds.
+	Webhook bool
 }
 
 // BackendInfo describes the server's VM backend.
@@ -142,8 +146,23 @@ func New(opts Options) *Server {
 
 // Handler returns the server's root handler: the guard (guard.go), then
 // authentication, then the routes.
+//
+// With Options.Webhook, a request that came over TLS to WebhookPath is the
+// Kubernetes API server's admission review: AdmissionHandler answers it,
+// ahead of the Host check and the token (the API server sends neither).
 func (s *Server) Handler() http.Handler {
-	return s.guard(s.authenticate(s.bodyDeadline(s.mux)))
+	api := s.guard(s.authenticate(s.bodyDeadline(s.mux)))
+	if !s.opts.Webhook {
+		return api
+	}
+	hook := s.AdmissionHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && r.URL.Path == WebhookPath {
+			hook.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) routes() {

@@ -46,7 +46,7 @@ func TestWebhookOnKubernetes(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	srv := New(Options{Store: st, ScopedKey: testKey})
-	ca, err := nodeca.New(testKey.WebhookCASeed())
+	ca, err := nodeca.New(testKey.APICASeed())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +40,29 @@ def _connection(server: str | None, token: str | None) -> tuple[str, dict[str, s
     return url, ({"Authorization": f"Bearer {token}"} if token else {})
 
 
+def _verify(ca_file: str | None) -> ssl.SSLContext | bool:
+    """How an https server's certificate is checked: against ``ca_file``
+    (else HVKUBE_CA_FILE: the authority ``hvkube ca`` prints), else the
+    system's authorities."""
+    ca_file = ca_file or os.environ.get("HVKUBE_CA_FILE")
+    return ssl.create_default_context(cafile=ca_file) if ca_file else True
+
+
 class Client:
     """A connection to an hvkube server.
 
     ``server`` defaults to HVKUBE_SERVER (else http://127.0.0.1:8080) and
     ``token`` to HVKUBE_TOKEN (else the token ``hvkube serve`` keeps in its
-    data directory). Every call is bounded by ``timeout`` seconds unless it
-    says otherwise.
+    data directory). An https server's certificate is checked against
+    ``ca_file`` (else HVKUBE_CA_FILE, else the system's authorities). Every
+    call is bounded by ``timeout`` seconds unless it says otherwise.
     """
 
-    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0,
+                 ca_file: str | None = None) -> None:
         self.server, self._headers = _connection(server, token)
-        self._http = httpx.Client(base_url=self.server, headers=self._headers, timeout=timeout)
+        self._http = httpx.Client(base_url=self.server, headers=self._headers, timeout=timeout,
+                                  verify=_verify(ca_file))
 
     def close(self) -> None:
         self._http.close()
@@ -92,9 +104,11 @@ class AsyncClient:
     """Client's asynchronous twin (httpx.AsyncClient): the same server,
     token and timeout defaults; use it with ``async with``."""
 
-    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 60.0,
+                 ca_file: str | None = None) -> None:
         self.server, self._headers = _connection(server, token)
-        self._http = httpx.AsyncClient(base_url=self.server, headers=self._headers, timeout=timeout)
+        self._http = httpx.AsyncClient(base_url=self.server, headers=self._headers, timeout=timeout,
+                                       verify=_verify(ca_file))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -41,6 +41,17 @@ def _image_dir() -> Path:
     return Path.home() / ".cache" / "hvkube" / "images"
 
 
+# The server's TLS listener (hvkube serve --tls-addr) and the file of the
+# authority its certificate is checked by (hvkube ca), once it runs.
+_TLS: dict[str, str] = {}
+
+
+@pytest.fixture(scope="session")
+def tls(server):
+    """The server's https URL and its authority's certificate file."""
+    return _TLS["url"], _TLS["ca"]
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     binary = os.environ.get("HVKUBE_BIN") or str(REPO / "bin" / "hvkube")
@@ -53,10 +64,12 @@ def server(tmp_path_factory):
     (data / "token").write_text(token)
     (data / "token").chmod(0o600)
     addr = f"127.0.0.1:{_free_port()}"
+    tls_addr = f"127.0.0.1:{_free_port()}"
     log = open(data / "serve.log", "w")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(data)}
     proc = subprocess.Popen([binary, "serve", "--addr", addr, "--data-dir", str(data / "data"),
-                             "--token-file", str(data / "token"), "--image-dir", str(_image_dir())],
+                             "--token-file", str(data / "token"), "--image-dir", str(_image_dir()),
+                             "--tls-addr", tls_addr, "--tls-names", "127.0.0.1"],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://{addr}"
     client = Client(url, token, timeout=60)
@@ -70,6 +83,10 @@ def server(tmp_path_factory):
                 proc.kill()
                 pytest.fail("the server did not start: " + (data / "serve.log").read_text()[-2000:])
             time.sleep(0.2)
+    ca = subprocess.run([binary, "ca", "--key-file", str(data / "data" / "token.key")],
+                        check=True, capture_output=True, env=env).stdout
+    (data / "ca.crt").write_bytes(ca)
+    _TLS.update(url=f"https://{tls_addr}", ca=str(data / "ca.crt"))
     yield client, url, token
     client.close()
     proc.terminate()
