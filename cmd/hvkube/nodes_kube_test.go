@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -43,6 +44,7 @@ type cluster struct {
 	// tlsURL is the API's TLS listener, where the nodes join, and ca
 	// the file of its authority (hvkube ca).
 	tlsURL, ca string
+	token      string // the API's
 }
 
 func newCluster(t *testing.T, serveArgs ...string) *cluster {
@@ -53,10 +55,15 @@ func newCluster(t *testing.T, serveArgs ...string) *cluster {
 	if err := os.WriteFile(cl.key, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The API has a token of its own (HVKUBE_TOKEN, which the CLI the
+	// tests run takes too): the nodes' identities reach none of it but
+	// their two routes.
+	cl.token = rand.Text()
+	t.Setenv("HVKUBE_TOKEN", cl.token)
 	cl.api = startServe(t, t.TempDir(), nil, append([]string{"--backend", "none", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig, "--key-file", cl.key,
 		"--tls-addr", "127.0.0.1:0", "--tls-names", "127.0.0.1"}, serveArgs...)...)
 	cl.tlsURL, cl.ca = cl.api.tlsURL(t), writeCA(t, cl.api, cl.key)
-	c, err := client.New(cl.api.url(), "")
+	c, err := client.New(cl.api.url(), cl.token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +73,7 @@ func newCluster(t *testing.T, serveArgs ...string) *cluster {
 
 // startNode runs hvkube node NAME on the QEMU backend, with an identity
 // of its own (hvkube node identity) and not the key.
-func (cl *cluster) startNode(name string) *proc {
+func (cl *cluster) startNode(name string, args ...string) *proc {
 	cl.t.Helper()
 	dir := cl.t.TempDir()
 	id := filepath.Join(cl.t.TempDir(), "identity")
@@ -74,9 +81,11 @@ func (cl *cluster) startNode(name string) *proc {
 	if err := os.WriteFile(id, []byte(out), 0o600); err != nil {
 		cl.t.Fatal(err)
 	}
-	p := startProc(cl.t, dir, os.Environ(), nodeListenRE, "node", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig,
+	// A node holds no token of the API's.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "HVKUBE_TOKEN=") })
+	p := startProc(cl.t, dir, env, nodeListenRE, append([]string{"node", "--store", "kubernetes", "--kubeconfig", cl.kubeconfig,
 		"--node-name", name, "--listen", "127.0.0.1:0", "--identity-file", id, "--data-dir", dir, "--server-url", cl.tlsURL, "--server-ca", cl.ca,
-		"--image-dir", qemu.DefaultImageDir())
+		"--image-dir", qemu.DefaultImageDir()}, args...)...)
 	cl.nodes[name], cl.dirs[name], cl.identity[name] = p, dir, id
 	return p
 }
@@ -145,8 +154,9 @@ func ready(byNode map[string][]*api.Sandbox) (map[string]int, string) {
 // QEMU beside one hvkube serve without a backend, all on a real
 // kube-apiserver: a pool of two spreads over both nodes; the screen and
 // exec of each sandbox reach it through the API server, which proxies to
-// the node that owns it; when one node is killed, the cluster marks it
-// lost and the pool refills on the other; an agent then runs once.
+// the node that owns it; a third node joins and attacks both (attackFrom),
+// and node-a attacks node-b; when node-b is killed, the cluster marks it
+// lost and the pool refills on node-a; an agent then runs once.
 func TestNodesShareAPoolOnKubernetes(t *testing.T) {
 	qemutest.RequireImage(t, "linux-desktop")
 	cl := newCluster(t, "--node-grace", "30s")
@@ -192,7 +202,24 @@ spec:
 		}
 	}
 
+	// A third node joins, with no image to build the template from (so
+	// no VM: it runs no desktop), and attacks both others; node-a then
+	// attacks node-b.
+	cl.startNode("node-c", "--image-dir", t.TempDir())
+	cl.waitFor("node-c reports", time.Minute, func() (bool, string) {
+		o, err := cl.c.Get(context.Background(), api.KindNode, "node-c")
+		if err != nil {
+			return false, err.Error()
+		}
+		return o.(*api.Node).Status.LastHeartbeat != nil, "no heartbeat yet"
+	})
+	cl.attackFrom("node-c", "node-a")
+	cl.attackFrom("node-c", "node-b")
 	cl.attackFrom("node-a", "node-b")
+	// node-c leaves first, so that it is lost by the time node-b is and
+	// the pool refills on node-a alone.
+	cl.nodes["node-c"].cmd.Process.Kill()
+	<-cl.nodes["node-c"].done
 
 	// Kill node-b: no goodbye, its QEMU processes go with it.
 	victim := cl.nodes["node-b"]
@@ -299,25 +326,35 @@ func (cl *cluster) attackFrom(attacker, victim string) {
 			t.Errorf("attacker %s reached %s's node API with %s: %d", attacker, victim, c.what, resp.StatusCode)
 		}
 	}
-	// Through the API servers, with its identity, as the victim. (This
-	// cluster's API runs without a token of its own, so its other routes
-	// are anyone's here; TestNodeGetsOnlyItsOwn in internal/server
-	// refuses an identity there.)
+	// Through the API servers, with its identity: as the victim on the
+	// two routes an identity reaches (403), and anywhere else (401): the
+	// victim's sandbox (read, exec, a display token, a take-over) and an
+	// agent's token.
 	for _, c := range []struct {
 		what, method, path, body string
+		want                     int
 	}{
-		{"join as the victim", "POST", "/api/v1/nodes/" + victim + "/join", `{"csr":""}`},
-		{"an agent token as the victim", "POST", "/api/v1/nodes/" + victim + "/agent-token", `{"agent":"once","attempt":1}`},
+		{"join as the victim", "POST", "/api/v1/nodes/" + victim + "/join", `{"csr":""}`, http.StatusForbidden},
+		{"an agent token as the victim", "POST", "/api/v1/nodes/" + victim + "/agent-token", `{"agent":"once","attempt":1}`, http.StatusForbidden},
+		{"read the victim's sandbox", "GET", "/api/v1/sandboxes/" + target, "", http.StatusUnauthorized},
+		{"exec in the victim's sandbox", "POST", "/api/v1/sandboxes/" + target + "/exec", `{"command":["/bin/true"]}`, http.StatusUnauthorized},
+		{"a display token", "POST", "/api/v1/sandboxes/" + target + "/display/token", `{}`, http.StatusUnauthorized},
+		{"a take-over", "POST", "/api/v1/sandboxes/" + target + "/control", `{}`, http.StatusUnauthorized},
+		{"an agent's token", "POST", "/api/v1/agents/once/token", `{}`, http.StatusUnauthorized},
+		{"write a sandbox", "PUT", "/api/v1/sandboxes/" + target, `{"apiVersion":"hvkube/v1","kind":"Sandbox","metadata":{"name":"` + target + `"}}`, http.StatusUnauthorized},
 	} {
 		req, _ := http.NewRequest(c.method, cl.api.url()+c.path, strings.NewReader(c.body))
 		req.Header.Set("Authorization", "Bearer "+ident)
+		if c.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode/100 == 2 {
-			t.Errorf("attacker %s: %s: %d", attacker, c.what, resp.StatusCode)
+		if resp.StatusCode != c.want {
+			t.Errorf("attacker %s: %s: %d, want %d", attacker, c.what, resp.StatusCode, c.want)
 		}
 	}
 	// The victim's sandbox is untouched and still answers.

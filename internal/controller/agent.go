@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/agentstate"
@@ -93,6 +94,14 @@ func (c *Agents) reconcile(ctx context.Context, name string, fresh bool) (reconc
 			}
 		}
 		return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, c.st, a, api.FinalizerRun)
+	case !agentstate.Finished(a) && !slices.Contains(a.Metadata.Finalizers, api.FinalizerRun):
+		// Written straight to the store (kubectl apply on Kubernetes),
+		// not through the API, which sets it at creation: deleting the
+		// agent must wait for its run to stop all the same.
+		if _, err := reconcile.EnsureFinalizer(ctx, c.st, a, api.FinalizerRun); err != nil {
+			return reconcile.Result{}, err
+		}
+		return c.reconcile(ctx, name, true)
 	case agentstate.Finished(a):
 		if ttl := a.Spec.TTLSecondsAfterFinished; ttl != nil && a.Status.CompletedAt != nil {
 			at := a.Status.CompletedAt.Add(time.Duration(*ttl) * time.Second)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -396,6 +397,49 @@ func TestAgentDeletion(t *testing.T) {
 			}
 			if !tt.gone && res.RequeueAfter <= 0 {
 				t.Errorf("requeue after %s, want a look again while the node holds it", res.RequeueAfter)
+			}
+		})
+	}
+}
+
+// TestAgentWrittenStraightGetsItsFinalizer: an agent written to the store
+// without the run finalizer the API sets (kubectl apply on Kubernetes)
+// gets it from the controller while it has not finished, so that its
+// deletion waits for its run; a finished one is left as it is.
+func TestAgentWrittenStraightGetsItsFinalizer(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		phase string
+		want  bool
+	}{
+		{"pending", "", true},
+		{"running", api.AgentRunning, true},
+		{"completed", api.AgentCompleted, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newAgentEnv(t)
+			if tt.phase == api.AgentRunning {
+				e.sandboxFor("sb-1", "job")
+				e.running("job", "sb-1", 1, e.clk.Now(), nil)
+			} else {
+				a := newAgent(e.t, "job", nil)
+				a.Status.Phase = tt.phase
+				e.create(a)
+			}
+			o, err := e.st.Get(e.ctx, api.KindAgent, "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := reconcile.EditMeta(e.ctx, e.st, o, func(m *api.ObjectMeta) { m.Finalizers = nil }); err != nil {
+				t.Fatal(err)
+			}
+			e.reconcile("job")
+			o, err = e.st.Get(e.ctx, api.KindAgent, "job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Contains(o.GetMeta().Finalizers, api.FinalizerRun); got != tt.want {
+				t.Errorf("finalizers %v: has %s %v, want %v", o.GetMeta().Finalizers, api.FinalizerRun, got, tt.want)
 			}
 		})
 	}
