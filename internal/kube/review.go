@@ -2,14 +2,18 @@ package kube
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/hvkube/hvkube/internal/api"
 )
@@ -28,7 +32,89 @@ const nodeNameExtra = "authentication.kubernetes.io/node-name"
 // audience NodeAudience, of the service account serviceAccount
 // ("namespace:name"), bound to a pod that runs on a node. The node's name
 // comes from the token, signed by the API server, not from the caller.
+//
+// An answer that names a node is kept for ReviewTTL, so that a node's
+// requests cost the API server one review a while; the reviews not
+// answered so (a new token, or anyone's guess) are held to
+// ReviewsPerSecond, beyond which ReviewNodeToken answers ErrUnavailable
+// without asking.
 func (s *Store) ReviewNodeToken(ctx context.Context, tok, serviceAccount string) (string, error) {
+	return s.reviews.node(ctx, tok, serviceAccount)
+}
+
+// Bounds of the nodes' token reviews.
+const (
+	// ReviewTTL is how long an accepted token is taken without asking
+	// again: a token revoked meanwhile (its pod deleted) is taken that
+	// much longer.
+	ReviewTTL = 30 * time.Second
+	// ReviewsPerSecond (with bursts of ReviewBurst) bounds the reviews
+	// asked of the API server: a flood of made-up tokens at the join
+	// route costs it no more.
+	ReviewsPerSecond = 20
+	ReviewBurst      = 50
+	// maxReviewed bounds the tokens kept.
+	maxReviewed = 10000
+)
+
+// tokenReviews keeps accepted tokens for ReviewTTL and rate-limits the
+// reviews asked.
+type tokenReviews struct {
+	review func(ctx context.Context, tok, serviceAccount string) (string, error)
+	now    func() time.Time
+	limit  flowcontrol.RateLimiter
+
+	mu   sync.Mutex
+	seen map[[sha256.Size]byte]reviewed
+}
+
+type reviewed struct {
+	node  string
+	until time.Time
+}
+
+func newTokenReviews(review func(ctx context.Context, tok, serviceAccount string) (string, error), now func() time.Time) *tokenReviews {
+	if now == nil {
+		now = time.Now
+	}
+	return &tokenReviews{review: review, now: now, limit: flowcontrol.NewTokenBucketRateLimiter(ReviewsPerSecond, ReviewBurst),
+		seen: map[[sha256.Size]byte]reviewed{}}
+}
+
+func (r *tokenReviews) node(ctx context.Context, tok, serviceAccount string) (string, error) {
+	k := sha256.Sum256([]byte(serviceAccount + "\x00" + tok))
+	now := r.now()
+	r.mu.Lock()
+	if e, ok := r.seen[k]; ok && now.Before(e.until) {
+		r.mu.Unlock()
+		return e.node, nil
+	}
+	r.mu.Unlock()
+	if !r.limit.TryAccept() {
+		return "", fmt.Errorf("%w: more than %d token reviews a second; try again", api.ErrUnavailable, ReviewsPerSecond)
+	}
+	node, err := r.review(ctx, tok, serviceAccount)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.seen) >= maxReviewed {
+		for k, e := range r.seen {
+			if !now.Before(e.until) {
+				delete(r.seen, k)
+			}
+		}
+		if len(r.seen) >= maxReviewed {
+			clear(r.seen)
+		}
+	}
+	r.seen[k] = reviewed{node: node, until: now.Add(ReviewTTL)}
+	return node, nil
+}
+
+// reviewNodeToken asks the API server, with no cache.
+func (s *Store) reviewNodeToken(ctx context.Context, tok, serviceAccount string) (string, error) {
 	tr, err := s.core.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: tok, Audiences: []string{NodeAudience}},
 	}, metav1.CreateOptions{})

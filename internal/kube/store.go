@@ -62,6 +62,8 @@ type Store struct {
 	bases bases
 	// manager is the field manager of this store's writes.
 	manager string
+	// reviews are the nodes' identities reviewed lately (review.go).
+	reviews *tokenReviews
 }
 
 var _ store.API = (*Store)(nil)
@@ -93,6 +95,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
 	s := &Store{dyn: dyn, core: core, ns: opts.Namespace, log: opts.Logger, now: opts.Now}
+	s.reviews = newTokenReviews(s.reviewNodeToken, s.now)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
