@@ -204,7 +204,7 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
-		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "NetworkPolicy": 1, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3} {
+		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "NetworkPolicy": 1, "ValidatingAdmissionPolicy": 4, "ValidatingAdmissionPolicyBinding": 4} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d", kinds[kind], kind, n)
 		}
@@ -596,6 +596,27 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	tpl.(*api.Template).Spec.InstalledSoftware = append(tpl.(*api.Template).Spec.InstalledSoftware, "something-else")
 	_, _, err = nd.Update(ctx, tpl)
 	forbidden("change a template's spec", err)
+	// The fourth: of a pool's status, the node writes its MemoryPressure
+	// condition and nothing else.
+	poolName := objs[api.KindSandboxPool].GetMeta().Name
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindSandboxPool, poolName, func(p *api.SandboxPool) bool {
+		return api.SetCondition(&p.Status.Conditions, api.Condition{Type: "MemoryPressure", Status: api.ConditionTrue, Reason: "MovedToDisk"}, time.Now())
+	}); err != nil {
+		t.Errorf("node: set a pool's MemoryPressure condition: %v", err)
+	}
+	refused(t, "node: write a pool's ready count", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindSandboxPool, poolName, func(p *api.SandboxPool) bool {
+			p.Status.Ready += 7
+			return true
+		})
+		return err
+	})
+	refused(t, "node: write another condition of a pool", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindSandboxPool, poolName, func(p *api.SandboxPool) bool {
+			return api.SetCondition(&p.Status.Conditions, api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: "ByNode"}, time.Now())
+		})
+		return err
+	})
 	// The second policy: each node to its own host.
 	peer := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "peer-" + suffix}}
 	if _, err := ctl.Create(ctx, peer); err != nil {
