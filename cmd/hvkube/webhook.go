@@ -32,17 +32,10 @@ no replica answers (failurePolicy Fail).`,
 		Example: `  hvkube webhook-config --key-file key --namespace hvkube-system | kubectl apply -f -`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if keyFile == "" {
-				return errors.New("--key-file: required: the API servers' key")
-			}
 			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 				return fmt.Errorf("--namespace %q: %v", ns, errs)
 			}
-			key, err := loadKey(serveConfig{keyFile: keyFile})
-			if err != nil {
-				return err
-			}
-			ca, err := nodeca.New(key.APICASeed())
+			ca, err := apiCA(keyFile)
 			if err != nil {
 				return err
 			}
@@ -75,14 +68,7 @@ It is public: it signs nothing.`,
   kubectl -n hvkube-system create configmap hvkube-ca --from-file=ca.crt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if keyFile == "" {
-				return errors.New("--key-file: required: the API servers' key")
-			}
-			key, err := loadKey(serveConfig{keyFile: keyFile})
-			if err != nil {
-				return err
-			}
-			ca, err := nodeca.New(key.APICASeed())
+			ca, err := apiCA(keyFile)
 			if err != nil {
 				return err
 			}
@@ -92,4 +78,17 @@ It is public: it signs nothing.`,
 	}
 	cmd.Flags().StringVar(&keyFile, "key-file", "", "the API servers' key (hvkube serve --key-file)")
 	return cmd
+}
+
+// apiCA is the authority of the API servers' TLS certificate under the key
+// in keyFile (--key-file, required).
+func apiCA(keyFile string) (*nodeca.CA, error) {
+	if keyFile == "" {
+		return nil, errors.New("--key-file: required: the API servers' key")
+	}
+	key, err := loadKey(serveConfig{keyFile: keyFile})
+	if err != nil {
+		return nil, err
+	}
+	return nodeca.New(key.APICASeed())
 }
