@@ -139,6 +139,8 @@ type HyperVImage struct {
 
 // TemplateDisplay is the template's screen.
 type TemplateDisplay struct {
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self == '' || (self.lowerAscii().matches('^[+]?[0-9]{1,9}x[+]?[0-9]{1,9}$') && int(self.lowerAscii().replace('+', '').split('x')[0]) >= 320 && int(self.lowerAscii().replace('+', '').split('x')[0]) <= 7680 && int(self.lowerAscii().replace('+', '').split('x')[1]) >= 200 && int(self.lowerAscii().replace('+', '').split('x')[1]) <= 4320)",message="not WIDTHxHEIGHT within width 320..7680 and height 200..4320, e.g. 1280x800"
 	Resolution string `json:"resolution,omitempty"`
 }
 
@@ -238,6 +240,7 @@ type Sandbox struct {
 type SandboxSpec struct {
 	// TemplateRef names the Template; empty means the server's default.
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
 	TemplateRef string    `json:"templateRef,omitempty"`
 	Resources   Resources `json:"resources,omitzero"`
 	Display     Display   `json:"display,omitzero"`
@@ -253,6 +256,8 @@ type SandboxSpec struct {
 
 // Display is a sandbox's screen and how it is served.
 type Display struct {
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self == '' || (self.lowerAscii().matches('^[+]?[0-9]{1,9}x[+]?[0-9]{1,9}$') && int(self.lowerAscii().replace('+', '').split('x')[0]) >= 320 && int(self.lowerAscii().replace('+', '').split('x')[0]) <= 7680 && int(self.lowerAscii().replace('+', '').split('x')[1]) >= 200 && int(self.lowerAscii().replace('+', '').split('x')[1]) <= 4320)",message="not WIDTHxHEIGHT within width 320..7680 and height 200..4320, e.g. 1280x800"
 	Resolution string `json:"resolution,omitempty"`
 	// +kubebuilder:validation:Enum=0;8;16;24;32
 	ColorDepth int `json:"colorDepth,omitempty"`
@@ -269,6 +274,7 @@ type Display struct {
 type Volume struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 	// +kubebuilder:validation:MaxLength=4096
 	HostPath string `json:"hostPath"`
@@ -536,6 +542,7 @@ type Agent struct {
 type AgentSpec struct {
 	SandboxSelector *SandboxSelector `json:"sandboxSelector,omitempty"`
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
 	SandboxName string `json:"sandboxName,omitempty"`
 	// Type is mcp-agent, workflow, custom, playwright or selenium.
 	// +kubebuilder:validation:Enum="";mcp-agent;workflow;custom;playwright;selenium
@@ -556,7 +563,8 @@ type AgentSpec struct {
 // matchLabels {pool: NAME}.
 type SandboxSelector struct {
 	MatchLabels map[string]string `json:"matchLabels,omitempty"`
-	Pool        string            `json:"pool,omitempty"`
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
+	Pool string `json:"pool,omitempty"`
 }
 
 // Task is what the agent is asked to do.

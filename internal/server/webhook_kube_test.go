@@ -96,7 +96,7 @@ func TestWebhookOnKubernetes(t *testing.T) {
 		"name too long", "name not DNS", "bad label value", "bad protocol", "bad port", "negative memory",
 		"duplicate volume", "bad health type", "process without name", "negative timeout", "negative replicas",
 		"minReady > replicas", "bad warm tier", "bad release policy", "agent without target", "agent bad type",
-		"agent retries", "service bad type"} {
+		"agent retries", "service bad type", "bad resolution", "tiny resolution", "pool template field"} {
 		schemaRefuses[name] = true
 	}
 	for i, tt := range badInputs() {
