@@ -204,7 +204,7 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
-		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "NetworkPolicy": 1, "ValidatingAdmissionPolicy": 4, "ValidatingAdmissionPolicyBinding": 4} {
+		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "NetworkPolicy": 1, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d", kinds[kind], kind, n)
 		}
@@ -617,6 +617,36 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 		})
 		return err
 	})
+	// The fifth: of a template's status, its own shapes, and retired
+	// snapshots the template named.
+	tplName := objs[api.KindTemplate].GetMeta().Name
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindTemplate, tplName, func(tp *api.Template) bool {
+		tp.Status.Shapes = append(tp.Status.Shapes, api.TemplateShape{Node: host, MemoryMB: 1024, Resolution: "1280x800", ID: "own-shape-" + suffix, Phase: "Pending"})
+		return true
+	}); err != nil {
+		t.Errorf("node: add its own shape to a template: %v", err)
+	}
+	refused(t, "node: add a shape of another node to a template", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindTemplate, tplName, func(tp *api.Template) bool {
+			tp.Status.Shapes = append(tp.Status.Shapes, api.TemplateShape{Node: "peer-" + suffix, MemoryMB: 2048, Resolution: "1280x800", ID: "peer-shape", Phase: "Ready"})
+			return true
+		})
+		return err
+	})
+	refused(t, "node: retire a snapshot the template never named", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindTemplate, tplName, func(tp *api.Template) bool {
+			tp.Status.Retired = append(tp.Status.Retired, "another-template-snapshot")
+			return true
+		})
+		return err
+	})
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindTemplate, tplName, func(tp *api.Template) bool {
+		tp.Status.Shapes = nil
+		tp.Status.Retired = append(tp.Status.Retired, "own-shape-"+suffix)
+		return true
+	}); err != nil {
+		t.Errorf("node: retire its shape: %v", err)
+	}
 	// The second policy: each node to its own host.
 	peer := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}, Metadata: api.ObjectMeta{Name: "peer-" + suffix}}
 	if _, err := ctl.Create(ctx, peer); err != nil {
