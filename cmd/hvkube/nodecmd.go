@@ -208,6 +208,7 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 	if err := privateDataDir(cfg.dataDir, log); err != nil {
 		return err
 	}
+	cfg.store.host = cfg.nodeName
 	st, closeStore, err := openStore(ctx, cfg.store, cfg.dataDir, "hvkube-node", log)
 	if err != nil {
 		return err

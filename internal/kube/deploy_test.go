@@ -17,6 +17,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -204,7 +205,7 @@ func TestDeployManifestsOnKubernetes(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
-		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "NetworkPolicy": 1, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5} {
+		"Role": 2, "RoleBinding": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Deployment": 1, "DaemonSet": 1, "Service": 1, "NetworkPolicy": 1, "ValidatingAdmissionPolicy": 6, "ValidatingAdmissionPolicyBinding": 6} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d", kinds[kind], kind, n)
 		}
@@ -489,7 +490,7 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 			t.Fatalf("controller: place the %s on %s: %v", kind, host, err)
 		}
 	}
-	nd, err := kube.Open(ctx, kube.Options{Config: identityOn(c.cfg, "hvkube-node", host), Namespace: deployNS, Component: "hvkube-node"})
+	nd, err := kube.Open(ctx, kube.Options{Config: identityOn(c.cfg, "hvkube-node", host), Namespace: deployNS, Component: "hvkube-node", Host: host})
 	if err != nil {
 		t.Fatalf("open the store as the node: %v", err)
 	}
@@ -535,7 +536,7 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	nd.RecordEvent(ctx, objs[api.KindSandbox], api.EventNormal, "Checked", "by the RBAC test")
 	nd.RecordEvent(ctx, objs[api.KindSandbox], api.EventNormal, "Checked", "by the RBAC test")
 	nd.Close() // writes the events queued
-	nd, err = kube.Open(ctx, kube.Options{Config: identityOn(c.cfg, "hvkube-node", host), Namespace: deployNS, Component: "hvkube-node"})
+	nd, err = kube.Open(ctx, kube.Options{Config: identityOn(c.cfg, "hvkube-node", host), Namespace: deployNS, Component: "hvkube-node", Host: host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,6 +546,34 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	} else if i := slices.IndexFunc(evs, func(e *api.Event) bool { return e.Reason == "Checked" }); i < 0 || evs[i].Count != 2 {
 		t.Errorf("node: the event Checked, recorded twice, is not there once with count 2: %+v", evs)
 	}
+
+	// The sixth policy: a node's Events name it, and it patches only its
+	// own.
+	ndCore, err := kubernetes.NewForConfig(identityOn(c.cfg, "hvkube-node", host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := func(name, component, evHost string) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + suffix},
+			InvolvedObject: corev1.ObjectReference{APIVersion: api.KubeVersion, Kind: api.KindSandbox, Name: objs[api.KindSandbox].GetMeta().Name, Namespace: deployNS},
+			Type:           "Normal", Reason: "Forged", Message: "by the RBAC test", Source: corev1.EventSource{Component: component, Host: evHost}, Count: 1}
+	}
+	refused(t, "node: write an Event as another node", func() error {
+		_, err := ndCore.CoreV1().Events(deployNS).Create(ctx, forged("as-peer", "hvkube-node", "peer-"+suffix), metav1.CreateOptions{})
+		return err
+	})
+	refused(t, "node: write an Event as the controller", func() error {
+		_, err := ndCore.CoreV1().Events(deployNS).Create(ctx, forged("as-ctl", "hvkube-server", host), metav1.CreateOptions{})
+		return err
+	})
+	ctlEv, err := ctlCore.CoreV1().Events(deployNS).Create(ctx, forged("by-ctl", "hvkube-server", ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused(t, "node: patch the controller's Event", func() error {
+		_, err := ndCore.CoreV1().Events(deployNS).Patch(ctx, ctlEv.Name, types.MergePatchType, []byte(`{"message":"rewritten","source":{"component":"hvkube-node","host":"`+host+`"}}`), metav1.PatchOptions{})
+		return err
+	})
 
 	// What the node must not do, for real.
 	forbidden := func(what string, err error) {
@@ -786,10 +815,6 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	})
 	ctl.Delete(ctx, api.KindNode, peer.Metadata.Name, store.DeleteOptions{})
 
-	ndCore, err := kubernetes.NewForConfig(identityOn(c.cfg, "hvkube-node", host))
-	if err != nil {
-		t.Fatal(err)
-	}
 	_, err = ndCore.CoreV1().Secrets(deployNS).Get(ctx, "hvkube-key", metav1.GetOptions{})
 	forbidden("read the key Secret", err)
 	_, err = ndCore.CoordinationV1().Leases(deployNS).Get(ctx, "hvkube-controllers", metav1.GetOptions{})

@@ -63,12 +63,12 @@ const (
 
 // events writes the store's events as Kubernetes Events.
 type events struct {
-	s         *Store
-	component string
-	corr      *record.EventCorrelator
-	q         workqueue.TypedRateLimitingInterface[string] // Event names
-	wg        sync.WaitGroup
-	seq       atomic.Uint64 // numbers the Events' names
+	s      *Store
+	source corev1.EventSource
+	corr   *record.EventCorrelator
+	q      workqueue.TypedRateLimitingInterface[string] // Event names
+	wg     sync.WaitGroup
+	seq    atomic.Uint64 // numbers the Events' names
 
 	mu      sync.Mutex               // guards the fields below
 	pending map[string]*eventWrite   // by Event name: what is still to write
@@ -85,8 +85,8 @@ type eventWrite struct {
 	exists bool
 }
 
-func newEvents(s *Store, component string) *events {
-	e := &events{s: s, component: component,
+func newEvents(s *Store, source corev1.EventSource) *events {
+	e := &events{s: s, source: source,
 		corr:    record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{BurstSize: eventBurst, QPS: eventQPS}),
 		q:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		pending: map[string]*eventWrite{}, writing: map[string]*corev1.Event{}, dropped: map[string]uint64{}}
@@ -112,7 +112,7 @@ func (e *events) record(o api.Object, typ, reason, message string) {
 		InvolvedObject: corev1.ObjectReference{APIVersion: api.KubeVersion, Kind: o.GetTypeMeta().Kind, Name: m.Name,
 			UID: typesUID(m.UID), Namespace: e.s.ns},
 		Type: typ, Reason: reason, Message: message,
-		Source:         corev1.EventSource{Component: e.component},
+		Source:         e.source,
 		FirstTimestamp: at, LastTimestamp: at, Count: 1,
 	}
 	res, err := e.corr.EventCorrelate(ev)

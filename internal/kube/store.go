@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,6 +42,10 @@ type Options struct {
 	// Component names the writer of events (their source) and of the
 	// objects' fields (the field manager of its writes).
 	Component string
+	// Host is the node whose events these are (their source.host), for
+	// a node agent's store: the admission policy lets a node write only
+	// events that name it.
+	Host string
 	// Logger; slog.Default when nil.
 	Logger *slog.Logger
 	// Now is the clock of event timestamps; time.Now when nil.
@@ -113,7 +118,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if component == "" {
 		component = "hvkube"
 	}
-	s.ev = newEvents(s, component)
+	s.ev = newEvents(s, corev1.EventSource{Component: component, Host: opts.Host})
 	s.manager = component
 	return s, nil
 }
