@@ -18,7 +18,8 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, cli.Options{Version: version, Extra: []*cobra.Command{newServeCmd(), newNodeCmd(), newBenchCmd(), newWebhookConfigCmd(), newCACmd()}}, os.Args[1:])
+	code := cli.Main(ctx, cli.Options{Version: version, Extra: []*cobra.Command{newServeCmd(), newNodeCmd(), newBenchCmd(), newWebhookConfigCmd(), newCACmd()},
+		DebugExtra: []*cobra.Command{newDebugAccelCmd()}}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

@@ -21,7 +21,8 @@
 #
 # Variables: HVKUBE_BOOT_MEMORY_MB, HVKUBE_BOOT_CPUS (default: image.json),
 # HVKUBE_BOOT_MACHINE (q35), HVKUBE_BOOT_TIMEOUT (180 s),
-# HVKUBE_BOOT_ACCEL (kvm or tcg; default kvm when /dev/kvm is writable),
+# HVKUBE_BOOT_ACCEL (kvm or tcg; default what `hvkube debug accel` says:
+# kvm only when a probe VM runs under KVM, as the QEMU backend decides),
 # HVKUBE_BOOT_QEMU_ARGS (extra QEMU arguments, split on blanks),
 # HVKUBE_BOOT_NET=user (a virtio NIC on QEMU's user-mode network, whose
 # addresses are those of hvkube's: the guest is 10.0.2.15, the host
@@ -84,8 +85,8 @@ esac
 
 accel=${HVKUBE_BOOT_ACCEL:-}
 if [[ -z $accel ]]; then
-	accel=tcg
-	[[ -w /dev/kvm ]] && accel=kvm
+	# A /dev/kvm that opens may not run a guest: ask the backend's probe.
+	accel=$("$hvkube" debug accel 2>/dev/null) || accel=tcg
 fi
 case $accel in
 kvm) accel=(-accel kvm -cpu host) ;;

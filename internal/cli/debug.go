@@ -22,7 +22,7 @@ import (
 
 // newDebugCmd is `hvkube debug`, hidden from the main help: tools for
 // making guest images, against a VM's own sockets rather than a server.
-func newDebugCmd(e *env) *cobra.Command {
+func newDebugCmd(e *env, extra ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "debug",
 		Short: "Tools for developing guest images: talk to one VM's QMP and guest-agent sockets",
@@ -39,6 +39,7 @@ $QGA_SOCKET, which boot.sh sets for the command it runs.`,
 	}
 	cmd.AddCommand(newDebugWaitReadyCmd(e), newDebugExecCmd(e), newDebugQMPCmd(e), newDebugScreenshotCmd(e),
 		newDebugInputCmd(e), newDebugSelfTestCmd(e))
+	cmd.AddCommand(extra...)
 	return cmd
 }
 

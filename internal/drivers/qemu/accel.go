@@ -64,6 +64,26 @@ func probeAccel(ctx context.Context, binary string, log *slog.Logger) (accel, re
 	return "kvm", fmt.Sprintf("a probe VM ran under KVM in %s", took.Round(time.Millisecond))
 }
 
+// ProbeAccel is the backend's choice of accelerator for the QEMU at binary
+// ("" for qemu-system-x86_64 on PATH), as New makes it when not told: kvm
+// when a probe VM runs under KVM, else tcg, and why. Tools that start
+// QEMU themselves (boot.sh, through hvkube debug accel) decide the same
+// way, rather than by /dev/kvm alone.
+func ProbeAccel(ctx context.Context, binary string, log *slog.Logger) (accel, reason string, err error) {
+	if binary == "" {
+		binary = "qemu-system-x86_64"
+	}
+	p, err := exec.LookPath(binary)
+	if err != nil {
+		return "", "", fmt.Errorf("%s not found (install qemu-system-x86): %w", binary, err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	accel, reason = probeAccel(ctx, p, log)
+	return accel, reason, nil
+}
+
 // probeSlack is how much longer than under TCG the probe may take under a
 // KVM that is used: QEMU's start and a loaded host's noise.
 const probeSlack = time.Second
