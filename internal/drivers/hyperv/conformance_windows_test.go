@@ -11,7 +11,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/backendtest"
+	"github.com/hvkube/hvkube/internal/drivers/conformance"
 	"github.com/hvkube/hvkube/internal/guest"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/powershell"
@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backendtest.Run(t, backendtest.Options{
+	conformance.Run(t, conformance.Options{
 		New: func(t *testing.T, dir string) backend.Backend {
 			b, err := New(context.Background(), Config{Dir: dir, CredentialFile: cred, AllowedRoots: roots, Switch: os.Getenv("HVKUBE_HYPERV_SWITCH")})
 			if err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/backend/backendtest"
+	"github.com/hvkube/hvkube/internal/drivers/conformance"
 )
 
 // requireImage skips when the desktop image is not built, unless
@@ -44,7 +44,7 @@ func newTestBackend(t *testing.T, dir string) backend.Backend {
 
 func TestConformance(t *testing.T) {
 	requireImage(t)
-	backendtest.Run(t, backendtest.Options{
+	conformance.Run(t, conformance.Options{
 		New:      newTestBackend,
 		Template: backend.TemplateSpec{ID: "linux-desktop-test", Image: api.QEMUImage{Image: "linux-desktop"}},
 		Kill: func(t *testing.T, b backend.Backend, id string) {
@@ -59,7 +59,7 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		Extra: testSpares,
-		Network: &backendtest.NetworkOptions{
+		Network: &conformance.NetworkOptions{
 			HostAddress: "10.0.2.2",
 			Fetch: func(host string, port int) backend.ExecRequest {
 				return backend.ExecRequest{Path: "timeout", Args: []string{"20", "bash", "-c", fetchScript, "fetch", host, strconv.Itoa(port)}}

@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite of store.Interface: what the
 // controllers, the node and the API server rely on from any store, run
-// against each implementation (as backendtest is for backends).
+// against each implementation (as drivers/conformance is for backends).
 package storetest
 
 import (

@@ -1,12 +1,12 @@
-// Package backendtest is the conformance suite every backend runs with a
+// Package conformance is the conformance suite every backend runs with a
 // one-line test:
 //
-//	func TestConformance(t *testing.T) { backendtest.Run(t, opts) }
+//	func TestConformance(t *testing.T) { conformance.Run(t, opts) }
 //
 // It drives a real desktop: builds a template, clones sandboxes from it,
 // and checks the contract of internal/backend through the screen, the
 // keyboard, the mouse and the guest.
-package backendtest
+package conformance
 
 import (
 	"bytes"
