@@ -56,7 +56,7 @@ func TestLayers(t *testing.T) {
 		forbid []string // package path prefixes, module-relative
 		why    string
 	}{
-		{"internal/backend", []string{"internal/drivers"}, "the contract knows no driver"},
+		{"internal/backend", []string{"internal/drivers", "internal/display", "internal/guest"}, "the contract knows no driver, nor the layers that speak it"},
 		{"internal/display", []string{"internal/drivers"}, "the action layer speaks the contract"},
 		{"internal/guest", []string{"internal/drivers"}, "the guest OS layer speaks the contract"},
 		{"internal/server", []string{"internal/drivers", "internal/node", "internal/controller"}, "the API server reaches VMs through the node's operations, and runs no controller itself"},
