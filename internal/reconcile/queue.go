@@ -15,6 +15,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"k8s.io/client-go/util/workqueue"
 )
 
 // Result tells the queue what to do with a key after a reconcile.
@@ -26,139 +28,41 @@ type Result struct {
 // ReconcileFunc brings the world in line with the object named by key.
 type ReconcileFunc func(ctx context.Context, key string) (Result, error)
 
-// Queue is a work queue with controller-runtime's semantics: a key waiting
-// twice is processed once, a key is never processed by two workers at once
-// (a key added while it is processed is processed again after), failed keys
-// come back with exponential backoff, and panics are recovered.
+// Queue is client-go's work queue with controller-runtime's semantics: a
+// key waiting twice is processed once, a key is never processed by two
+// workers at once (a key added while it is processed is processed again
+// after), a key waiting for a delay keeps the earlier deadline, failed keys
+// come back with exponential backoff (100 ms doubling to 60 s), and panics
+// are recovered.
 type Queue struct {
 	name string
 	log  *slog.Logger
-
-	mu         sync.Mutex // guards the following fields
-	cond       *sync.Cond
-	order      []string
-	dirty      map[string]bool
-	processing map[string]bool
-	failures   map[string]int
-	timers     map[string]*delayed
-	shutdown   bool
+	q    workqueue.TypedRateLimitingInterface[string]
 
 	// observe, when set before Run, hears of every reconcile's outcome.
 	observe func(err error)
 }
 
-// delayed is a pending AddAfter.
-type delayed struct {
-	t  *time.Timer
-	at time.Time
-}
-
 // NewQueue returns an empty queue.
 func NewQueue(name string, log *slog.Logger) *Queue {
-	q := &Queue{name: name, log: log, dirty: map[string]bool{}, processing: map[string]bool{}, failures: map[string]int{}, timers: map[string]*delayed{}}
-	q.cond = sync.NewCond(&q.mu)
-	return q
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 60*time.Second)
+	return &Queue{name: name, log: log,
+		q: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: name})}
 }
 
 // Add queues key.
-func (q *Queue) Add(key string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.addLocked(key)
-}
-
-func (q *Queue) addLocked(key string) {
-	if q.shutdown || q.dirty[key] {
-		return
-	}
-	q.dirty[key] = true
-	if !q.processing[key] {
-		q.order = append(q.order, key)
-		q.cond.Signal()
-	}
-}
+func (q *Queue) Add(key string) { q.q.Add(key) }
 
 // AddAfter queues key after d. When the key already waits for a delay,
 // the earlier deadline wins: a reconciler that asks to look again in an
 // hour must not postpone a retry due in a second.
-func (q *Queue) AddAfter(key string, d time.Duration) {
-	if d <= 0 {
-		q.Add(key)
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.shutdown {
-		return
-	}
-	at := time.Now().Add(d)
-	if p, ok := q.timers[key]; ok {
-		if !p.at.After(at) {
-			return
-		}
-		p.t.Stop()
-	}
-	p := &delayed{at: at}
-	p.t = time.AfterFunc(d, func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if q.timers[key] == p {
-			delete(q.timers, key)
-		}
-		q.addLocked(key)
-	})
-	q.timers[key] = p
-}
-
-// backoff is the delay before retrying a key that failed n times.
-func backoff(n int) time.Duration {
-	d := 100 * time.Millisecond << min(n, 12)
-	return min(d, 60*time.Second)
-}
-
-func (q *Queue) get() (string, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for len(q.order) == 0 && !q.shutdown {
-		q.cond.Wait()
-	}
-	if q.shutdown {
-		return "", false
-	}
-	key := q.order[0]
-	q.order = q.order[1:]
-	q.processing[key] = true
-	delete(q.dirty, key)
-	return key, true
-}
-
-func (q *Queue) done(key string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	delete(q.processing, key)
-	if q.dirty[key] {
-		q.order = append(q.order, key)
-		q.cond.Signal()
-	}
-}
+func (q *Queue) AddAfter(key string, d time.Duration) { q.q.AddAfter(key, d) }
 
 // Len is the number of keys waiting.
-func (q *Queue) Len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.order)
-}
+func (q *Queue) Len() int { return q.q.Len() }
 
 // ShutDown stops the workers once their current keys are done.
-func (q *Queue) ShutDown() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.shutdown = true
-	for _, p := range q.timers {
-		p.t.Stop()
-	}
-	q.cond.Broadcast()
-}
+func (q *Queue) ShutDown() { q.q.ShutDown() }
 
 // Run processes keys with n workers until ctx ends.
 func (q *Queue) Run(ctx context.Context, n int, fn ReconcileFunc) {
@@ -168,8 +72,14 @@ func (q *Queue) Run(ctx context.Context, n int, fn ReconcileFunc) {
 		go func() {
 			defer wg.Done()
 			for {
-				key, ok := q.get()
-				if !ok {
+				key, shutdown := q.q.Get()
+				if shutdown {
+					return
+				}
+				if ctx.Err() != nil {
+					// Shut down: the keys still waiting are left, as
+					// the workers stop after their current ones.
+					q.q.Done(key)
 					return
 				}
 				q.process(ctx, key, fn)
@@ -182,7 +92,7 @@ func (q *Queue) Run(ctx context.Context, n int, fn ReconcileFunc) {
 }
 
 func (q *Queue) process(ctx context.Context, key string, fn ReconcileFunc) {
-	defer q.done(key)
+	defer q.q.Done(key)
 	res, err := func() (res Result, err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -194,20 +104,15 @@ func (q *Queue) process(ctx context.Context, key string, fn ReconcileFunc) {
 	if q.observe != nil {
 		q.observe(err)
 	}
-	q.mu.Lock()
 	if err != nil {
-		n := q.failures[key]
-		q.failures[key] = n + 1
-		q.mu.Unlock()
 		if ctx.Err() == nil {
-			q.log.Warn("reconcile failed", "controller", q.name, "key", key, "attempt", n+1, "err", err)
-			q.AddAfter(key, backoff(n))
+			q.log.Warn("reconcile failed", "controller", q.name, "key", key, "attempt", q.q.NumRequeues(key)+1, "err", err)
+			q.q.AddRateLimited(key)
 		}
 		return
 	}
-	delete(q.failures, key)
-	q.mu.Unlock()
+	q.q.Forget(key)
 	if res.RequeueAfter > 0 {
-		q.AddAfter(key, res.RequeueAfter)
+		q.q.AddAfter(key, res.RequeueAfter)
 	}
 }
