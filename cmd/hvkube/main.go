@@ -16,10 +16,17 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
+// commands are the verbs of this binary beside the CLI's: the server, the
+// node, benchmarks, the cluster's setup, and the hidden debug tools for
+// guest images (which talk to QEMU's sockets, so live here and not in
+// the CLI).
+func commands() []*cobra.Command {
+	return []*cobra.Command{newServeCmd(), newNodeCmd(), newBenchCmd(), newWebhookConfigCmd(), newCACmd(), newDebugCmd(newDebugAccelCmd())}
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, cli.Options{Version: version, Extra: []*cobra.Command{newServeCmd(), newNodeCmd(), newBenchCmd(), newWebhookConfigCmd(), newCACmd()},
-		DebugExtra: []*cobra.Command{newDebugAccelCmd()}}, os.Args[1:])
+	code := cli.Main(ctx, cli.Options{Version: version, Extra: commands()}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

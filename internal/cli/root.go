@@ -21,8 +21,6 @@ type Options struct {
 	Version string
 	// Extra commands added to the root (serve, bench).
 	Extra []*cobra.Command
-	// DebugExtra are added to the hidden debug command (accel).
-	DebugExtra []*cobra.Command
 	// Now is the clock used for AGE columns; time.Now when nil.
 	Now    func() time.Time
 	Stdin  io.Reader
@@ -133,7 +131,6 @@ HVKUBE_TOKEN set to nothing sends no token.`,
 		newCRDsCmd(e),
 		newImportCmd(e),
 		newMCPCmd(e),
-		newDebugCmd(e, opts.DebugExtra...),
 	)
 	root.AddCommand(opts.Extra...)
 	return root

@@ -125,7 +125,7 @@ control (the dashboard's take-over) makes input fail with 409.`,
 				if value == "" {
 					return nil
 				}
-				xy, err := parseXY(flag, value)
+				xy, err := ParseXY(flag, value)
 				if err != nil {
 					return err
 				}
@@ -138,7 +138,7 @@ control (the dashboard's take-over) makes input fail with 409.`,
 			if cmd.Flags().Changed("mouse-down") {
 				a := api.Action{Action: "left_mouse_down"}
 				if down != "here" {
-					xy, err := parseXY("mouse-down", down)
+					xy, err := ParseXY("mouse-down", down)
 					if err != nil {
 						return err
 					}
@@ -169,7 +169,7 @@ control (the dashboard's take-over) makes input fail with 409.`,
 				if len(parts) < 3 || len(parts) > 4 {
 					return fmt.Errorf("--scroll %q: want X,Y,DIRECTION[,AMOUNT]", scroll)
 				}
-				xy, err := parseXY("scroll", strings.Join(parts[:2], ","))
+				xy, err := ParseXY("scroll", strings.Join(parts[:2], ","))
 				if err != nil {
 					return err
 				}
@@ -286,7 +286,8 @@ func parseInts(flag, s string, n int, form string) ([]int, error) {
 	return out, nil
 }
 
-func parseXY(flag, s string) ([]int, error) {
+// ParseXY reads flag's value X,Y as a point of the desktop.
+func ParseXY(flag, s string) ([]int, error) {
 	xs, ys, ok := strings.Cut(s, ",")
 	x, err1 := strconv.Atoi(strings.TrimSpace(xs))
 	y, err2 := strconv.Atoi(strings.TrimSpace(ys))

@@ -70,6 +70,7 @@ func TestLayers(t *testing.T) {
 		{"internal/controller", []string{"internal/kube"}, "controllers run on any store"},
 		{"internal/node", []string{"internal/kube"}, "the node runs on any store"},
 		{"internal/server", []string{"internal/kube"}, "the API server runs on any store"},
+		{"internal/cli", []string{"internal/drivers", "internal/vmdebug", "internal/node", "internal/server"}, "the CLI is a client of the API: QEMU's sockets are the debug tools' (cmd/hvkube)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.pkg, func(t *testing.T) {

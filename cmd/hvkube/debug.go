@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/cli"
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
 	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
@@ -22,7 +23,7 @@ import (
 
 // newDebugCmd is `hvkube debug`, hidden from the main help: tools for
 // making guest images, against a VM's own sockets rather than a server.
-func newDebugCmd(e *env, extra ...*cobra.Command) *cobra.Command {
+func newDebugCmd(extra ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "debug",
 		Short: "Tools for developing guest images: talk to one VM's QMP and guest-agent sockets",
@@ -37,8 +38,8 @@ $QGA_SOCKET, which boot.sh sets for the command it runs.`,
   hvkube debug input --click 495,336 --type 'echo hi' --key Return`,
 		Hidden: true,
 	}
-	cmd.AddCommand(newDebugWaitReadyCmd(e), newDebugExecCmd(e), newDebugQMPCmd(e), newDebugScreenshotCmd(e),
-		newDebugInputCmd(e), newDebugSelfTestCmd(e))
+	cmd.AddCommand(newDebugWaitReadyCmd(), newDebugExecCmd(), newDebugQMPCmd(), newDebugScreenshotCmd(),
+		newDebugInputCmd(), newDebugSelfTestCmd())
 	cmd.AddCommand(extra...)
 	return cmd
 }
@@ -56,7 +57,7 @@ func needSocket(name, v string) error {
 	return nil
 }
 
-func newDebugWaitReadyCmd(e *env) *cobra.Command {
+func newDebugWaitReadyCmd() *cobra.Command {
 	var o vmdebug.WaitOptions
 	var since string
 	var verbose bool
@@ -82,9 +83,9 @@ Gives up after --timeout, or when process --pid (QEMU) exits.`,
 			if o.Timeout <= 0 {
 				return fmt.Errorf("--timeout %s: want a positive duration", o.Timeout)
 			}
-			o.Out = e.out
+			o.Out = cmd.OutOrStdout()
 			if verbose {
-				o.Verbose = e.errOut
+				o.Verbose = cmd.ErrOrStderr()
 			}
 			return vmdebug.WaitReady(cmd.Context(), o)
 		},
@@ -97,7 +98,7 @@ Gives up after --timeout, or when process --pid (QEMU) exits.`,
 	return cmd
 }
 
-func newDebugExecCmd(e *env) *cobra.Command {
+func newDebugExecCmd() *cobra.Command {
 	var socket, input string
 	var envs []string
 	var timeout time.Duration
@@ -128,13 +129,13 @@ inherits the agent's environment; with it, that is the whole environment
 			if err != nil {
 				return err
 			}
-			e.out.Write(res.Stdout)
-			e.errOut.Write(res.Stderr)
+			cmd.OutOrStdout().Write(res.Stdout)
+			cmd.ErrOrStderr().Write(res.Stderr)
 			switch {
 			case res.Signal != 0:
-				return &ExitError{Code: 128 + res.Signal}
+				return &cli.ExitError{Code: 128 + res.Signal}
 			case res.ExitCode != 0:
-				return &ExitError{Code: res.ExitCode}
+				return &cli.ExitError{Code: res.ExitCode}
 			}
 			return nil
 		},
@@ -146,7 +147,7 @@ inherits the agent's environment; with it, that is the whole environment
 	return cmd
 }
 
-func newDebugQMPCmd(e *env) *cobra.Command {
+func newDebugQMPCmd() *cobra.Command {
 	var socket string
 	cmd := &cobra.Command{
 		Use:   "qmp [--qmp SOCKET] COMMAND [JSON_ARGUMENTS]",
@@ -183,7 +184,7 @@ func newDebugQMPCmd(e *env) *cobra.Command {
 				b.Reset()
 				b.WriteString("{}")
 			}
-			fmt.Fprintln(e.out, b.String())
+			fmt.Fprintln(cmd.OutOrStdout(), b.String())
 			return nil
 		},
 	}
@@ -191,7 +192,7 @@ func newDebugQMPCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-func newDebugScreenshotCmd(e *env) *cobra.Command {
+func newDebugScreenshotCmd() *cobra.Command {
 	var socket, format string
 	cmd := &cobra.Command{
 		Use:   "screenshot [--qmp SOCKET] OUT",
@@ -225,7 +226,7 @@ func newDebugScreenshotCmd(e *env) *cobra.Command {
 			if err := os.WriteFile(args[0], b.Bytes(), 0o644); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.out, "%s: %dx%d (screendump %d ms)\n", args[0], img.Rect.Dx(), img.Rect.Dy(), took.Milliseconds())
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %dx%d (screendump %d ms)\n", args[0], img.Rect.Dx(), img.Rect.Dy(), took.Milliseconds())
 			return nil
 		},
 	}
@@ -234,7 +235,7 @@ func newDebugScreenshotCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-func newDebugInputCmd(e *env) *cobra.Command {
+func newDebugInputCmd() *cobra.Command {
 	var qmpSocket, qgaSocket, move, click, typ, key string
 	var raw []string
 	cmd := &cobra.Command{
@@ -253,7 +254,7 @@ prints the pointer's place; screenshot and zoom are not written anywhere.`,
 			var acts []api.Action
 			for _, f := range []struct{ flag, action, value string }{{"move", "mouse_move", move}, {"click", "left_click", click}} {
 				if f.value != "" {
-					xy, err := parseXY(f.flag, f.value)
+					xy, err := cli.ParseXY(f.flag, f.value)
 					if err != nil {
 						return err
 					}
@@ -292,7 +293,7 @@ prints the pointer's place; screenshot and zoom are not written anywhere.`,
 				return err
 			}
 			if res.Coordinate != nil {
-				fmt.Fprintf(e.out, "%d,%d\n", res.Coordinate[0], res.Coordinate[1])
+				fmt.Fprintf(cmd.OutOrStdout(), "%d,%d\n", res.Coordinate[0], res.Coordinate[1])
 			}
 			return nil
 		},
@@ -322,7 +323,7 @@ func parseAction(b []byte) ([]api.Action, error) {
 	return []api.Action{a}, nil
 }
 
-func newDebugSelfTestCmd(e *env) *cobra.Command {
+func newDebugSelfTestCmd() *cobra.Command {
 	o := vmdebug.SelfTestOptions{}
 	cmd := &cobra.Command{
 		Use:   "selftest OUT_DIR [--qmp SOCKET] [--qga SOCKET] [--image-dir DIR]",
@@ -342,13 +343,13 @@ Exits 1 when a check fails.`,
 			if err := needSocket("qga", o.QGA); err != nil {
 				return err
 			}
-			o.Out, o.Log = args[0], e.out
+			o.Out, o.Log = args[0], cmd.OutOrStdout()
 			failed, err := vmdebug.SelfTest(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
 			if failed > 0 {
-				return &ExitError{Code: 1}
+				return &cli.ExitError{Code: 1}
 			}
 			return nil
 		},

@@ -1,8 +1,12 @@
-package cli
+package main
 
 import (
+	"bytes"
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/hvkube/hvkube/internal/cli"
 
 	"github.com/hvkube/hvkube/internal/drivers/qemu/qga/qgatest"
 )
@@ -24,7 +28,7 @@ func TestDebugExec(t *testing.T) {
 		return qgatest.Process{Stdout: r.Input}
 	})
 	t.Setenv("QGA_SOCKET", "")
-	out, errOut, code := run(t, "", "debug", "exec", "--qga", peer.SocketPath(), "--env", "DISPLAY=:0", "--env", "A=b=c", "--input", "hi there", "--", "cat", "-n")
+	out, errOut, code := runMain(t, "debug", "exec", "--qga", peer.SocketPath(), "--env", "DISPLAY=:0", "--env", "A=b=c", "--input", "hi there", "--", "cat", "-n")
 	if code != 0 || out != "hi there" || errOut != "" {
 		t.Fatalf("exec: %d %q %q", code, out, errOut)
 	}
@@ -33,10 +37,10 @@ func TestDebugExec(t *testing.T) {
 	}
 	// $QGA_SOCKET is the default, as boot.sh sets it.
 	t.Setenv("QGA_SOCKET", peer.SocketPath())
-	if _, errOut, code := run(t, "", "debug", "exec", "--", "false"); code != 3 || errOut != "failed\n" {
+	if _, errOut, code := runMain(t, "debug", "exec", "--", "false"); code != 3 || errOut != "failed\n" {
 		t.Fatalf("exec false: %d %q", code, errOut)
 	}
-	if _, _, code := run(t, "", "debug", "exec", "--", "kill"); code != 128+9 {
+	if _, _, code := runMain(t, "debug", "exec", "--", "kill"); code != 128+9 {
 		t.Fatalf("exec of a killed program: %d", code)
 	}
 	if len(got.Env) != 0 || len(got.Input) != 0 {
@@ -49,7 +53,7 @@ func TestDebugWaitReady(t *testing.T) {
 	peer.SetExec(func(r qgatest.ExecRequest) qgatest.Process {
 		return qgatest.Process{Stdout: []byte("ready 1280x800\n")}
 	})
-	out, errOut, code := run(t, "", "debug", "wait-ready", "--qga", peer.SocketPath(), "--since", "1700000000.5", "--timeout", "10s")
+	out, errOut, code := runMain(t, "debug", "wait-ready", "--qga", peer.SocketPath(), "--since", "1700000000.5", "--timeout", "10s")
 	if code != 0 || !strings.Contains(out, "guest agent answered after") || !strings.Contains(out, "desktop ready after") || !strings.Contains(out, "(ready 1280x800)") {
 		t.Fatalf("wait-ready: %d %q %q", code, out, errOut)
 	}
@@ -77,16 +81,25 @@ func TestDebugArguments(t *testing.T) {
 		{[]string{"debug", "selftest", "--qmp", "x", "/tmp/out"}, "--qga: required"},
 		{[]string{"debug", "selftest", "--qmp", "x", "--qga", "y"}, "accepts 1 arg"},
 	} {
-		_, errOut, code := run(t, "", tt.args...)
+		_, errOut, code := runMain(t, tt.args...)
 		if code == 0 || !strings.Contains(errOut, tt.want) {
 			t.Errorf("%v: exit %d, %q; want an error with %q", tt.args, code, errOut, tt.want)
 		}
 	}
 	// Hidden from the main help, there when asked for.
-	if out, _, _ := run(t, "", "--help"); strings.Contains(out, "debug") {
+	if out, _, _ := runMain(t, "--help"); strings.Contains(out, "debug") {
 		t.Errorf("the main help lists debug:\n%s", out)
 	}
-	if out, _, code := run(t, "", "debug", "--help"); code != 0 || !strings.Contains(out, "guest images") || !strings.Contains(out, "selftest") {
+	if out, _, code := runMain(t, "debug", "--help"); code != 0 || !strings.Contains(out, "guest images") || !strings.Contains(out, "selftest") {
 		t.Errorf("debug --help: %d\n%s", code, out)
 	}
+}
+
+// runMain runs this binary's main command line in-process, as hvkube
+// would: the CLI with this binary's commands.
+func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = cli.Main(context.Background(), cli.Options{Version: "test", Extra: commands(), Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut}, args)
+	return out.String(), errOut.String(), code
 }
