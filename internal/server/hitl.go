@@ -57,21 +57,32 @@ func (s *Server) askHuman(w http.ResponseWriter, r *http.Request) {
 		s.failBody(w, r, err)
 		return
 	}
-	switch {
-	case req.Question == nil || strings.TrimSpace(*req.Question) == "":
+	if req.Question == nil {
 		s.fail(w, r, api.Invalid("question", "required"))
 		return
-	case utf8.RuneCountInString(*req.Question) > MaxQuestion:
-		s.fail(w, r, api.Invalid("question", "%d characters: at most %d", utf8.RuneCountInString(*req.Question), MaxQuestion))
-		return
-	case strings.ContainsRune(*req.Question, 0):
-		s.fail(w, r, api.Invalid("question", "contains a NUL byte"))
+	}
+	hr, err := s.ask(r.Context(), r.PathValue("name"), *req.Question)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	name := r.PathValue("name")
+	writeJSON(w, http.StatusCreated, hr)
+}
+
+// ask records agent's question for a person: the operation of POST
+// …/hitl, which MCP's ask_human calls too.
+func (s *Server) ask(ctx context.Context, name, question string) (*api.HumanRequest, error) {
+	switch {
+	case strings.TrimSpace(question) == "":
+		return nil, api.Invalid("question", "required")
+	case utf8.RuneCountInString(question) > MaxQuestion:
+		return nil, api.Invalid("question", "%d characters: at most %d", utf8.RuneCountInString(question), MaxQuestion)
+	case strings.ContainsRune(question, 0):
+		return nil, api.Invalid("question", "contains a NUL byte")
+	}
 	now := time.Now().UTC()
-	hr := &api.HumanRequest{ID: newID(), Question: *req.Question, AskedAt: now}
-	out, err := updateUnless(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) (bool, error) {
+	hr := &api.HumanRequest{ID: newID(), Question: question, AskedAt: now}
+	out, err := updateUnless(ctx, s.opts.Store, api.KindAgent, name, func(a *api.Agent) (bool, error) {
 		switch {
 		case a.Status.Phase != api.AgentRunning && a.Status.Phase != api.AgentScheduled:
 			return false, fmt.Errorf("agent %s is %s: only a scheduled or running agent can ask: %w", name, orPending(a.Status.Phase), api.ErrConflict)
@@ -84,11 +95,10 @@ func (s *Server) askHuman(w http.ResponseWriter, r *http.Request) {
 		return true, nil
 	})
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return nil, err
 	}
-	reconcile.Event(r.Context(), s.opts.Store, s.log, out, api.EventNormal, "HumanRequested", fmt.Sprintf("request %s: %s", hr.ID, oneLine(hr.Question, 400)))
-	writeJSON(w, http.StatusCreated, hr)
+	reconcile.Event(ctx, s.opts.Store, s.log, out, api.EventNormal, "HumanRequested", fmt.Sprintf("request %s: %s", hr.ID, oneLine(hr.Question, 400)))
+	return hr, nil
 }
 
 // getHumanRequest answers GET /agents/{name}/hitl[?wait=SECONDS]: the
@@ -104,17 +114,26 @@ func (s *Server) getHumanRequest(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = n
 	}
-	name := r.PathValue("name")
-	a, err := s.agentAnswered(r.Context(), name, time.Duration(wait)*time.Second)
+	hr, err := s.latestRequest(r.Context(), r.PathValue("name"), time.Duration(wait)*time.Second)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if a.Status.HumanRequest == nil {
-		s.fail(w, r, fmt.Errorf("agent %s has asked nothing (or its attempt ended before an answer came): %w", name, api.ErrNotFound))
-		return
+	writeJSON(w, http.StatusOK, hr)
+}
+
+// latestRequest is agent name's latest request for a person, once it is
+// answered or wait is over: the operation of GET …/hitl, which MCP's
+// ask_human calls too.
+func (s *Server) latestRequest(ctx context.Context, name string, wait time.Duration) (*api.HumanRequest, error) {
+	a, err := s.agentAnswered(ctx, name, wait)
+	if err != nil {
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, a.Status.HumanRequest)
+	if a.Status.HumanRequest == nil {
+		return nil, fmt.Errorf("agent %s has asked nothing (or its attempt ended before an answer came): %w", name, api.ErrNotFound)
+	}
+	return a.Status.HumanRequest, nil
 }
 
 // agentAnswered returns the agent once its request is no longer pending,

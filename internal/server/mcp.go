@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +22,6 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/cdp"
-	"github.com/hvkube/hvkube/internal/client"
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/mcptools"
 	"github.com/hvkube/hvkube/internal/osworld"
@@ -414,67 +412,15 @@ func (d *serverDesktops) AskHuman(ctx context.Context, agent, question string, w
 	return mcptools.AskOver(ctx, serverHuman{d.s}, agent, question, wait)
 }
 
-// serverHuman is the human-in-the-loop API, called through the server's
-// own routes so that a question asked over MCP is the same as one asked
+// serverHuman is the human-in-the-loop API's operations, the ones its
+// routes call, so that a question asked over MCP is the same as one asked
 // over REST (validation, condition, events).
 type serverHuman struct{ s *Server }
 
 func (h serverHuman) Ask(ctx context.Context, agent, question string) (*api.HumanRequest, error) {
-	body, _ := json.Marshal(map[string]string{"question": question})
-	return h.call(ctx, http.MethodPost, "/api/v1/agents/"+agent+"/hitl", body)
+	return h.s.ask(ctx, agent, question)
 }
 
 func (h serverHuman) Latest(ctx context.Context, agent string, wait time.Duration) (*api.HumanRequest, error) {
-	p := "/api/v1/agents/" + agent + "/hitl"
-	if sec := int(wait / time.Second); sec > 0 {
-		p += fmt.Sprintf("?wait=%d", sec)
-	}
-	return h.call(ctx, http.MethodGet, p, nil)
-}
-
-func (h serverHuman) call(ctx context.Context, method, path string, body []byte) (*api.HumanRequest, error) {
-	req, err := http.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	rec := &recorder{h: http.Header{}}
-	h.s.mux.ServeHTTP(rec, req)
-	if rec.code >= 300 {
-		var e errorBody
-		json.Unmarshal(rec.buf.Bytes(), &e)
-		if rec.code == http.StatusBadRequest {
-			return nil, &api.FieldError{Field: e.Field, Detail: strings.TrimPrefix(e.Error, e.Field+": ")}
-		}
-		// The routes are this server's own, none missing: a status maps
-		// back to its category as it does for any client of the API.
-		return nil, &client.Error{Code: rec.code, Message: e.Error, Field: e.Field}
-	}
-	var hr api.HumanRequest
-	if err := json.Unmarshal(rec.buf.Bytes(), &hr); err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	return &hr, nil
-}
-
-// recorder keeps the answer of an in-process call to a route.
-type recorder struct {
-	h    http.Header
-	code int
-	buf  bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.h }
-
-func (r *recorder) WriteHeader(code int) {
-	if r.code == 0 {
-		r.code = code
-	}
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	return r.buf.Write(b)
+	return h.s.latestRequest(ctx, agent, min(wait, MaxHumanWait*time.Second))
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/hvkube/hvkube/internal/store"
 )
 
-// TestServerHumanStatus: the in-process questions API of MCP's ask_human
-// maps each status of the server's own routes back to its category.
+// TestServerHumanStatus: MCP's ask_human calls the operations of the
+// questions API, whose errors keep their category (and field).
 func TestServerHumanStatus(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, t.TempDir(), store.Options{})
