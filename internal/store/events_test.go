@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,12 +26,10 @@ func TestFullEventQueueDoesNotStallWrites(t *testing.T) {
 
 	// Hold the writer at the write lock with one record while the queue
 	// fills up behind it.
+	batches, waits := hookEvents(t)
 	s.writeMu.Lock()
 	s.events <- rec
-	for len(s.events) > 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
+	<-batches // the writer took it, and waits for the lock
 	for len(s.events) < cap(s.events) {
 		s.events <- rec
 	}
@@ -41,7 +40,7 @@ func TestFullEventQueueDoesNotStallWrites(t *testing.T) {
 		_, err := s.ListEvents(lctx, EventFilter{Limit: 1})
 		listed <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // ListEvents waits for room in the queue
+	<-waits // ListEvents waits for room in the queue
 	s.writeMu.Unlock()
 
 	created := make(chan error, 1)
@@ -76,7 +75,10 @@ func TestCloseWaitsForFlush(t *testing.T) {
 	s := openTest(t)
 	p := pool("p", 1)
 	rec := eventRecord{obj: p, typ: api.EventNormal, reason: "Queued", message: "queued"}
+	batches, waits := hookEvents(t)
 	s.writeMu.Lock()
+	s.events <- rec
+	<-batches // the writer took it, and waits for the lock
 	for len(s.events) < cap(s.events) {
 		s.events <- rec
 	}
@@ -85,10 +87,13 @@ func TestCloseWaitsForFlush(t *testing.T) {
 		s.ListEvents(ctx, EventFilter{Limit: 1})
 		close(listed)
 	}()
-	time.Sleep(20 * time.Millisecond)
+	<-waits
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	time.Sleep(20 * time.Millisecond)
+	// Close marks the store closed, then waits for the waiting readers.
+	for !s.isClosed() {
+		runtime.Gosched()
+	}
 	s.writeMu.Unlock()
 	select {
 	case <-listed:
@@ -140,4 +145,22 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 			t.Errorf("%q does not name %q", err, want)
 		}
 	}
+}
+
+// hookEvents sets the event writer's test hooks for the test: batches
+// hears of each batch the writer takes, waits of each reader that waits
+// for the queue.
+func hookEvents(t *testing.T) (batches, waits <-chan struct{}) {
+	b, w := make(chan struct{}, 1000), make(chan struct{}, 1000)
+	testHookEventBatch = func() { b <- struct{}{} }
+	testHookFlushWaits = func() { w <- struct{}{} }
+	t.Cleanup(func() { testHookEventBatch, testHookFlushWaits = nil, nil })
+	return b, w
+}
+
+// isClosed reports whether Close has begun.
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }

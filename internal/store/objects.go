@@ -123,6 +123,9 @@ func (s *Store) flushEvents(ctx context.Context) {
 	s.flushers.Add(1)
 	s.mu.Unlock()
 	done := make(chan struct{})
+	if testHookFlushWaits != nil {
+		testHookFlushWaits()
+	}
 	select {
 	case s.events <- eventRecord{done: done}:
 		s.flushers.Done()
@@ -135,6 +138,11 @@ func (s *Store) flushEvents(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
+
+// Test hooks, nil but in tests: testHookEventBatch runs when the event
+// writer has taken a batch, before its transaction; testHookFlushWaits
+// when a reader is about to wait for the event queue.
+var testHookEventBatch, testHookFlushWaits func()
 
 // maxEventBatch bounds the events written in one transaction.
 const maxEventBatch = 500
@@ -177,6 +185,9 @@ func (s *Store) writeEvents() {
 			default:
 				break more
 			}
+		}
+		if testHookEventBatch != nil {
+			testHookEventBatch()
 		}
 		err := s.Tx(context.Background(), func(tx *Tx) error {
 			for _, r := range batch {

@@ -160,12 +160,10 @@ func TestEventWriterSurvivesSlowWatcher(t *testing.T) {
 	// The writer waits for the write lock with the first record while the
 	// rest queue up behind it: its next batch overflows the watcher with
 	// events still to send.
+	batches, _ := hookEvents(t)
 	s.writeMu.Lock()
 	s.events <- eventRecord{obj: p, typ: api.EventNormal, reason: "First", message: "first"}
-	for len(s.events) > 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
+	<-batches // the writer took it, and waits for the lock
 	for range 100 {
 		s.events <- eventRecord{obj: p, typ: api.EventNormal, reason: "Queued", message: "queued"}
 	}
