@@ -50,7 +50,8 @@ cluster controllers and the API run in hvkube serve, in replicas of their
 own; docs/kubernetes.md shows how the two are deployed.
 
 The node holds no key that signs anything. It proves who it is to the API
-servers at --server-url with its identity (--identity-file): on
+servers at --server-url (their TLS listener, checked by --server-ca; plain
+HTTP only on loopback) with its identity (--identity-file): on
 Kubernetes, its pod's service-account token of audience hvkube (the API
 servers ask the cluster who it is, and take the node's name from the
 token); elsewhere, one minted for it alone with hvkube node identity NAME.
