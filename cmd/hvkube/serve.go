@@ -455,7 +455,12 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	ro := nodeapi.RouterOptions{Store: st, Signer: key.NodeSigner(), CA: ca}
+	// Routing and the scope checks of agents' tokens read the watch
+	// caches of every replica: an input, a screenshot or an exec costs
+	// the store nothing.
+	cached := watchCaches(mgr, api.KindAgent, api.KindSandbox, api.KindNode)
+	opts.Cached = cached
+	ro := nodeapi.RouterOptions{Store: st, Signer: key.NodeSigner(), CA: ca, Cached: cached}
 	// With SQLite this process holds the one node and the controllers: the
 	// node lives and dies with them, so it never fences itself and no
 	// controller marks it lost.
@@ -550,6 +555,21 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// watchCaches keeps m's watch caches of kinds and reads an object from
+// them.
+func watchCaches(m *reconcile.Manager, kinds ...string) func(kind, name string) (api.Object, bool) {
+	caches := map[string]*reconcile.Cache{}
+	for _, k := range kinds {
+		caches[k] = m.Cache(k)
+	}
+	return func(kind, name string) (api.Object, bool) {
+		if c := caches[kind]; c != nil {
+			return c.Get(name)
+		}
+		return nil, false
+	}
 }
 
 // controllersLease is the Lease the replicas of hvkube serve campaign for.

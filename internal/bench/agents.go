@@ -724,6 +724,9 @@ type checked struct {
 	doubleBinds, twoClaims                 int
 	doubleCompleted, doubleCompletedEvents int
 	problems                               []string
+	// calls are the store's calls by operation and kind ("Get Sandbox"),
+	// from the first claim until the last release (Claims).
+	calls map[string]int64
 }
 
 func (c *checker) result() (*checked, error) {

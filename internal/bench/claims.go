@@ -49,6 +49,8 @@ type ClaimsOptions struct {
 	// Requests, when set, returns the API requests the benchmark's
 	// client has made so far: the report says how many each claim cost.
 	Requests func() RequestCounts
+
+	traceCalls bool
 }
 
 // claimsTimeout bounds each wait of the benchmark.
@@ -90,6 +92,13 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 		return nil, nil, err
 	}
 	defer closeStore()
+	calls := newCallCounter(st, o.traceCalls)
+	st = calls
+	counted := calls.(interface {
+		reset()
+		snapshot() map[string]int64
+		dump() string
+	})
 
 	// Everything lives until the deferred stops, not until ctx ends.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -224,6 +233,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	}
 	logf("claiming: %d agents, %d at once…", o.Claims, o.Parallel)
 	reqsBefore := o.requests()
+	counted.reset()
 	var next atomic.Int64
 	var lastRunning atomic.Int64 // since start, in ns
 	errc := make(chan error, o.Parallel)
@@ -280,6 +290,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	}
 	claimedIn := time.Duration(lastRunning.Load())
 	reqs := o.requests().since(reqsBefore)
+
 	logf("%d agents running after %s (%.0f/s); waiting for them to complete…", o.Claims, claimedIn.Round(time.Millisecond), float64(o.Claims)/claimedIn.Seconds())
 	if err := chk.waitFinished(ctx, claimsTimeout, func(done, failed, sched int) {
 		logf("  %d scheduled, %d completed, %d failed", sched, done, failed)
@@ -289,12 +300,17 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	// Releases that land after the last completion still count for the
 	// checks.
 	time.Sleep(2 * time.Second)
+	callCounts := counted.snapshot()
+	if o.traceCalls {
+		logf("%s", counted.dump())
+	}
 	stopWatch()
 	chk.wait()
 	res, err := chk.result()
 	if err != nil {
 		return nil, nil, err
 	}
+	res.calls = callCounts
 	if err := chk.checkStore(ctx, st, o.Claims); err != nil {
 		res.problems = append(res.problems, err.Error())
 	}
@@ -327,6 +343,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 		fmt.Sprintf("fill: a pool of %d (maxPerHost %d on %d nodes) warm %s after it was created (first warm after %s): %.0f sandboxes/s", size, o.PerNode, o.Nodes, fmtDur(fill), fmtDur(firstWarm), float64(size)/fill.Seconds()),
 		fmt.Sprintf("agents completed: %d of %d (%d failed); double binds: %d (a sandbox bound to a second agent while the first held it, or its claim overwritten; target 0); agents claimed on two sandboxes at once: %d", res.completed, o.Claims, res.failed, res.doubleBinds, res.twoClaims),
 	)
+	rep.Facts = append(rep.Facts, "store calls per claim, from the first claim until the last release: "+perClaim(callCounts, o.Claims))
 	if len(reqs) > 0 {
 		rep.Facts = append(rep.Facts, fmt.Sprintf("API requests of all clients (controllers, nodes, submitters, checker) from the first claim until the last agent ran: %s", reqs.perClaim(o.Claims)))
 	}

@@ -17,6 +17,78 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(kubetest.Main(m)) }
 
+// TestClaimStoreCalls counts what claims cost the store (SQLite): each
+// claim, from the agent's creation through its run to the release of its
+// sandbox, reads nothing (every controller and node reads its watch, and
+// its own writes), and writes its objects a bounded number of times.
+func TestClaimStoreCalls(t *testing.T) { testClaimStoreCalls(t, nil, "sqlite") }
+
+// TestClaimStoreCallsOnKubernetes is TestClaimStoreCalls on a real
+// kube-apiserver.
+func TestClaimStoreCallsOnKubernetes(t *testing.T) {
+	env := kubetest.Start(t)
+	testClaimStoreCalls(t, kubeStore(env, env.Namespace(t)), "kubernetes")
+}
+
+// Object writes per claim: the agent's creation; the claim of its
+// sandbox and the agent's binding (the scheduler); the attempt's start
+// and the sandbox acquired (the node); the outcome and the release (the
+// node).
+const (
+	agentWritesPerClaim   = 4
+	sandboxWritesPerClaim = 3
+)
+
+func testClaimStoreCalls(t *testing.T, open StoreFunc, name string) {
+	const claims = 50
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, res, err := runClaims(ctx, ClaimsOptions{Nodes: 2, PerNode: 5, Claims: claims, Parallel: 1,
+		HealthInterval: time.Hour, NodeResync: 10 * time.Minute, Store: open, StoreName: name, Log: &out})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if res.completed != claims || res.doubleBinds != 0 {
+		t.Fatalf("%d of %d agents completed, %d double binds: %v", res.completed, claims, res.doubleBinds, res.failures)
+	}
+	t.Logf("store calls: %s", perClaim(res.calls, claims))
+	for k, n := range res.calls {
+		op, _, _ := strings.Cut(k, " ")
+		if op == "Get" || op == "List" {
+			t.Errorf("%d claims made %d calls of %s, want none: the claim path reads its watches", claims, n, k)
+		}
+	}
+	writes := func(kind string) int64 {
+		return res.calls["Create "+kind] + res.calls["Update "+kind] + res.calls["UpdateStatus "+kind] + res.calls["Delete "+kind]
+	}
+	// A little slack for what the claims' timing may add (a health
+	// check's change, a conflict retried), never a write per claim more.
+	slack := int64(claims / 10)
+	for _, w := range []struct {
+		kind string
+		want int64
+	}{{"Agent", agentWritesPerClaim * claims}, {"Sandbox", sandboxWritesPerClaim * claims}, {"SandboxPool", 0}} {
+		if got := writes(w.kind); got > w.want+slack {
+			t.Errorf("%d claims wrote %s objects %d times, want at most %d", claims, w.kind, got, w.want+slack)
+		}
+	}
+}
+
+// kubeStore opens a Kubernetes store in namespace ns of env, not rate
+// limited (one client stands in for a cluster's).
+func kubeStore(env *kubetest.Env, ns string) StoreFunc {
+	return func(ctx context.Context, _ string, log *slog.Logger) (store.API, func() error, error) {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.QPS, cfg.Burst = -1, 0
+		st, err := kube.Open(ctx, kube.Options{Config: cfg, Namespace: ns, Component: "hvkube-test", Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, st.Close, nil
+	}
+}
+
 // TestClaimsOnKubernetes runs 1,000 claims on four fake-backend nodes of
 // 25 warm sandboxes each, on a real kube-apiserver: every sandbox is
 // claimed about ten times, released and reset in between. No sandbox may
@@ -27,16 +99,7 @@ func TestClaimsOnKubernetes(t *testing.T) {
 		t.Skip("1,000 claims: not in -short")
 	}
 	env := kubetest.Start(t)
-	ns := env.Namespace(t)
-	open := func(ctx context.Context, _ string, log *slog.Logger) (store.API, func() error, error) {
-		cfg := rest.CopyConfig(env.Config)
-		cfg.QPS, cfg.Burst = -1, 0
-		st, err := kube.Open(ctx, kube.Options{Config: cfg, Namespace: ns, Component: "hvkube-test", Logger: log})
-		if err != nil {
-			return nil, nil, err
-		}
-		return st, st.Close, nil
-	}
+	open := kubeStore(env, env.Namespace(t))
 	var out strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -36,14 +37,34 @@ type Pools struct {
 
 	nodesMu  sync.Mutex
 	liveSeen map[string]bool // by node: live when last seen
+
+	countsMu    sync.Mutex
+	countsWrote map[string]time.Time // by pool: when its status was last written
 }
+
+// poolCountsEvery is how often at most a pool's status is written when
+// only its counts changed (replicas, ready, warm, busy): each claim and
+// each release changes them, and a pool of a thousand busy sandboxes
+// would write its status as often as its agents start. A change of
+// anything else (desired, the conditions' states, excessSince) is
+// written at once.
+const poolCountsEvery = time.Second
 
 // NewPools registers the pool controller with m.
 func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Pools {
 	if now == nil {
 		now = time.Now
 	}
-	p := &Pools{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool), nodes: m.Cache(api.KindNode), liveSeen: map[string]bool{}}
+	p := &Pools{log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool), nodes: m.Cache(api.KindNode),
+		liveSeen: map[string]bool{}, countsWrote: map[string]time.Time{}}
+	// Its own writes of pools are its view of them until the watch
+	// brings them back: a pool is read from the watch, never the store.
+	p.st = reconcile.Expecting{Interface: st, Caches: func(kind string) *reconcile.Cache {
+		if kind == api.KindSandboxPool {
+			return p.pools
+		}
+		return nil
+	}}
 	m.Register(reconcile.Controller{Name: "pool", For: api.KindSandboxPool, Reconciler: p, Workers: 2,
 		Watches: []reconcile.Watch{
 			{Kind: api.KindSandbox, Map: func(o api.Object) []string {
@@ -109,8 +130,11 @@ func (p *Pools) poolsFor(o api.Object) []string {
 
 // Reconcile implements Reconciler.
 func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, error) {
-	o, err := p.st.Get(ctx, api.KindSandboxPool, name)
+	o, err := reconcile.GetLatest(ctx, p.pools, p.st, api.KindSandboxPool, name)
 	if errors.Is(err, api.ErrNotFound) {
+		p.countsMu.Lock()
+		delete(p.countsWrote, name)
+		p.countsMu.Unlock()
 		return reconcile.Result{}, nil
 	}
 	if err != nil {
@@ -134,9 +158,11 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 		return p.deletePool(ctx, pool, members)
 	}
 	if !hasFinalizer(pool, api.FinalizerSandboxes) {
-		if _, err := reconcile.EnsureFinalizer(ctx, p.st, pool, api.FinalizerSandboxes); err != nil {
+		out, err := reconcile.EnsureFinalizer(ctx, p.st, pool, api.FinalizerSandboxes)
+		if err != nil {
 			return reconcile.Result{}, err
 		}
+		pool = out.(*api.SandboxPool)
 	}
 	now := p.now()
 	s := p.count(pool, members, now)
@@ -251,7 +277,9 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 	if s.live <= s.desired {
 		excessSince = nil
 	}
-	return reconcile.Result{RequeueAfter: requeue}, p.writeStatus(ctx, pool, s, excessSince, now)
+	later, err := p.writeStatus(ctx, pool, s, excessSince, now)
+	soon(later)
+	return reconcile.Result{RequeueAfter: requeue}, err
 }
 
 // poolState is what Reconcile counted.
@@ -476,8 +504,9 @@ func (p *Pools) deletePool(ctx context.Context, pool *api.SandboxPool, members [
 	return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, p.st, pool, api.FinalizerSandboxes)
 }
 
-func (p *Pools) writeStatus(ctx context.Context, pool *api.SandboxPool, s poolState, excessSince *time.Time, now time.Time) error {
-	_, err := reconcile.UpdateStatus(ctx, p.st, api.KindSandboxPool, pool.Metadata.Name, func(cur *api.SandboxPool) bool {
+func (p *Pools) writeStatus(ctx context.Context, pool *api.SandboxPool, s poolState, excessSince *time.Time, now time.Time) (later time.Duration, err error) {
+	_, err = reconcile.UpdateStatusFrom(ctx, p.st, api.KindSandboxPool, pool, func(cur *api.SandboxPool) bool {
+		later = 0
 		before := api.DeepCopy(cur).Status
 		st := &cur.Status
 		st.Replicas, st.Desired, st.Ready, st.Warm, st.Busy = s.live, s.desired, s.ready, s.warm, s.busy
@@ -502,10 +531,19 @@ func (p *Pools) writeStatus(ctx context.Context, pool *api.SandboxPool, s poolSt
 		if changed && before.Desired != s.desired && before.ObservedGeneration != 0 {
 			p.log.Info("pool target changed", "pool", cur.Metadata.Name, "desired", s.desired, "pendingAgents", s.pendingAgents)
 		}
+		if changed && reflect.DeepEqual(countless(before), countless(*st)) {
+			if wait := p.countsDue(cur.Metadata.Name, now); wait > 0 {
+				later = wait
+				return false
+			}
+		}
+		if changed {
+			p.countsWritten(cur.Metadata.Name, now)
+		}
 		return changed
 	})
 	if errors.Is(err, api.ErrNotFound) {
-		return nil
+		return 0, nil
 	}
 	if err == nil && s.blocked != "" {
 		if c := api.FindCondition(pool.Status.Conditions, "Satisfiable"); c == nil || c.Status != api.ConditionFalse || c.Reason != s.blocked {
@@ -514,10 +552,35 @@ func (p *Pools) writeStatus(ctx context.Context, pool *api.SandboxPool, s poolSt
 	}
 	// The end of a fill is news: ScaledUp events say how it goes, this
 	// says when it is done.
-	if err == nil && s.desired > 0 && s.ready >= s.desired && pool.Status.Ready < s.desired {
+	if err == nil && later == 0 && s.desired > 0 && s.ready >= s.desired && pool.Status.Ready < s.desired {
 		reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, "Filled", fmt.Sprintf("all %d sandboxes ready (%d idle)", s.ready, s.ready-s.busy))
 	}
-	return err
+	return later, err
+}
+
+// countless is a pool's status without its counts and the conditions'
+// messages (which quote them): what changes with every claim.
+func countless(s api.SandboxPoolStatus) api.SandboxPoolStatus {
+	s.Replicas, s.Ready, s.Warm, s.Busy = 0, 0, 0, 0
+	s.Conditions = slices.Clone(s.Conditions)
+	for i := range s.Conditions {
+		s.Conditions[i].Message = ""
+	}
+	return s
+}
+
+// countsDue is how long until pool's counts may be written again (0: now).
+func (p *Pools) countsDue(pool string, now time.Time) time.Duration {
+	p.countsMu.Lock()
+	defer p.countsMu.Unlock()
+	return max(p.countsWrote[pool].Add(poolCountsEvery).Sub(now), 0)
+}
+
+// countsWritten records that pool's status was written at now.
+func (p *Pools) countsWritten(pool string, now time.Time) {
+	p.countsMu.Lock()
+	defer p.countsMu.Unlock()
+	p.countsWrote[pool] = now
 }
 
 // memberName is a new sandbox name for a pool: the pool's name and a

@@ -44,24 +44,12 @@ func (r *runs) get(name string) *run {
 // reconcileAgent runs the agents bound to this node's sandboxes: it starts
 // a Scheduled agent's attempt, stops the attempt of a deleted one, ends an
 // mcp-agent whose deadline passed, and puts back an agent whose attempt a
-// restart of this node cut short.
+// restart of this node cut short. It reads the agent as the node's watch
+// shows it, unless a write of the node's own is in flight (read): what
+// others wrote since arrives in order, and each write here is conditioned
+// on what it read.
 func (n *Node) reconcileAgent(ctx context.Context, name string) (reconcile.Result, error) {
-	return n.reconcileAgentFrom(ctx, name, false)
-}
-
-// reconcileAgentFrom is reconcileAgent on the agent as the node's watch
-// shows it, or (fresh) as the store does: what the watch shows starts a
-// run (a conditioned write), but a run is stopped, put back or released
-// only on a fresh read, as the watch may still show an agent this node
-// has since finished or let go.
-func (n *Node) reconcileAgentFrom(ctx context.Context, name string, fresh bool) (reconcile.Result, error) {
-	var o api.Object
-	var err error
-	if fresh {
-		o, err = n.st.Get(ctx, api.KindAgent, name)
-	} else {
-		o, err = n.read(ctx, api.KindAgent, name)
-	}
+	o, err := n.read(ctx, api.KindAgent, name)
 	if errors.Is(err, api.ErrNotFound) {
 		if n.stopRun(name) {
 			return reconcile.Result{}, nil // back here when the run has ended
@@ -89,9 +77,6 @@ func (n *Node) reconcileAgentFrom(ctx context.Context, name string, fresh bool) 
 	}
 	now := n.now()
 	switch {
-	case !fresh && (a.Metadata.DeletionTimestamp != nil || agentstate.Finished(a) && a.Status.Sandbox != "" && n.runs.get(name) == nil ||
-		a.Status.Phase == api.AgentRunning && a.Status.Sandbox != "" && n.runs.get(name) == nil):
-		return n.reconcileAgentFrom(ctx, name, true)
 	case a.Metadata.DeletionTimestamp != nil && a.Status.Node == "" && n.opt.WaitForPlacement && n.runs.get(name) == nil:
 		// Bound to no node: in a cluster its finalizer is the agent
 		// controller's to remove (a node's write to it is refused).
@@ -158,7 +143,7 @@ func takenAway(a *api.Agent, attempt int) bool {
 func (n *Node) interrupt(ctx context.Context, a *api.Agent, now time.Time) (reconcile.Result, error) {
 	name, sandbox, attempt := a.Metadata.Name, a.Status.Sandbox, a.Status.Attempts
 	interrupted := false
-	out, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
+	out, err := n.updateAgent(ctx, name, func(cur *api.Agent) bool {
 		interrupted = false
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt || cur.Status.Sandbox != sandbox {
 			return false // ended meanwhile: its claim goes as any ended attempt's does
@@ -194,14 +179,17 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 	if n.fenced() {
 		return reconcile.Result{RequeueAfter: n.statusEvery()}, nil
 	}
-	sb, err := n.claimed(ctx, a.Status.Sandbox, a.Metadata.Name)
+	sb, err := n.claimed(ctx, a.Status.Sandbox)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if sb.Status.CurrentAgent != a.Metadata.Name {
-		// The claim is written first and the agent right after: wait for
-		// it, or for the agent controller to give up on it.
-		return reconcile.Result{RequeueAfter: time.Second}, nil
+		// The claim is written first and the agent right after, and the
+		// two watches need not bring them in that order: the claim's
+		// watch event asks for the agent again (Register). Look again
+		// now and then in any case, until the agent controller gives up
+		// on a claim that never came.
+		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	sandbox := a.Status.Sandbox
 	started, err := reconcile.UpdateStatusFrom(ctx, n.st, api.KindAgent, a, func(cur *api.Agent) bool {
@@ -326,7 +314,7 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 	case errors.As(err, &lost):
 		reason = "HeartbeatLost"
 	}
-	out, uerr := reconcile.UpdateStatus(bg, n.st, api.KindAgent, name, func(cur *api.Agent) bool {
+	out, uerr := n.updateAgent(bg, name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
 			return false // deleted, or ended by the controller meanwhile
 		}
@@ -357,7 +345,7 @@ func (n *Node) addArtifacts(ctx context.Context, agent string, attempt int, file
 	if len(files) == 0 {
 		return
 	}
-	_, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, agent, func(cur *api.Agent) bool {
+	_, err := n.updateAgent(ctx, agent, func(cur *api.Agent) bool {
 		if cur.Status.Attempts != attempt || cur.Status.Result == nil {
 			return false
 		}
@@ -384,7 +372,7 @@ func (n *Node) watchMCP(ctx context.Context, a *api.Agent, now time.Time) (recon
 		return reconcile.Result{RequeueAfter: deadline.Sub(now)}, nil
 	}
 	attempt := a.Status.Attempts
-	out, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
+	out, err := n.updateAgent(ctx, a.Metadata.Name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
 			return false
 		}
@@ -489,4 +477,15 @@ func failAttempt(a *api.Agent, reason, msg string, now time.Time) {
 		return
 	}
 	agentstate.FailAttempt(a, reason, msg, now)
+}
+
+// updateAgent applies change to agent name as read returns it and writes
+// its status, conditioned on what it read: again on a fresh read if
+// another writer came first (reconcile.UpdateStatusFrom).
+func (n *Node) updateAgent(ctx context.Context, name string, change func(*api.Agent) bool) (*api.Agent, error) {
+	o, err := n.read(ctx, api.KindAgent, name)
+	if err != nil {
+		return nil, err
+	}
+	return reconcile.UpdateStatusFrom(ctx, n.st, api.KindAgent, o.(*api.Agent), change)
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 // Playwright and Selenium agents run a command, as custom agents do (on
@@ -131,7 +130,7 @@ func (n *Node) automationEnv(ctx context.Context, a *api.Agent, host bool) ([]st
 func (n *Node) failFinally(ctx context.Context, a *api.Agent, lg *runLog, reason, msg string) error {
 	lg.printf("%s", msg)
 	attempt, now, wrote := a.Status.Attempts, n.now(), false
-	out, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, a.Metadata.Name, func(cur *api.Agent) bool {
+	out, err := n.updateAgent(ctx, a.Metadata.Name, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
 			return false
 		}

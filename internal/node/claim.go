@@ -4,24 +4,55 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
-// claimed reads sandbox name, from the node's watch when that shows it
-// claimed by agent, else from the store (the watch may not have brought
-// the claim, or its release, yet).
-func (n *Node) claimed(ctx context.Context, name, agent string) (*api.Sandbox, error) {
+// claimed reads sandbox name as the node's watch shows it (read). The
+// node acts only on claims its watch has brought: a claim the watch has
+// not brought yet asks for its agent again when it comes (Register maps
+// each sandbox to the agent it names), so the node never acquires a
+// sandbox for an agent while its view still shows the claim before.
+func (n *Node) claimed(ctx context.Context, name string) (*api.Sandbox, error) {
 	o, err := n.read(ctx, api.KindSandbox, name)
-	if err == nil && o.(*api.Sandbox).Status.CurrentAgent != agent {
-		o, err = n.st.Get(ctx, api.KindSandbox, name)
-	}
 	if err != nil {
 		return nil, err
 	}
 	return o.(*api.Sandbox), nil
+}
+
+// holders records, per sandbox, the agent this node last acquired it for
+// and has not released it from: the node's own word, which its watch may
+// lag. It is empty after a start of the node.
+type holders struct {
+	mu sync.Mutex // guards m
+	m  map[string]string
+}
+
+// holder is the agent this node acquired sandbox name for and has not
+// released it from, "" when none (or not since the node started).
+func (n *Node) holder(name string) string {
+	n.held.mu.Lock()
+	defer n.held.mu.Unlock()
+	return n.held.m[name]
+}
+
+// setHolder records that sandbox name was acquired for agent, or ("")
+// released.
+func (n *Node) setHolder(name, agent string) {
+	n.held.mu.Lock()
+	defer n.held.mu.Unlock()
+	if agent == "" {
+		delete(n.held.m, name)
+		return
+	}
+	if n.held.m == nil {
+		n.held.m = map[string]string{}
+	}
+	n.held.m[name] = agent
 }
 
 // acquire makes the sandbox an agent was bound to run, with seed 001's
@@ -35,7 +66,7 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 	}
 	unlock := n.locks.lock(name)
 	defer unlock()
-	sb, err := n.claimed(ctx, name, agent)
+	sb, err := n.claimed(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -68,6 +99,7 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 			return err
 		}
 	}
+	n.setHolder(name, agent)
 	took := n.now().Sub(start)
 	if n.opt.ObserveAcquire != nil {
 		n.opt.ObserveAcquire(kind, took)
@@ -118,7 +150,7 @@ func (n *Node) releasePolicy(ctx context.Context, sb *api.Sandbox) (policy, warm
 		return "keep", ""
 	}
 	policy, warmTier = api.DefaultReleasePolicy, api.DefaultWarmTier
-	if o, err := n.st.Get(ctx, api.KindSandboxPool, pool); err == nil {
+	if o, err := n.read(ctx, api.KindSandboxPool, pool); err == nil {
 		p := o.(*api.SandboxPool)
 		if p.Spec.ReleasePolicy != "" {
 			policy = p.Spec.ReleasePolicy
@@ -136,11 +168,17 @@ func (n *Node) releasePolicy(ctx context.Context, sb *api.Sandbox) (policy, warm
 func (n *Node) release(ctx context.Context, name, agent string) error {
 	unlock := n.locks.lock(name)
 	defer unlock()
-	// A fresh read: a claim the watch still shows may be gone already
-	// (released by the attempt, then here again as its agent finished),
-	// and resetting a sandbox another agent claimed since would undo its
-	// run.
-	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	// The sandbox as the node's watch shows it, or from the store while
+	// a write of the node's own is in flight (a release by the attempt,
+	// then here again as its agent finished, reads the store). A claim
+	// by another agent is acquired only once the watch shows it, so a
+	// claim by this agent shown here is not one the node has given to
+	// another since; and the node's own record of whom it acquired the
+	// sandbox for says the same after its watch lags its writes.
+	if h := n.holder(name); h != "" && h != agent {
+		return nil
+	}
+	o, err := n.read(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
 		return nil
 	}
@@ -163,6 +201,7 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 		if _, _, err := n.st.Delete(ctx, api.KindSandbox, name, store.DeleteOptions{}); err != nil && !errors.Is(err, api.ErrNotFound) {
 			return err
 		}
+		n.setHolder(name, "")
 		n.event(ctx, sb, api.EventNormal, "Released", fmt.Sprintf("agent %s is done: destroying the sandbox (%s)", agent, policy))
 		return nil
 	case policy == "keep":
@@ -211,6 +250,9 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 			ended, s.Control = s.Control, nil
 		}
 	})
+	if err == nil {
+		n.setHolder(name, "")
+	}
 	if err == nil && ended != nil {
 		n.event(ctx, sb, api.EventNormal, "ControlReleased", fmt.Sprintf("take-over %s of %s ended: the sandbox was reset to its clean snapshot", ended.ID, ended.Holder))
 	}

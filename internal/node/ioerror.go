@@ -140,7 +140,7 @@ func (n *Node) failIOErrorAttempt(ctx context.Context, sb *api.Sandbox, since, n
 	attempt := a.Status.Attempts
 	msg := fmt.Sprintf("sandbox %s %s (stopped for %s)", sb.Metadata.Name, why, now.Sub(since).Round(time.Second))
 	failed := false
-	out, err := reconcile.UpdateStatus(ctx, n.st, api.KindAgent, agent, func(cur *api.Agent) bool {
+	out, err := n.updateAgent(ctx, agent, func(cur *api.Agent) bool {
 		failed = cur.Status.Phase == api.AgentRunning && cur.Status.Attempts == attempt && cur.Status.Sandbox == sb.Metadata.Name
 		if failed {
 			agentstate.FailAttempt(cur, reasonIOError, msg, now)

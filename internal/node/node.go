@@ -97,10 +97,13 @@ type Node struct {
 	templates *reconcile.Queue
 	sandboxes *reconcile.Queue
 	agentsQ   *reconcile.Queue
-	// caches are the Manager's views of this node's sandboxes and agents
-	// (see read); set by Register, before Start.
-	caches map[string]*reconcile.Cache
-	locks  keyedMutex
+	// caches are the Manager's views of this node's sandboxes, agents
+	// and pools (see read); set by Register. The node's writes are
+	// expected in them (st is a reconcile.Expecting).
+	cachesMu sync.RWMutex
+	caches   map[string]*reconcile.Cache
+	locks    keyedMutex
+	held     holders
 
 	nodeMu   sync.Mutex // guards lastNode
 	lastNode *api.Node  // the Node object as its last heartbeat wrote it
@@ -135,7 +138,8 @@ func New(opts Options) *Node {
 	if opts.Name == "" {
 		opts.Name = DefaultName()
 	}
-	n := &Node{st: opts.Store, be: opts.Backend, log: opts.Logger.With("node", opts.Name), opt: opts, name: opts.Name, now: opts.Now}
+	n := &Node{be: opts.Backend, log: opts.Logger.With("node", opts.Name), opt: opts, name: opts.Name, now: opts.Now}
+	n.st = reconcile.Expecting{Interface: opts.Store, Caches: n.cache}
 	n.runs.m = map[string]*run{}
 	n.actions = display.NewActions(n)
 	n.runCtx, n.runCancel = context.WithCancel(context.Background())
@@ -169,14 +173,35 @@ func (n *Node) Name() string { return n.name }
 // for a while, so they get their own workers) and sandboxes. A template
 // change also looks again at the sandboxes waiting for it.
 func (n *Node) Register(m *reconcile.Manager) {
-	n.caches = map[string]*reconcile.Cache{api.KindSandbox: m.Cache(api.KindSandbox), api.KindAgent: m.Cache(api.KindAgent)}
+	n.cachesMu.Lock()
+	n.caches = map[string]*reconcile.Cache{api.KindSandbox: m.Cache(api.KindSandbox), api.KindAgent: m.Cache(api.KindAgent),
+		api.KindSandboxPool: m.Cache(api.KindSandboxPool)}
+	n.cachesMu.Unlock()
 	n.templates = m.Register(reconcile.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
 		Reconciler: reconcile.ReconcilerFunc(n.reconcileTemplate)})
 	n.sandboxes = m.Register(reconcile.Controller{Name: "sandbox", For: api.KindSandbox, Workers: SandboxWorkers(runtime.NumCPU()),
 		Reconciler: reconcile.ReconcilerFunc(n.reconcileSandbox),
 		Watches:    []reconcile.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
 	n.agentsQ = m.Register(reconcile.Controller{Name: "agent-run", For: api.KindAgent, Workers: 4,
-		Reconciler: reconcile.ReconcilerFunc(n.reconcileAgent)})
+		Reconciler: reconcile.ReconcilerFunc(n.reconcileAgent),
+		Watches:    []reconcile.Watch{{Kind: api.KindSandbox, Map: n.claimant}}})
+}
+
+// claimant maps a sandbox to the agent its claim names, once the node's
+// watch has brought that agent (its own event asks for it otherwise): the
+// claim's watch event may come after the agent's, and the agent waits
+// for it.
+func (n *Node) claimant(o api.Object) []string {
+	a := o.(*api.Sandbox).Status.CurrentAgent
+	if a == "" {
+		return nil
+	}
+	if c := n.cache(api.KindAgent); c != nil {
+		if _, ok := c.Get(a); !ok {
+			return nil
+		}
+	}
+	return []string{a}
 }
 
 // SandboxWorkers is how many sandboxes a node clones (and reconciles) at
@@ -227,20 +252,23 @@ func (n *Node) event(ctx context.Context, o api.Object, typ, reason, msg string)
 	reconcile.Event(ctx, n.st, n.log, o, typ, reason, msg)
 }
 
+// cache is the node's watch cache of kind, nil when it keeps none.
+func (n *Node) cache(kind string) *reconcile.Cache {
+	n.cachesMu.RLock()
+	defer n.cachesMu.RUnlock()
+	return n.caches[kind]
+}
+
 // read returns kind/name as this node's watch last brought it, or from the
-// store when the watch has not brought it (or no Manager runs the node's
-// controllers). It may lag the store by the time a change takes to
-// arrive: a decision to act on what it shows is confirmed on a fresh read
-// (n.st.Get), and writes are conditioned on the resourceVersion read, so
-// a stale read costs a conflict and a retry, never a wrong write. It
-// saves the API server a GET in each reconcile of a node's objects.
+// store when the watch has not brought it, when a write of the node's own
+// is in flight (the watch has not brought it back yet), or when no Manager
+// runs the node's controllers. What someone else wrote it may lag by the
+// time a change takes to arrive; every write is conditioned on the
+// resourceVersion read, so a stale read costs a conflict and a retry,
+// never a wrong write. It saves the API server a GET in each reconcile of
+// a node's objects.
 func (n *Node) read(ctx context.Context, kind, name string) (api.Object, error) {
-	if c := n.caches[kind]; c != nil {
-		if o, ok := c.Get(name); ok {
-			return api.DeepCopy(o), nil
-		}
-	}
-	return n.st.Get(ctx, kind, name)
+	return reconcile.GetLatest(ctx, n.cache(kind), n.st, kind, name)
 }
 
 // updateStatus applies change to sb's status and writes it, conditioned on

@@ -10,6 +10,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/display"
+	"github.com/hvkube/hvkube/internal/reconcile"
 )
 
 // The imperative sandbox operations of the API. Run-state changes take the
@@ -220,10 +221,17 @@ func (n *Node) ScreenSize(ctx context.Context, name string) (int, int, error) {
 // inputTo returns the sandbox if input may be sent to it now: it runs, and
 // no person holds it, or ctx carries the holder's take-over ID.
 //
-// It reads the store, not the node's watch: a person's take-over must stop
-// the agent's input at once, not once the watch brings it.
+// The node is the authority on who holds a sandbox's input: a person's
+// take-over is written by the node that owns the sandbox (TakeControl),
+// which sees its own write at once (read), before the take-over is
+// answered; the check reads nothing from the store, and whichever API
+// server the agent's input comes through, it is refused from then on.
 func (n *Node) inputTo(ctx context.Context, name string) error {
-	sb, err := n.sandboxFor(ctx, name)
+	o, err := n.read(ctx, api.KindSandbox, name)
+	if err != nil {
+		return err
+	}
+	sb, err := notDeleting(o.(*api.Sandbox))
 	if err != nil {
 		return err
 	}
@@ -334,4 +342,48 @@ func (n *Node) DialDisplay(ctx context.Context, name string) (io.ReadWriteCloser
 		return nil, err
 	}
 	return d.DialDisplay(ctx, name)
+}
+
+// TakeControl gives c the input of sandbox name (display.TakeControl) and
+// returns the take-over it replaced: written by this node, the owner of
+// the sandbox, so that its input check refuses everyone else's input from
+// the moment this returns (inputTo).
+func (n *Node) TakeControl(ctx context.Context, name string, c api.SandboxControl, force bool) (taken *api.SandboxControl, sb *api.Sandbox, err error) {
+	sb, err = n.editControl(ctx, name, func(cur *api.Sandbox) (bool, error) {
+		var err error
+		taken, err = display.TakeControl(cur, c, force)
+		return err == nil, err
+	})
+	return taken, sb, err
+}
+
+// ReleaseControl ends take-over id of sandbox name (any, with force) and
+// returns it, nil when none was held.
+func (n *Node) ReleaseControl(ctx context.Context, name, id string, force bool) (released *api.SandboxControl, sb *api.Sandbox, err error) {
+	sb, err = n.editControl(ctx, name, func(cur *api.Sandbox) (bool, error) {
+		var err error
+		released, err = display.ReleaseControl(cur, id, force)
+		return released != nil, err
+	})
+	return released, sb, err
+}
+
+// editControl writes what edit makes of sandbox name's status, from the
+// node's latest view of it and again on a fresh read if another writer
+// came first; edit's error refuses the change.
+func (n *Node) editControl(ctx context.Context, name string, edit func(*api.Sandbox) (bool, error)) (*api.Sandbox, error) {
+	o, err := n.read(ctx, api.KindSandbox, name)
+	if err != nil {
+		return nil, err
+	}
+	var refused error
+	out, err := reconcile.UpdateStatusFrom(ctx, n.st, api.KindSandbox, o.(*api.Sandbox), func(cur *api.Sandbox) bool {
+		var changed bool
+		changed, refused = edit(cur)
+		return changed && refused == nil
+	})
+	if err == nil {
+		err = refused
+	}
+	return out, err
 }

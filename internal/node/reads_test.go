@@ -9,7 +9,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
-	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -96,16 +96,31 @@ func TestNodeReadsItsWatch(t *testing.T) {
 		t.Errorf("input right after a resume: %v", err)
 	}
 
-	// A person's take-over stops the agent's input at once, not once the
-	// node's watch brings it.
-	if _, err := reconcile.UpdateStatus(ctx, c.st, api.KindSandbox, "box", func(sb *api.Sandbox) bool {
-		sb.Status.Control = &api.SandboxControl{ID: "person-1", Holder: "ana", Since: time.Now()}
-		return true
-	}); err != nil {
+	// A person's take-over, which the node that owns the sandbox writes,
+	// stops the agent's input at once, not once the node's watch brings
+	// it; the input checks read nothing from the store.
+	rc.reset()
+	if _, _, err := c.nd.TakeControl(ctx, "box", api.SandboxControl{ID: "person-1", Holder: "ana", Since: time.Now()}, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.nd.SendInput(ctx, "box", []backend.InputEvent{{Kind: backend.EventKey, Key: "a", Down: true}}); !errors.Is(err, api.ErrConflict) {
+	key := []backend.InputEvent{{Kind: backend.EventKey, Key: "a", Down: true}}
+	if err := c.nd.SendInput(ctx, "box", key); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("input right after a person took control: %v, want a conflict", err)
+	}
+	if err := c.nd.SendInput(display.WithControl(ctx, "person-1"), "box", key); err != nil {
+		t.Errorf("the holder's input: %v", err)
+	}
+	if _, _, err := c.nd.TakeControl(ctx, "box", api.SandboxControl{ID: "person-2", Holder: "bo", Since: time.Now()}, false); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("a second take-over without force: %v, want a conflict", err)
+	}
+	if ended, _, err := c.nd.ReleaseControl(ctx, "box", "person-1", false); err != nil || ended == nil || ended.ID != "person-1" {
+		t.Errorf("hand back: ended %+v, %v", ended, err)
+	}
+	if err := c.nd.SendInput(ctx, "box", key); err != nil {
+		t.Errorf("input right after the hand-back: %v", err)
+	}
+	if got := rc.count(api.KindSandbox); got != 0 {
+		t.Errorf("a take-over, its hand-back and four input checks read the sandbox from the store %d times, want 0", got)
 	}
 
 	rc.reset()

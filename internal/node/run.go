@@ -379,7 +379,7 @@ func (n *Node) waitMCP(ctx context.Context, a *api.Agent, lg *runLog) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		o, err := n.st.Get(ctx, api.KindAgent, a.Metadata.Name)
+		o, err := n.read(ctx, api.KindAgent, a.Metadata.Name)
 		if errors.Is(err, api.ErrNotFound) {
 			return errEndedElsewhere
 		}

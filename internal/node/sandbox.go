@@ -290,10 +290,19 @@ func (n *Node) checkClaim(ctx context.Context, sb *api.Sandbox) error {
 	if n.runs.get(agent) != nil {
 		return nil
 	}
-	stale, err := n.staleClaim(sb, func() (api.Object, error) { return n.read(ctx, api.KindAgent, agent) })
-	if err == nil && stale != "" {
-		// Confirmed on a fresh read before the claim is let go.
-		stale, err = n.staleClaim(sb, func() (api.Object, error) { return n.st.Get(ctx, api.KindAgent, agent) })
+	if c := n.cache(api.KindAgent); c != nil && sb.Status.ClaimedAt != nil && n.now().Sub(*sb.Status.ClaimedAt) <= agentstate.ClaimGrace {
+		if _, ok := c.Get(agent); !ok {
+			// A new claim whose agent the watch has not brought yet:
+			// its event comes, and with it the run.
+			return nil
+		}
+	}
+	stale, final, err := n.staleClaim(sb, func() (api.Object, error) { return n.read(ctx, api.KindAgent, agent) })
+	if err == nil && stale != "" && !final {
+		// Confirmed on a fresh read before the claim is let go: an
+		// agent that is gone or finished stays so, but a binding may
+		// have changed since the watch spoke.
+		stale, _, err = n.staleClaim(sb, func() (api.Object, error) { return n.st.Get(ctx, api.KindAgent, agent) })
 	}
 	if err != nil || stale == "" {
 		return err
@@ -304,24 +313,22 @@ func (n *Node) checkClaim(ctx context.Context, sb *api.Sandbox) error {
 
 // staleClaim says why sb's claim by its current agent, as get returns the
 // agent, is stale, or "" if it stands.
-func (n *Node) staleClaim(sb *api.Sandbox, get func() (api.Object, error)) (string, error) {
+func (n *Node) staleClaim(sb *api.Sandbox, get func() (api.Object, error)) (stale string, final bool, err error) {
 	o, err := get()
-	stale := ""
 	switch {
 	case errors.Is(err, api.ErrNotFound):
-		stale = "it no longer exists"
+		return "it no longer exists", true, nil
 	case err != nil:
-		return "", err
-	default:
-		a := o.(*api.Agent)
-		switch {
-		case agentstate.Finished(a):
-			stale = "it has " + strings.ToLower(a.Status.Phase)
-		case a.Status.Sandbox != sb.Metadata.Name && sb.Status.ClaimedAt != nil && n.now().Sub(*sb.Status.ClaimedAt) > agentstate.ClaimGrace:
-			stale = "it is not bound to this sandbox"
-		}
+		return "", false, err
 	}
-	return stale, nil
+	a := o.(*api.Agent)
+	switch {
+	case agentstate.Finished(a):
+		return "it has " + strings.ToLower(a.Status.Phase), true, nil
+	case a.Status.Sandbox != sb.Metadata.Name && sb.Status.ClaimedAt != nil && n.now().Sub(*sb.Status.ClaimedAt) > agentstate.ClaimGrace:
+		return "it is not bound to this sandbox", false, nil
+	}
+	return "", false, nil
 }
 
 // checkLifetime enforces spec.lifecycle: a sandbox older than
@@ -446,8 +453,10 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (reconcile.Resul
 	}
 	unlock := n.locks.lock(name)
 	defer unlock()
-	// A fresh read: the events below say what changed since it.
-	o, err := n.st.Get(ctx, api.KindSandbox, name)
+	// As the watch shows it, or from the store while a write of the
+	// node's own is in flight (read): the events below say what changed
+	// since, and the writes are conditioned on it.
+	o, err := n.read(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
 		return reconcile.Result{}, nil
 	}

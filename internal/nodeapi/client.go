@@ -185,6 +185,18 @@ func (c *Client) ClipboardSet(ctx context.Context, name, text string) error {
 	return c.call(ctx, http.MethodPost, c.url("sandboxes", name, "clipboard"), textBody{text}, nil, nil)
 }
 
+func (c *Client) TakeControl(ctx context.Context, name string, ctl api.SandboxControl, force bool) (*api.SandboxControl, *api.Sandbox, error) {
+	var ans controlAnswer
+	err := c.call(ctx, http.MethodPost, c.url("sandboxes", name, "control"), controlBody{Action: "take", Control: &ctl, Force: force}, &ans, nil)
+	return ans.Previous, ans.Sandbox, err
+}
+
+func (c *Client) ReleaseControl(ctx context.Context, name, id string, force bool) (*api.SandboxControl, *api.Sandbox, error) {
+	var ans controlAnswer
+	err := c.call(ctx, http.MethodPost, c.url("sandboxes", name, "control"), controlBody{Action: "release", ID: id, Force: force}, &ans, nil)
+	return ans.Previous, ans.Sandbox, err
+}
+
 func (c *Client) stream(ctx context.Context, u string) (io.ReadCloser, error) {
 	resp, err := c.do(ctx, http.MethodGet, u, nil, nil)
 	if err != nil {

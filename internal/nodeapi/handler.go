@@ -70,6 +70,7 @@ func Handler(o HandlerOptions) http.Handler {
 	m.HandleFunc("GET "+sb+"logs", h.logs)
 	m.HandleFunc("GET "+sb+"display", h.display)
 	m.HandleFunc("GET "+sb+"ports/{port}", h.port)
+	m.HandleFunc("POST "+sb+"control", h.control)
 	m.HandleFunc("GET /node/v1/agents/{name}/files/{path...}", h.agentFile)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, errors.New("no such node API path"))
@@ -280,6 +281,31 @@ func (h *handler) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, res)
+}
+
+func (h *handler) control(w http.ResponseWriter, r *http.Request) {
+	var b controlBody
+	if err := decode(w, r, &b); err != nil {
+		h.failBody(w, err)
+		return
+	}
+	var ans controlAnswer
+	var err error
+	name := r.PathValue("name")
+	switch {
+	case b.Action == "take" && b.Control != nil:
+		ans.Previous, ans.Sandbox, err = h.o.Target.TakeControl(r.Context(), name, *b.Control, b.Force)
+	case b.Action == "release":
+		ans.Previous, ans.Sandbox, err = h.o.Target.ReleaseControl(r.Context(), name, b.ID, b.Force)
+	default:
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("control: action %q with a control: want take (with control) or release", b.Action))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, ans)
 }
 
 func (h *handler) clipboardGet(w http.ResponseWriter, r *http.Request) {

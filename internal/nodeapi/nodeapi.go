@@ -53,6 +53,27 @@ type Target interface {
 	DialDisplay(ctx context.Context, name string) (io.ReadWriteCloser, error)
 	DialPort(ctx context.Context, name string, port int) (net.Conn, error)
 	AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser, error)
+	// TakeControl and ReleaseControl keep who holds a sandbox's input:
+	// the node that owns it records a person's take-over, and its input
+	// check refuses everyone else's input from the moment the take-over
+	// is answered, whichever API server the input comes through.
+	TakeControl(ctx context.Context, name string, c api.SandboxControl, force bool) (taken *api.SandboxControl, sb *api.Sandbox, err error)
+	ReleaseControl(ctx context.Context, name, id string, force bool) (released *api.SandboxControl, sb *api.Sandbox, err error)
+}
+
+// controlBody is a take-over (action take, with control) or its end
+// (action release, with id) on the wire; controlAnswer is the answer.
+type controlBody struct {
+	Action  string              `json:"action"`
+	Control *api.SandboxControl `json:"control,omitempty"`
+	ID      string              `json:"id,omitempty"`
+	Force   bool                `json:"force,omitempty"`
+}
+
+type controlAnswer struct {
+	// Previous is the take-over replaced (take) or ended (release).
+	Previous *api.SandboxControl `json:"previous,omitempty"`
+	Sandbox  *api.Sandbox        `json:"sandbox"`
 }
 
 // Limits of the wire.

@@ -74,6 +74,16 @@ func (r *recorder) ClipboardGet(_ context.Context, n string) (string, error) {
 func (r *recorder) ClipboardSet(_ context.Context, n, text string) error {
 	return r.rec("clipset %s %s", n, text)
 }
+func (r *recorder) TakeControl(_ context.Context, n string, c api.SandboxControl, force bool) (*api.SandboxControl, *api.Sandbox, error) {
+	sb := &api.Sandbox{}
+	sb.Metadata.Name, sb.Status.Control = n, &c
+	return nil, sb, r.rec("take %s %s %s force=%v", n, c.ID, c.Holder, force)
+}
+func (r *recorder) ReleaseControl(_ context.Context, n, id string, force bool) (*api.SandboxControl, *api.Sandbox, error) {
+	sb := &api.Sandbox{}
+	sb.Metadata.Name = n
+	return &api.SandboxControl{ID: id}, sb, r.rec("release %s %s force=%v", n, id, force)
+}
 func (r *recorder) Logs(_ context.Context, n string) (io.ReadCloser, error) {
 	return io.NopCloser(strings.NewReader("log of " + n)), r.rec("logs %s", n)
 }
@@ -241,6 +251,20 @@ func TestRouterReachesNodeAgent(t *testing.T) {
 			}
 			return roundTrip(c)
 		},
+		func() error {
+			_, sb, err := r.TakeControl(ctx, "far", api.SandboxControl{ID: "take-2", Holder: "ana"}, true)
+			if err == nil && (sb == nil || sb.Status.Control == nil || sb.Status.Control.ID != "take-2") {
+				err = fmt.Errorf("take: sandbox %+v", sb)
+			}
+			return err
+		},
+		func() error {
+			prev, _, err := r.ReleaseControl(ctx, "far", "take-2", false)
+			if err == nil && (prev == nil || prev.ID != "take-2") {
+				err = fmt.Errorf("release: ended %+v", prev)
+			}
+			return err
+		},
 		func() error { return r.Pause(ctx, "near") },
 	} {
 		if err := step(); err != nil {
@@ -249,7 +273,8 @@ func TestRouterReachesNodeAgent(t *testing.T) {
 	}
 	want := []string{"pause far", "resume far", "save far", "reset far", "screenshot far png 640", "size far",
 		"input far [{move 5 6   false}] control=take-1", "text far héllo", "cursor far", "exec far /bin/echo [a b c]",
-		"clipget far", "clipset far x", "logs far", "file job artifacts/a b.txt", "display far", "port far 9222"}
+		"clipget far", "clipset far x", "logs far", "file job artifacts/a b.txt", "display far", "port far 9222",
+		"take far take-2 ana force=true", "release far take-2 force=false"}
 	if got := remote.Calls(); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("node-b's agent saw\n%q\nwant\n%q", got, want)
 	}

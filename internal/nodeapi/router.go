@@ -19,6 +19,11 @@ import (
 // RouterOptions configure a Router.
 type RouterOptions struct {
 	Store store.Interface
+	// Cached, when set, reads an object from this server's watch caches
+	// (false: not cached). Routing reads sandboxes and nodes there, and
+	// the store only for what the caches do not show yet: a sandbox or
+	// a node they have not brought, a sandbox not placed.
+	Cached func(kind, name string) (api.Object, bool)
 	// Local is the node inside this process, if any, and LocalName its
 	// name: its sandboxes, and sandboxes no one placed yet, are acted on
 	// here.
@@ -97,11 +102,10 @@ func (r *Router) onNode(ctx context.Context, node, what string) (Target, error) 
 		}
 		return r.o.Local, nil
 	}
-	o, err := r.o.Store.Get(ctx, api.KindNode, node)
+	nd, err := r.node(ctx, node)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s is on node %s, which this server cannot find: %v", api.ErrUnavailable, what, node, err)
 	}
-	nd := o.(*api.Node)
 	if nd.Status.Address == "" {
 		return nil, fmt.Errorf("%w: %s is on node %s, which gives no address to reach it by (is it a node inside another hvkube serve?)", api.ErrUnavailable, what, node)
 	}
@@ -110,13 +114,35 @@ func (r *Router) onNode(ctx context.Context, node, what string) (Target, error) 
 	}, HTTP: r.httpFor(node), TLS: r.o.CA.ClientConfig(node)}, nil
 }
 
-// sandbox returns the Target of sandbox name.
+// node reads Node node, from the caches when they hold it with an
+// address.
+func (r *Router) node(ctx context.Context, node string) (*api.Node, error) {
+	if r.o.Cached != nil {
+		if o, ok := r.o.Cached(api.KindNode, node); ok && o.(*api.Node).Status.Address != "" {
+			return o.(*api.Node), nil
+		}
+	}
+	o, err := r.o.Store.Get(ctx, api.KindNode, node)
+	if err != nil {
+		return nil, err
+	}
+	return o.(*api.Node), nil
+}
+
+// sandbox returns the Target of sandbox name: where the caches say it is
+// placed, else where the store says.
 func (r *Router) sandbox(ctx context.Context, name string) (Target, error) {
+	what := fmt.Sprintf("sandbox %q", name)
+	if r.o.Cached != nil {
+		if o, ok := r.o.Cached(api.KindSandbox, name); ok && o.(*api.Sandbox).Status.Node != "" {
+			return r.onNode(ctx, o.(*api.Sandbox).Status.Node, what)
+		}
+	}
 	o, err := r.o.Store.Get(ctx, api.KindSandbox, name)
 	if err != nil {
 		return nil, err
 	}
-	return r.onNode(ctx, o.(*api.Sandbox).Status.Node, fmt.Sprintf("sandbox %q", name))
+	return r.onNode(ctx, o.(*api.Sandbox).Status.Node, what)
 }
 
 func (r *Router) Pause(ctx context.Context, name string) error {
@@ -213,6 +239,22 @@ func (r *Router) ClipboardSet(ctx context.Context, name, text string) error {
 		return err
 	}
 	return t.ClipboardSet(ctx, name, text)
+}
+
+func (r *Router) TakeControl(ctx context.Context, name string, c api.SandboxControl, force bool) (*api.SandboxControl, *api.Sandbox, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t.TakeControl(ctx, name, c, force)
+}
+
+func (r *Router) ReleaseControl(ctx context.Context, name, id string, force bool) (*api.SandboxControl, *api.Sandbox, error) {
+	t, err := r.sandbox(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t.ReleaseControl(ctx, name, id, force)
 }
 
 func (r *Router) Logs(ctx context.Context, name string) (io.ReadCloser, error) {

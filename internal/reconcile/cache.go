@@ -289,3 +289,19 @@ func (c *Cache) reset(items []api.Object) {
 	}
 	clear(c.expect)
 }
+
+// getLatest returns the object named name as the caller last wrote it
+// while the watch has not brought that write back, else as cached. A
+// deletion in flight is not found here (the caller asks the store).
+func (c *Cache) getLatest(name string) (api.Object, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e, ok := c.expect[name]; ok && c.now().Sub(e.at) < ExpectationTTL {
+		if e.gone {
+			return nil, false
+		}
+		return e.obj, true
+	}
+	o, ok := c.objects[name]
+	return o, ok
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -378,19 +379,7 @@ func (s *Server) takeControl(w http.ResponseWriter, r *http.Request, req Control
 	name := r.PathValue("name")
 	now := time.Now().UTC()
 	c := &api.SandboxControl{ID: newID(), Holder: req.Holder, Since: now, Agent: req.Agent}
-	var taken *api.SandboxControl
-	out, err := updateUnless(r.Context(), s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) (bool, error) {
-		taken = sb.Status.Control
-		switch {
-		case sb.Metadata.DeletionTimestamp != nil:
-			return false, fmt.Errorf("sandbox %s is being deleted: %w", name, api.ErrConflict)
-		case sb.Status.Control != nil && !req.Force:
-			return false, fmt.Errorf("%s holds sandbox %s's input since %s (take-over %s); pass force to take it: %w",
-				sb.Status.Control.Holder, name, sb.Status.Control.Since.Format(time.RFC3339), sb.Status.Control.ID, api.ErrConflict)
-		}
-		sb.Status.Control = c
-		return true, nil
-	})
+	taken, out, err := s.controlKeeper().TakeControl(r.Context(), name, *c, req.Force)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -420,19 +409,7 @@ func (s *Server) takeControl(w http.ResponseWriter, r *http.Request, req Control
 
 func (s *Server) releaseControl(w http.ResponseWriter, r *http.Request, req ControlRequest) {
 	name := r.PathValue("name")
-	var released *api.SandboxControl
-	out, err := updateUnless(r.Context(), s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) (bool, error) {
-		released = nil
-		c := sb.Status.Control
-		switch {
-		case c == nil:
-			return false, nil // nothing held: releasing is done
-		case req.ID != "" && c.ID != req.ID && !req.Force:
-			return false, fmt.Errorf("take-over %s is not sandbox %s's (%s holds it as %s): %w", req.ID, name, c.Holder, c.ID, api.ErrConflict)
-		}
-		released, sb.Status.Control = c, nil
-		return true, nil
-	})
+	released, out, err := s.controlKeeper().ReleaseControl(r.Context(), name, req.ID, req.Force)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -450,15 +427,42 @@ func (s *Server) releaseControl(w http.ResponseWriter, r *http.Request, req Cont
 // endControl ends a sandbox's take-over because of why (a reset), if it
 // has one.
 func (s *Server) endControl(ctx context.Context, name, why string) {
-	var ended *api.SandboxControl
-	out, err := reconcile.UpdateStatus(ctx, s.opts.Store, api.KindSandbox, name, func(sb *api.Sandbox) bool {
-		ended, sb.Status.Control = sb.Status.Control, nil
-		return ended != nil
-	})
+	ended, out, err := s.controlKeeper().ReleaseControl(ctx, name, "", true)
 	if err != nil || ended == nil {
 		return
 	}
 	reconcile.Event(ctx, s.opts.Store, s.log, out, api.EventNormal, "ControlReleased", fmt.Sprintf("take-over %s of %s ended: %s", ended.ID, ended.Holder, why))
+}
+
+// controlKeeper is what keeps who holds a sandbox's input: the node that
+// owns it when Sandboxes can reach it (InputControl), else the store.
+func (s *Server) controlKeeper() InputControl {
+	if ic, ok := s.opts.Sandboxes.(InputControl); ok {
+		return ic
+	}
+	return storeControl{s.opts.Store}
+}
+
+// storeControl keeps take-overs in the store, for a server whose
+// Sandboxes keep none.
+type storeControl struct{ st store.Interface }
+
+func (c storeControl) TakeControl(ctx context.Context, name string, ctl api.SandboxControl, force bool) (taken *api.SandboxControl, sb *api.Sandbox, err error) {
+	sb, err = updateUnless(ctx, c.st, api.KindSandbox, name, func(cur *api.Sandbox) (bool, error) {
+		var err error
+		taken, err = display.TakeControl(cur, ctl, force)
+		return err == nil, err
+	})
+	return taken, sb, err
+}
+
+func (c storeControl) ReleaseControl(ctx context.Context, name, id string, force bool) (released *api.SandboxControl, sb *api.Sandbox, err error) {
+	sb, err = updateUnless(ctx, c.st, api.KindSandbox, name, func(cur *api.Sandbox) (bool, error) {
+		var err error
+		released, err = display.ReleaseControl(cur, id, force)
+		return released != nil, err
+	})
+	return released, sb, err
 }
 
 // oneLine shortens s to at most n characters on one line, for events and

@@ -41,6 +41,16 @@ type Sandboxes interface {
 	DialDisplay(ctx context.Context, name string) (io.ReadWriteCloser, error)
 }
 
+// InputControl is the optional ability of Sandboxes to keep who holds a
+// sandbox's input (node.Node and the node router have it): the node that
+// owns the sandbox writes a person's take-over, and refuses everyone
+// else's input from the moment it answers, whichever API server the input
+// comes through. Without it the server writes status.control itself.
+type InputControl interface {
+	TakeControl(ctx context.Context, name string, c api.SandboxControl, force bool) (taken *api.SandboxControl, sb *api.Sandbox, err error)
+	ReleaseControl(ctx context.Context, name, id string, force bool) (released *api.SandboxControl, sb *api.Sandbox, err error)
+}
+
 // PortDialer is the optional ability of Sandboxes to reach TCP ports
 // inside guests, which the port forwards (ports.go) need; without it they
 // answer 501.
@@ -73,7 +83,7 @@ func (s *Server) sandboxRoutes() {
 // has no backend, before the handler runs.
 func (s *Server) withSandboxes(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.opts.Store.Get(r.Context(), api.KindSandbox, r.PathValue("name")); err != nil {
+		if err := s.exists(r.Context(), api.KindSandbox, r.PathValue("name")); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -83,6 +93,18 @@ func (s *Server) withSandboxes(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// exists checks that kind/name exists: in the watch caches
+// (Options.Cached), else in the store.
+func (s *Server) exists(ctx context.Context, kind, name string) error {
+	if s.opts.Cached != nil {
+		if _, ok := s.opts.Cached(kind, name); ok {
+			return nil
+		}
+	}
+	_, err := s.opts.Store.Get(ctx, kind, name)
+	return err
 }
 
 // withActions answers 501 when the server has no action layer.

@@ -89,14 +89,36 @@ func scopeError(code int, format string, args ...any) error {
 // agent is the one the token was minted for (same UID), the attempt is the
 // token's, and for the sandbox, the attempt holds it (and, to act, no
 // person does). Its errors carry the status to answer.
+//
+// It reads the agent and the sandbox from the server's watch caches
+// (Options.Cached), and the store only to confirm a refusal: a token's
+// request then costs the store nothing while its attempt runs, and one
+// whose attempt started a moment ago, before the caches brought it, is
+// not refused for that. What a lagging cache lets through for that
+// moment the node refuses itself (it keeps the take-overs).
 func (s *Server) checkScope(ctx context.Context, sc authtoken.Scope, n need) error {
+	if s.opts.Cached != nil {
+		cached := func(_ context.Context, kind, name string) (api.Object, error) {
+			if o, ok := s.opts.Cached(kind, name); ok {
+				return o, nil
+			}
+			return nil, api.ErrNotFound
+		}
+		if s.checkScopeWith(ctx, cached, sc, n) == nil {
+			return nil
+		}
+	}
+	return s.checkScopeWith(ctx, s.opts.Store.Get, sc, n)
+}
+
+func (s *Server) checkScopeWith(ctx context.Context, get func(ctx context.Context, kind, name string) (api.Object, error), sc authtoken.Scope, n need) error {
 	if n == needRefused {
 		return scopeError(http.StatusForbidden, "an agent's token reaches only its own agent (%s) and, while its attempt holds it, sandbox %s", sc.Agent, sc.Sandbox)
 	}
 	if n == needMCP {
 		return nil
 	}
-	o, err := s.opts.Store.Get(ctx, api.KindAgent, sc.Agent)
+	o, err := get(ctx, api.KindAgent, sc.Agent)
 	if errors.Is(err, api.ErrNotFound) {
 		return scopeError(http.StatusForbidden, "agent %s no longer exists: its token reaches nothing", sc.Agent)
 	}
@@ -124,7 +146,7 @@ func (s *Server) checkScope(ctx context.Context, sc authtoken.Scope, n need) err
 	if n == needAgentWrite {
 		return nil
 	}
-	so, err := s.opts.Store.Get(ctx, api.KindSandbox, sc.Sandbox)
+	so, err := get(ctx, api.KindSandbox, sc.Sandbox)
 	if errors.Is(err, api.ErrNotFound) {
 		return scopeError(http.StatusForbidden, "sandbox %s no longer exists", sc.Sandbox)
 	}

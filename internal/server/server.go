@@ -32,7 +32,11 @@ const DefaultMaxBody = 4 << 20
 
 // Options configure a Server.
 type Options struct {
-	Store  store.API
+	Store store.API
+	// Cached, when set, reads an object from this server's watch caches
+	// (false: not cached): the scope checks of an agent's token read
+	// there, and confirm only a refusal on the store.
+	Cached func(kind, name string) (api.Object, bool)
 	Logger *slog.Logger
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
 	// API call.
