@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/kube"
 	"github.com/hvkube/hvkube/internal/kube/kubetest"
 	"github.com/hvkube/hvkube/internal/store"
@@ -54,8 +55,10 @@ func testClaimStoreCalls(t *testing.T, open StoreFunc, name string) {
 	}
 	t.Logf("store calls: %s", perClaim(res.calls, claims))
 	for k, n := range res.calls {
-		op, _, _ := strings.Cut(k, " ")
-		if op == "Get" || op == "List" {
+		// The nodes' heartbeats (Node objects) go on beside the claims;
+		// one that lost to another write reads its Node again.
+		op, kind, _ := strings.Cut(k, " ")
+		if (op == "Get" || op == "List") && kind != api.KindNode {
 			t.Errorf("%d claims made %d calls of %s, want none: the claim path reads its watches", claims, n, k)
 		}
 	}
