@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -250,7 +251,9 @@ would); reads of one object and all writes go to the store. Once the pool is
 warm, --claims one-step workflow agents are created in the store by
 --parallel submitters, each waiting for its agent to run before the next.
 Prints claims per second, agent created → Running p50/p95/p99, how long the
-fill took, and whether any sandbox was bound to two agents at once.
+fill took, whether any sandbox was bound to two agents at once, what each
+claim cost the store (reads, object writes by kind, events) and the API
+server (requests; with one started here, its CPU time and etcd's).
 
 With --store kubernetes (the default) the store is the API server
 --kubeconfig reaches (the objects are deleted at the end), or one started
@@ -266,8 +269,15 @@ machine's cores. The benchmark's client is not rate limited.`,
 			switch sc.kind {
 			case storeKubernetes:
 				counter := &requestCounter{}
-				o.Store, o.StoreName = benchUnlimitedKubeStore(sc, kubeAssets, counter), storeKubernetes
+				var cpu func() (time.Duration, error)
+				o.Store, o.StoreName = benchUnlimitedKubeStore(sc, kubeAssets, counter, &cpu), storeKubernetes
 				o.Requests = counter.counts
+				o.ServerCPU = func() (time.Duration, error) {
+					if cpu == nil {
+						return 0, errors.New("the API server is not this benchmark's own (--kubeconfig)")
+					}
+					return cpu()
+				}
 				o.Cleanup = sc.kubeconfig != ""
 				section = "claims-kubernetes"
 			case storeSQLite:
@@ -293,7 +303,7 @@ machine's cores. The benchmark's client is not rate limited.`,
 	cmd.Flags().IntVar(&o.PerNode, "per-node", 100, "warm sandboxes per node")
 	cmd.Flags().IntVar(&o.Claims, "claims", 1000, "agents to submit")
 	cmd.Flags().IntVar(&o.Parallel, "parallel", 50, "claims in flight at once")
-	cmd.Flags().DurationVar(&o.HealthInterval, "health-interval", time.Hour, "the sandboxes' health check interval (each check of a warm sandbox reads it from the store twice; the API's default is 10s)")
+	cmd.Flags().DurationVar(&o.HealthInterval, "health-interval", time.Hour, "the sandboxes' health check interval (a check reads the sandbox from its node's watch and writes only what changed; the API's default is 10s)")
 	cmd.Flags().DurationVar(&o.NodeResync, "node-resync", 10*time.Minute, "how often each node reconciles all its objects again (hvkube's default is 1m)")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
 	cmd.Flags().StringVar(&sc.kind, "store", storeKubernetes, "the store: kubernetes or sqlite")
@@ -306,8 +316,9 @@ machine's cores. The benchmark's client is not rate limited.`,
 // benchUnlimitedKubeStore is benchKubeStore with no client-side rate
 // limit: one client stands in for the controllers and every node, which
 // would each have a limit of their own. counter, if not nil, counts its
-// requests.
-func benchUnlimitedKubeStore(sc storeConfig, assets string, counter *requestCounter) bench.StoreFunc {
+// requests; cpu, if not nil, is set to the CPU time of the API server it
+// starts (none with --kubeconfig).
+func benchUnlimitedKubeStore(sc storeConfig, assets string, counter *requestCounter, cpu *func() (time.Duration, error)) bench.StoreFunc {
 	return func(ctx context.Context, dataDir string, log *slog.Logger) (store.API, func() error, error) {
 		ns := sc.namespace
 		if ns == "" {
@@ -333,6 +344,9 @@ func benchUnlimitedKubeStore(sc storeConfig, assets string, counter *requestCoun
 			}
 			log.Warn("started a kube-apiserver for the benchmark", "server", srv.Config.Host, "namespace", ns)
 			cfg, stop = srv.Config, srv.Stop
+			if cpu != nil {
+				*cpu = srv.CPUTime
+			}
 		}
 		if sc.namespace == "" {
 			cs, err := kubernetes.NewForConfig(cfg)

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -17,14 +16,14 @@ import (
 // say what a claim costs the store whichever store it is.
 type callCounter struct {
 	store.API
-	mu     sync.Mutex
-	n      map[string]int64
-	trace  bool
-	byFunc map[string]int64
+	mu sync.Mutex
+	n  map[string]int64
 }
 
-func newCallCounter(st store.API, trace bool) store.API {
-	c := &callCounter{API: st, n: map[string]int64{}, trace: trace, byFunc: map[string]int64{}}
+// newCallCounter counts the calls of st; with st's grouped status writes
+// (the scheduler's, on SQLite) passed through and counted each.
+func newCallCounter(st store.API) store.API {
+	c := &callCounter{API: st, n: map[string]int64{}}
 	if gu, ok := st.(groupUpdater); ok {
 		return &groupCallCounter{callCounter: c, gu: gu}
 	}
@@ -54,21 +53,6 @@ func (c *callCounter) count(op, kind string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n[key]++
-	if c.trace {
-		pcs := make([]uintptr, 8)
-		k := runtime.Callers(3, pcs)
-		fr := runtime.CallersFrames(pcs[:k])
-		var names []string
-		for {
-			f, more := fr.Next()
-			n := f.Function[strings.LastIndex(f.Function, "/")+1:]
-			names = append(names, n)
-			if !more || len(names) == 4 {
-				break
-			}
-		}
-		c.byFunc[key+" <- "+strings.Join(names, " <- ")]++
-	}
 }
 
 func (c *callCounter) Get(ctx context.Context, kind, name string) (api.Object, error) {
@@ -116,21 +100,10 @@ func (c *callCounter) snapshot() map[string]int64 {
 	return out
 }
 
-func (c *callCounter) dump() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var lines []string
-	for k, v := range c.byFunc {
-		lines = append(lines, fmt.Sprintf("%6d %s", v, k))
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
-
 func (c *callCounter) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.n, c.byFunc = map[string]int64{}, map[string]int64{}
+	c.n = map[string]int64{}
 }
 
 // perClaim says what calls cost per claim: reads (Get, List), object

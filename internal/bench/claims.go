@@ -49,6 +49,10 @@ type ClaimsOptions struct {
 	// Requests, when set, returns the API requests the benchmark's
 	// client has made so far: the report says how many each claim cost.
 	Requests func() RequestCounts
+	// ServerCPU, when set, returns the CPU time the API server (and its
+	// etcd) has used so far: the report says how many claims one
+	// CPU-second of it buys.
+	ServerCPU func() (time.Duration, error)
 
 	traceCalls bool
 }
@@ -92,12 +96,11 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 		return nil, nil, err
 	}
 	defer closeStore()
-	calls := newCallCounter(st, o.traceCalls)
+	calls := newCallCounter(st)
 	st = calls
 	counted := calls.(interface {
 		reset()
 		snapshot() map[string]int64
-		dump() string
 	})
 
 	// Everything lives until the deferred stops, not until ctx ends.
@@ -233,6 +236,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	}
 	logf("claiming: %d agents, %d at once…", o.Claims, o.Parallel)
 	reqsBefore := o.requests()
+	cpuBefore, cpuErr := o.serverCPU()
 	counted.reset()
 	var next atomic.Int64
 	var lastRunning atomic.Int64 // since start, in ns
@@ -290,6 +294,10 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	}
 	claimedIn := time.Duration(lastRunning.Load())
 	reqs := o.requests().since(reqsBefore)
+	cpuAfter, err := o.serverCPU()
+	if cpuErr == nil {
+		cpuErr = err
+	}
 
 	logf("%d agents running after %s (%.0f/s); waiting for them to complete…", o.Claims, claimedIn.Round(time.Millisecond), float64(o.Claims)/claimedIn.Seconds())
 	if err := chk.waitFinished(ctx, claimsTimeout, func(done, failed, sched int) {
@@ -301,9 +309,6 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	// checks.
 	time.Sleep(2 * time.Second)
 	callCounts := counted.snapshot()
-	if o.traceCalls {
-		logf("%s", counted.dump())
-	}
 	stopWatch()
 	chk.wait()
 	res, err := chk.result()
@@ -344,6 +349,14 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 		fmt.Sprintf("agents completed: %d of %d (%d failed); double binds: %d (a sandbox bound to a second agent while the first held it, or its claim overwritten; target 0); agents claimed on two sandboxes at once: %d", res.completed, o.Claims, res.failed, res.doubleBinds, res.twoClaims),
 	)
 	rep.Facts = append(rep.Facts, "store calls per claim, from the first claim until the last release: "+perClaim(callCounts, o.Claims))
+	if o.ServerCPU != nil {
+		if cpuErr != nil {
+			rep.Facts = append(rep.Facts, "API server CPU: not measured: "+cpuErr.Error())
+		} else if used := cpuAfter - cpuBefore; used > 0 {
+			rep.Facts = append(rep.Facts, fmt.Sprintf("API server CPU (kube-apiserver and etcd) from the first claim until the last agent ran: %.1f CPU-seconds in %s (%.2f cores): %.0f claims per API-server CPU-second",
+				used.Seconds(), fmtDur(claimedIn), used.Seconds()/claimedIn.Seconds(), float64(o.Claims)/used.Seconds()))
+		}
+	}
 	if len(reqs) > 0 {
 		rep.Facts = append(rep.Facts, fmt.Sprintf("API requests of all clients (controllers, nodes, submitters, checker) from the first claim until the last agent ran: %s", reqs.perClaim(o.Claims)))
 	}
@@ -406,6 +419,14 @@ func cleanupClaims(ctx context.Context, st store.Interface, agents int) error {
 		return err
 	}
 	return nil
+}
+
+// serverCPU is what o.ServerCPU says so far (0 without it).
+func (o ClaimsOptions) serverCPU() (time.Duration, error) {
+	if o.ServerCPU == nil {
+		return 0, nil
+	}
+	return o.ServerCPU()
 }
 
 // requests is what o.Requests counts so far (nothing without it).

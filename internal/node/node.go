@@ -175,7 +175,7 @@ func (n *Node) Name() string { return n.name }
 func (n *Node) Register(m *reconcile.Manager) {
 	n.cachesMu.Lock()
 	n.caches = map[string]*reconcile.Cache{api.KindSandbox: m.Cache(api.KindSandbox), api.KindAgent: m.Cache(api.KindAgent),
-		api.KindSandboxPool: m.Cache(api.KindSandboxPool)}
+		api.KindSandboxPool: m.Cache(api.KindSandboxPool), api.KindTemplate: m.Cache(api.KindTemplate)}
 	n.cachesMu.Unlock()
 	n.templates = m.Register(reconcile.Controller{Name: "template", For: api.KindTemplate, Workers: 2,
 		Reconciler: reconcile.ReconcilerFunc(n.reconcileTemplate)})

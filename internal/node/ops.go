@@ -376,14 +376,5 @@ func (n *Node) editControl(ctx context.Context, name string, edit func(*api.Sand
 	if err != nil {
 		return nil, err
 	}
-	var refused error
-	out, err := reconcile.UpdateStatusFrom(ctx, n.st, api.KindSandbox, o.(*api.Sandbox), func(cur *api.Sandbox) bool {
-		var changed bool
-		changed, refused = edit(cur)
-		return changed && refused == nil
-	})
-	if err == nil {
-		err = refused
-	}
-	return out, err
+	return reconcile.EditStatusFrom(ctx, n.st, api.KindSandbox, o.(*api.Sandbox), edit)
 }

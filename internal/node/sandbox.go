@@ -58,7 +58,10 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 	}
 	unlock := n.locks.lock(name)
 	defer unlock()
-	o, err = n.st.Get(ctx, api.KindSandbox, name)
+	// Under the lock, the node's latest view: its own writes of a moment
+	// ago included; a sandbox gone from the watch is confirmed gone in
+	// the store before its VM goes.
+	o, err = n.read(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
 		n.egress.forget(name)
 		return reconcile.Result{}, n.be.Delete(ctx, name)
@@ -165,7 +168,7 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (reconcile.Re
 	if tplName == "" {
 		return reconcile.Result{}, n.pending(ctx, sb, "NoTemplate", "spec.templateRef is empty and the server has no default template")
 	}
-	to, err := n.st.Get(ctx, api.KindTemplate, tplName)
+	to, err := n.read(ctx, api.KindTemplate, tplName)
 	if errors.Is(err, api.ErrNotFound) {
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "TemplateNotFound", fmt.Sprintf("template %s does not exist: apply it (examples/template.yaml)", tplName))
 	}
@@ -212,6 +215,10 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (reconcile.Re
 	// every retry would be two writes for nothing).
 	if sb.Status.Phase != api.SandboxCreating && !(sb.Status.Phase == api.SandboxPending && sb.Status.Reason == "InsufficientMemory") {
 		n.setPhase(ctx, sb, api.SandboxCreating, "Cloning", fmt.Sprintf("cloning from template %s", tplName))
+		// The status write below starts from that write, not before it.
+		if o, err := n.read(ctx, api.KindSandbox, sb.Metadata.Name); err == nil {
+			sb = o.(*api.Sandbox)
+		}
 	}
 	start := n.now()
 	info, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl, snapID))

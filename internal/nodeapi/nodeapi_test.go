@@ -450,6 +450,46 @@ func roundTrip(c io.ReadWriteCloser) error {
 
 // postExec posts an exec of /bin/true to path of the agent at addr and
 // returns the status.
+// TestNodeAgentControlRefuses: the take-over route, which decides whose
+// input a node accepts, takes only a credential made for it, and only a
+// well-formed take or release; nothing else reaches the node.
+func TestNodeAgentControlRefuses(t *testing.T) {
+	rec := &recorder{}
+	addr := agent(t, "node-b", rec)
+	now := time.Now()
+	const path = "/node/v1/sandboxes/sb/control"
+	good := func() string { return "Bearer " + testSigner.MintRequest("node-b", "POST", path, now) }
+	take := `{"action":"take","control":{"id":"x","holder":"mallory","since":"2026-01-01T00:00:00Z"},"force":true}`
+	for _, tc := range []struct {
+		name, auth, body string
+		want             int
+	}{
+		{"no token", "", take, http.StatusUnauthorized},
+		{"the input route's credential", "Bearer " + testSigner.MintRequest("node-b", "POST", "/node/v1/sandboxes/sb/input", now), take, http.StatusUnauthorized},
+		{"another sandbox's", "Bearer " + testSigner.MintRequest("node-b", "POST", "/node/v1/sandboxes/other/control", now), take, http.StatusUnauthorized},
+		{"an agent's scoped token", "Bearer " + testKey.Mint(authtoken.Scope{Sandbox: "sb", Agent: "a", UID: "u", Attempt: 1}, now, time.Minute), take, http.StatusUnauthorized},
+		{"no action", good(), `{"control":{"id":"x","holder":"m","since":"2026-01-01T00:00:00Z"}}`, http.StatusBadRequest},
+		{"take without a control", good(), `{"action":"take"}`, http.StatusBadRequest},
+		{"another action", good(), `{"action":"steal","id":"x"}`, http.StatusBadRequest},
+		{"unknown field", good(), `{"action":"release","id":"x","holder":"m"}`, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if code := postExec(t, addr, path, tc.auth, nil, strings.NewReader(tc.body)); code != tc.want {
+				t.Errorf("status %d, want %d", code, tc.want)
+			}
+		})
+	}
+	if c := rec.Calls(); len(c) != 0 {
+		t.Errorf("the node was reached: %q", c)
+	}
+	if code := postExec(t, addr, path, good(), nil, strings.NewReader(take)); code != http.StatusOK {
+		t.Errorf("a take-over with its own credential: %d", code)
+	}
+	if c := rec.Calls(); len(c) != 1 || c[0] != "take sb x mallory force=true" {
+		t.Errorf("the node saw %q, want the one take-over", c)
+	}
+}
+
 func postExec(t *testing.T, addr, path, auth string, header map[string]string, body io.Reader) int {
 	t.Helper()
 	if body == nil {

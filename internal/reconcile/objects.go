@@ -84,6 +84,31 @@ func UpdateStatusFrom[T api.Object](ctx context.Context, st store.Interface, kin
 	return updateStatus(ctx, st, kind, base.GetMeta().Name, base, true, change)
 }
 
+// EditStatus is UpdateStatus with an edit that may refuse the change:
+// its error ends the update, nothing is written, and it is returned.
+func EditStatus[T api.Object](ctx context.Context, st store.Interface, kind, name string, edit func(T) (bool, error)) (T, error) {
+	var zero T
+	return editStatus(ctx, st, kind, name, zero, false, edit)
+}
+
+// EditStatusFrom is EditStatus starting from base, as UpdateStatusFrom.
+func EditStatusFrom[T api.Object](ctx context.Context, st store.Interface, kind string, base T, edit func(T) (bool, error)) (T, error) {
+	return editStatus(ctx, st, kind, base.GetMeta().Name, base, true, edit)
+}
+
+func editStatus[T api.Object](ctx context.Context, st store.Interface, kind, name string, base T, haveBase bool, edit func(T) (bool, error)) (T, error) {
+	var refused error
+	out, err := updateStatus(ctx, st, kind, name, base, haveBase, func(o T) bool {
+		var changed bool
+		changed, refused = edit(o)
+		return changed && refused == nil
+	})
+	if err == nil {
+		err = refused
+	}
+	return out, err
+}
+
 func updateStatus[T api.Object](ctx context.Context, st store.Interface, kind, name string, base T, haveBase bool, change func(T) bool) (T, error) {
 	var zero T
 	for attempt := 0; ; attempt++ {

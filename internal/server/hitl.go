@@ -83,7 +83,7 @@ func (s *Server) ask(ctx context.Context, name, question string) (*api.HumanRequ
 	}
 	now := time.Now().UTC()
 	hr := &api.HumanRequest{ID: newID(), Question: question, AskedAt: now}
-	out, err := updateUnless(ctx, s.opts.Store, api.KindAgent, name, func(a *api.Agent) (bool, error) {
+	out, err := reconcile.EditStatus(ctx, s.opts.Store, api.KindAgent, name, func(a *api.Agent) (bool, error) {
 		switch {
 		case a.Status.Phase != api.AgentRunning && a.Status.Phase != api.AgentScheduled:
 			return false, fmt.Errorf("agent %s is %s: only a scheduled or running agent can ask: %w", name, orPending(a.Status.Phase), api.ErrConflict)
@@ -252,7 +252,7 @@ func (s *Server) answerHuman(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("agent")
 	now := time.Now().UTC()
-	out, err := updateUnless(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) (bool, error) {
+	out, err := reconcile.EditStatus(r.Context(), s.opts.Store, api.KindAgent, name, func(a *api.Agent) (bool, error) {
 		hr := a.Status.HumanRequest
 		switch {
 		case hr == nil:
@@ -448,7 +448,7 @@ func (s *Server) controlKeeper() InputControl {
 type storeControl struct{ st store.Interface }
 
 func (c storeControl) TakeControl(ctx context.Context, name string, ctl api.SandboxControl, force bool) (taken *api.SandboxControl, sb *api.Sandbox, err error) {
-	sb, err = updateUnless(ctx, c.st, api.KindSandbox, name, func(cur *api.Sandbox) (bool, error) {
+	sb, err = reconcile.EditStatus(ctx, c.st, api.KindSandbox, name, func(cur *api.Sandbox) (bool, error) {
 		var err error
 		taken, err = display.TakeControl(cur, ctl, force)
 		return err == nil, err
@@ -457,7 +457,7 @@ func (c storeControl) TakeControl(ctx context.Context, name string, ctl api.Sand
 }
 
 func (c storeControl) ReleaseControl(ctx context.Context, name, id string, force bool) (released *api.SandboxControl, sb *api.Sandbox, err error) {
-	sb, err = updateUnless(ctx, c.st, api.KindSandbox, name, func(cur *api.Sandbox) (bool, error) {
+	sb, err = reconcile.EditStatus(ctx, c.st, api.KindSandbox, name, func(cur *api.Sandbox) (bool, error) {
 		var err error
 		released, err = display.ReleaseControl(cur, id, force)
 		return released != nil, err
@@ -473,20 +473,4 @@ func oneLine(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n]) + "…"
-}
-
-// updateUnless changes an object's status as reconcile.UpdateStatus does,
-// with an edit that may refuse: its error is returned and nothing is
-// written.
-func updateUnless[T api.Object](ctx context.Context, st store.Interface, kind, name string, edit func(T) (bool, error)) (T, error) {
-	var refused error
-	out, err := reconcile.UpdateStatus(ctx, st, kind, name, func(o T) bool {
-		var changed bool
-		changed, refused = edit(o)
-		return changed && refused == nil
-	})
-	if err == nil {
-		err = refused
-	}
-	return out, err
 }

@@ -153,6 +153,23 @@ func (e *Server) run(bin, logName string, args ...string) error {
 	return nil
 }
 
+// CPUTime is the CPU time etcd and kube-apiserver have used so far (on
+// Linux; elsewhere an error).
+func (e *Server) CPUTime() (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range e.procs {
+		if p.Process == nil {
+			continue
+		}
+		d, err := cpuTime(p.Process.Pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
 // Stop ends the servers and removes their files (unless HVKUBE_KEEP_KUBE
 // is set).
 func (e *Server) Stop() {
