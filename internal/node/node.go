@@ -271,6 +271,14 @@ func (n *Node) read(ctx context.Context, kind, name string) (api.Object, error) 
 	return reconcile.GetLatest(ctx, n.cache(kind), n.st, kind, name)
 }
 
+// peek is read without the copy, for the checks of the data plane (each
+// input and screenshot): the object may be the cache's own, never to be
+// changed.
+func (n *Node) peek(ctx context.Context, kind, name string) (api.Object, error) {
+	o, _, err := reconcile.PeekLatest(ctx, n.cache(kind), n.st, kind, name)
+	return o, err
+}
+
 // updateStatus applies change to sb's status and writes it, conditioned on
 // sb's resourceVersion (another writer, such as the scheduler claiming the
 // sandbox, is never overwritten): if sb is stale the change is made again

@@ -35,10 +35,11 @@ func notDeleting(sb *api.Sandbox) (*api.Sandbox, error) {
 }
 
 // sandboxWhere reads sandbox name for a screen, input or guest call, which
-// check allows (nil: any): as the node's watch shows it, and only if that
-// view does not allow the call, again from the store (the watch may not
-// have brought a resume yet). It saves a screenshot or a click the API
-// server's round trip.
+// check allows (nil: any): as the node's latest view shows it (its own
+// writes included), and only if that view does not allow the call, again
+// from the store. It saves a screenshot or a click the API server's round
+// trip. The sandbox it returns may be the watch cache's own: callers only
+// look at it.
 func (n *Node) sandboxWhere(ctx context.Context, name string, check func(*api.Sandbox) error) (*api.Sandbox, error) {
 	allowed := func(o api.Object, err error) (*api.Sandbox, error) {
 		if err != nil {
@@ -50,7 +51,7 @@ func (n *Node) sandboxWhere(ctx context.Context, name string, check func(*api.Sa
 		}
 		return sb, err
 	}
-	if sb, err := allowed(n.read(ctx, api.KindSandbox, name)); err == nil {
+	if sb, err := allowed(n.peek(ctx, api.KindSandbox, name)); err == nil {
 		return sb, nil
 	}
 	return allowed(n.st.Get(ctx, api.KindSandbox, name))
@@ -227,7 +228,7 @@ func (n *Node) ScreenSize(ctx context.Context, name string) (int, int, error) {
 // answered; the check reads nothing from the store, and whichever API
 // server the agent's input comes through, it is refused from then on.
 func (n *Node) inputTo(ctx context.Context, name string) error {
-	o, err := n.read(ctx, api.KindSandbox, name)
+	o, err := n.peek(ctx, api.KindSandbox, name)
 	if err != nil {
 		return err
 	}

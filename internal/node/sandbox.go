@@ -64,6 +64,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 	o, err = n.read(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
 		n.egress.forget(name)
+		n.setHolder(name, "")
 		return reconcile.Result{}, n.be.Delete(ctx, name)
 	}
 	if err != nil {
@@ -76,6 +77,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 		// one placed on no node is no node's yet (and the admission
 		// policies refuse a node's writes to it).
 		n.egress.forget(name)
+		n.setHolder(name, "")
 		return reconcile.Result{}, nil
 	}
 	if sb.Metadata.DeletionTimestamp != nil {
@@ -86,6 +88,7 @@ func (n *Node) reconcileSandbox(ctx context.Context, name string) (reconcile.Res
 			return reconcile.Result{}, err
 		}
 		n.egress.forget(name)
+		n.setHolder(name, "")
 		n.event(ctx, sb, api.EventNormal, "Deleted", "VM stopped and removed")
 		return reconcile.Result{}, reconcile.RemoveFinalizer(ctx, n.st, sb, api.FinalizerVM)
 	}

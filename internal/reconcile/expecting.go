@@ -80,10 +80,21 @@ func (e Expecting) Delete(ctx context.Context, kind, name string, opts store.Del
 // brought is not in it: a write conditioned on what GetLatest returned
 // then conflicts, and is made again on a fresh read.
 func GetLatest(ctx context.Context, c *Cache, st store.Interface, kind, name string) (api.Object, error) {
+	o, shared, err := PeekLatest(ctx, c, st, kind, name)
+	if err == nil && shared {
+		o = api.DeepCopy(o)
+	}
+	return o, err
+}
+
+// PeekLatest is GetLatest without the copy, for a caller that only
+// looks: when shared, o is the cache's own object, never to be changed.
+func PeekLatest(ctx context.Context, c *Cache, st store.Interface, kind, name string) (o api.Object, shared bool, err error) {
 	if c != nil {
 		if o, ok := c.getLatest(name); ok {
-			return api.DeepCopy(o), nil
+			return o, true, nil
 		}
 	}
-	return st.Get(ctx, kind, name)
+	o, err = st.Get(ctx, kind, name)
+	return o, false, err
 }
