@@ -25,7 +25,7 @@ type storeConfig struct {
 	kind       string // storeSQLite or storeKubernetes
 	kubeconfig string // "": KUBECONFIG, ~/.kube/config, or in-cluster
 	namespace  string // "": the kubeconfig context's, else "default"
-	host       string // a node agent's name: the source of its events
+	host       string // a node agent's name: the source of its events, and the scope of its lists and watches
 }
 
 // openStore opens the store cfg names; close releases it.
@@ -51,7 +51,7 @@ func openStore(ctx context.Context, cfg storeConfig, dataDir, component string, 
 				ns = "default"
 			}
 		}
-		s, err := kube.Open(ctx, kube.Options{Config: rc, Namespace: ns, Component: component, Host: cfg.host, Logger: log})
+		s, err := kube.Open(ctx, kube.Options{Config: rc, Namespace: ns, Component: component, Host: cfg.host, NodeScope: cfg.host, Logger: log})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -225,6 +225,7 @@ type Automation struct {
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.metadata.ownerReferences[?(@.kind=="SandboxPool")].name`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.currentAgent`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
+// +kubebuilder:selectablefield:JSONPath=`.status.node`
 // +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef`,priority=1
 // +kubebuilder:printcolumn:name="PID",type=integer,JSONPath=`.status.pid`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -521,6 +522,7 @@ type Condition struct {
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`,priority=1
 // +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.status.attempts`,priority=1
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`,priority=1
+// +kubebuilder:selectablefield:JSONPath=`.status.node`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: not a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"

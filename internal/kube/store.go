@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -46,6 +47,12 @@ type Options struct {
 	// a node agent's store: the admission policy lets a node write only
 	// events that name it.
 	Host string
+	// NodeScope, when set, narrows every list and watch of sandboxes and
+	// agents to those whose status.node names it (a field selector on
+	// the CRDs' selectable field), as a kubelet watches only its own
+	// pods: a node agent's store, which then hears nothing of the rest
+	// of the fleet. Reads of one object by name are not narrowed.
+	NodeScope string
 	// Logger; slog.Default when nil.
 	Logger *slog.Logger
 	// Now is the clock of event timestamps; time.Now when nil.
@@ -69,6 +76,8 @@ type Store struct {
 	manager string
 	// reviews are the nodes' identities reviewed lately (review.go).
 	reviews *tokenReviews
+	// nodeScope narrows lists and watches (Options.NodeScope).
+	nodeScope string
 }
 
 var _ store.API = (*Store)(nil)
@@ -99,7 +108,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
-	s := &Store{dyn: dyn, core: core, ns: opts.Namespace, log: opts.Logger, now: opts.Now}
+	s := &Store{dyn: dyn, core: core, ns: opts.Namespace, log: opts.Logger, now: opts.Now, nodeScope: opts.NodeScope}
 	s.reviews = newTokenReviews(s.reviewNodeToken, s.now)
 	if s.log == nil {
 		s.log = slog.Default()
@@ -184,6 +193,15 @@ func (s *Store) Get(ctx context.Context, kind, name string) (api.Object, error) 
 	return s.decode(u)
 }
 
+// fieldSelector narrows the lists and watches of kind to the node scope
+// (Options.NodeScope), "" for none.
+func (s *Store) fieldSelector(kind string) string {
+	if s.nodeScope == "" || (kind != api.KindSandbox && kind != api.KindAgent) {
+		return ""
+	}
+	return fields.OneTermEqualSelector("status.node", s.nodeScope).String()
+}
+
 // List returns the objects of kind whose labels match sel, by name, and the
 // resourceVersion of the list.
 func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, string, error) {
@@ -191,7 +209,7 @@ func (s *Store) List(ctx context.Context, kind string, sel api.Selector) ([]api.
 	if err != nil {
 		return nil, "", err
 	}
-	l, err := r.List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	l, err := r.List(ctx, metav1.ListOptions{LabelSelector: sel.String(), FieldSelector: s.fieldSelector(kind)})
 	if err != nil {
 		return nil, "", mapErr(err)
 	}

@@ -103,7 +103,7 @@ func (s *Store) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv
 			return nil, err
 		}
 		start = func(ctx context.Context, rv string) (watch.Interface, error) {
-			return r.Watch(ctx, metav1.ListOptions{LabelSelector: sel.String(), ResourceVersion: rv, AllowWatchBookmarks: true})
+			return r.Watch(ctx, metav1.ListOptions{LabelSelector: sel.String(), FieldSelector: s.fieldSelector(kind), ResourceVersion: rv, AllowWatchBookmarks: true})
 		}
 		conv = func(o runtime.Object) (api.Object, error) {
 			u, ok := o.(*unstructured.Unstructured)
