@@ -71,7 +71,11 @@ func testClaimStoreCalls(t *testing.T, open StoreFunc, name string) {
 	for _, w := range []struct {
 		kind string
 		want int64
-	}{{"Agent", agentWritesPerClaim * claims}, {"Sandbox", sandboxWritesPerClaim * claims}, {"SandboxPool", 0}} {
+	}{{"Agent", agentWritesPerClaim * claims}, {"Sandbox", sandboxWritesPerClaim * claims},
+		// A pool's counts change with every claim and are written at
+		// most once a second (they were written 1.7 times per claim):
+		// far fewer than one per claim however slow the machine.
+		{"SandboxPool", claims/2 - slack}} {
 		if got := writes(w.kind); got > w.want+slack {
 			t.Errorf("%d claims wrote %s objects %d times, want at most %d", claims, w.kind, got, w.want+slack)
 		}
