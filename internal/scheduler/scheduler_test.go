@@ -219,8 +219,9 @@ func TestPlanNeverDoubleBinds(t *testing.T) {
 // BenchmarkPlan times Plan against referencePlan, the scan it replaced:
 // 1,000 agents over 10,000 sandboxes in eight classes (four pools, with and
 // without GPU; varied phases and idle times; a few agents asking for a GPU
-// or naming their sandbox), and 10,000 agents over 1,000 sandboxes of one
-// pool.
+// or naming their sandbox); the same with a label of its own on every
+// sandbox, so that each is a class; and 10,000 agents over 1,000
+// sandboxes of one pool.
 func BenchmarkPlan(b *testing.B) {
 	shapes := []struct {
 		name      string
@@ -228,6 +229,7 @@ func BenchmarkPlan(b *testing.B) {
 		sandboxes []Sandbox
 	}{
 		{"agents=1000/sandboxes=10000", benchAgents(1000, 10000), benchSandboxes(10000, 4)},
+		{"agents=1000/sandboxes=10000/distinct-labels", benchAgents(1000, 10000), withOwnLabel(benchSandboxes(10000, 4))},
 		{"agents=10000/sandboxes=1000", benchAgents(10000, 0), benchSandboxes(1000, 1)},
 	}
 	plans := []struct {
@@ -259,6 +261,14 @@ func benchSandboxes(n, pools int) []Sandbox {
 			IdleSince: t0.Add(-time.Duration(i%60) * 10 * time.Second)}
 	}
 	return out
+}
+
+// withOwnLabel gives each sandbox a label no other has.
+func withOwnLabel(sbs []Sandbox) []Sandbox {
+	for i := range sbs {
+		sbs[i].Labels = map[string]string{"pool": sbs[i].Labels["pool"], "host": sbs[i].Name}
+	}
+	return sbs
 }
 
 // benchAgents returns n agents over the pools of benchPools, one in ten
