@@ -46,12 +46,7 @@ type Binding struct {
 
 // Feasible reports whether sb can take a.
 func Feasible(a Agent, sb Sandbox) bool {
-	if sb.Agent != "" || sb.Deleting || !sb.Healthy {
-		return false
-	}
-	switch sb.Phase {
-	case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
-	default:
+	if !open(sb) {
 		return false
 	}
 	if a.RequiresGPU && !sb.GPU {
@@ -61,6 +56,19 @@ func Feasible(a Agent, sb Sandbox) bool {
 		return sb.Name == a.SandboxName
 	}
 	return a.Selector.Matches(sb.Labels)
+}
+
+// open reports whether sb can take some agent: free, healthy, not being
+// deleted, and Running, Paused or Saved.
+func open(sb Sandbox) bool {
+	if sb.Agent != "" || sb.Deleting || !sb.Healthy {
+		return false
+	}
+	switch sb.Phase {
+	case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
+		return true
+	}
+	return false
 }
 
 // maxIdleScore caps the idle-time part of a score below the running bonus,
@@ -89,7 +97,28 @@ func Score(a Agent, sb Sandbox, now time.Time) int {
 // Plan places as many agents as it can, oldest first, each on the best
 // feasible sandbox no earlier agent took (ties go to the name first in
 // order, so plans are repeatable). Agents that fit nowhere are left out.
+//
+// It finds each agent's best sandbox without a scan of every sandbox: the
+// sandboxes that can take an agent are grouped into classes by label set
+// and GPU, each class a heap in score order, and the classes a selector
+// matches are found once per round and shared by all agents with that
+// selector and GPU need.
 func Plan(agents []Agent, sandboxes []Sandbox, now time.Time) []Binding {
+	ix := newIndex(sandboxes, now)
+	var out []Binding
+	for _, a := range oldestFirst(agents) {
+		if ix.left == 0 {
+			break
+		}
+		if sb, ok := ix.take(a); ok {
+			out = append(out, Binding{Agent: a.Name, Sandbox: sb})
+		}
+	}
+	return out
+}
+
+// oldestFirst returns a copy of agents sorted by creation time, then name.
+func oldestFirst(agents []Agent) []Agent {
 	agents = append([]Agent(nil), agents...)
 	sort.SliceStable(agents, func(i, j int) bool {
 		if !agents[i].Created.Equal(agents[j].Created) {
@@ -97,34 +126,5 @@ func Plan(agents []Agent, sandboxes []Sandbox, now time.Time) []Binding {
 		}
 		return agents[i].Name < agents[j].Name
 	})
-	free := make([]Sandbox, 0, len(sandboxes))
-	for _, sb := range sandboxes {
-		if sb.Agent == "" && !sb.Deleting && sb.Healthy {
-			free = append(free, sb)
-		}
-	}
-	sort.Slice(free, func(i, j int) bool { return free[i].Name < free[j].Name })
-	taken := make([]bool, len(free))
-	left := len(free)
-	var out []Binding
-	for _, a := range agents {
-		if left == 0 {
-			break
-		}
-		best, bestScore := -1, -1
-		for i, sb := range free {
-			if taken[i] || !Feasible(a, sb) {
-				continue
-			}
-			if s := Score(a, sb, now); s > bestScore {
-				best, bestScore = i, s
-			}
-		}
-		if best >= 0 {
-			taken[best] = true
-			left--
-			out = append(out, Binding{Agent: a.Name, Sandbox: free[best].Name})
-		}
-	}
-	return out
+	return agents
 }
