@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,7 +183,12 @@ func TestControlLoopOnQEMU(t *testing.T) {
 			}
 			s := o.(*api.Sandbox).Status
 			pid = s.PID
-			return s.Phase == api.SandboxRunning && s.Reason == "Acquired" && pid != 0, s.Phase + " " + s.Reason
+			evs, err := l.c.Events(context.Background(), api.KindSandbox, sandbox)
+			if err != nil {
+				return false, err.Error()
+			}
+			acquired := slices.ContainsFunc(evs, func(ev *api.Event) bool { return ev.Reason == "Acquired" })
+			return s.Phase == api.SandboxRunning && acquired && pid != 0, fmt.Sprintf("%s %s, acquired %v", s.Phase, s.Reason, acquired)
 		})
 		syscall.Kill(pid, syscall.SIGKILL)
 		l.waitFor("the agent completes on a fresh sandbox", 3*time.Minute, func() (bool, string) {

@@ -62,6 +62,9 @@ func MCPDeadline(a *api.Agent, now time.Time) (deadline time.Time, reason, msg s
 	return deadline, reason, msg
 }
 
+// ReasonClaimed is the reason of a sandbox that its claim made Running.
+const ReasonClaimed = "Claimed"
+
 // ClaimGrace is how long a claim may name an agent that does not point
 // back at the sandbox: the scheduler writes the claim first and the
 // agent right after.
@@ -169,10 +172,22 @@ func SelectorOf(a *api.Agent) api.Selector {
 
 // Claim returns seen with its claim for a and a bound to it, both as of
 // what the round read (their resourceVersions are the writes' conditions).
+//
+// A sandbox warm in memory (paused, or running) is Running from its claim
+// on: its node resumes it in milliseconds, writing nothing more unless the
+// resume does not go as planned (a restore, a new VM, an error). One on
+// disk (saved) stays Saved until its node has restored it, which starts a
+// new process and is written then.
 func Claim(seen *api.Sandbox, a *api.Agent, now time.Time) (*api.Sandbox, *api.Agent) {
 	sb := api.DeepCopy(seen)
 	sb.Status.CurrentAgent = a.Metadata.Name
 	sb.Status.ClaimedAt = &now
+	if sb.Status.Phase == api.SandboxPaused || sb.Status.Phase == api.SandboxRunning {
+		sb.Status.Phase, sb.Status.Reason = api.SandboxRunning, ReasonClaimed
+		sb.Status.Message = fmt.Sprintf("in use by agent %s", a.Metadata.Name)
+		sb.Status.LastResumedAt = &now
+		api.SetCondition(&sb.Status.Conditions, sb.ReadyCondition(), now)
+	}
 	ag := api.DeepCopy(a)
 	ag.Status.Phase, ag.Status.Reason = api.AgentScheduled, "Scheduled"
 	ag.Status.Message = fmt.Sprintf("bound to sandbox %s", sb.Metadata.Name)

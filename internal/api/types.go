@@ -335,6 +335,25 @@ func (s SandboxStatus) Healthy() bool {
 	return s.Reason != "Unhealthy" && s.Reason != "IOError"
 }
 
+// ReadyCondition is a sandbox's Ready condition as its status says: True
+// when its VM runs or waits warm (paused or saved) and it is Healthy.
+func (sb *Sandbox) ReadyCondition() Condition {
+	c := Condition{Type: "Ready", Status: ConditionFalse, Reason: sb.Status.Reason, Message: sb.Status.Message, ObservedGeneration: sb.Metadata.Generation}
+	switch sb.Status.Phase {
+	case SandboxRunning, SandboxPaused, SandboxSaved:
+		if sb.Status.Healthy() {
+			c.Status, c.Reason, c.Message = ConditionTrue, sb.Status.Phase, ""
+		}
+	}
+	if c.Reason == "" {
+		c.Reason = sb.Status.Phase
+		if c.Reason == "" {
+			c.Reason = SandboxPending
+		}
+	}
+	return c
+}
+
 // Sandbox phases.
 const (
 	SandboxPending     = "Pending"

@@ -32,12 +32,12 @@ func TestClaimStoreCallsOnKubernetes(t *testing.T) {
 }
 
 // Object writes per claim: the agent's creation; the claim of its
-// sandbox and the agent's binding (the scheduler); the attempt's start
-// and the sandbox acquired (the node); the outcome and the release (the
-// node).
+// sandbox, which makes it Running, and the agent's binding (the
+// scheduler); the attempt's start (the node, which resumes the sandbox
+// and writes nothing of it); the outcome and the release (the node).
 const (
 	agentWritesPerClaim   = 4
-	sandboxWritesPerClaim = 3
+	sandboxWritesPerClaim = 2
 )
 
 func testClaimStoreCalls(t *testing.T, open StoreFunc, name string) {

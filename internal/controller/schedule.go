@@ -242,8 +242,10 @@ func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, n
 	s.sandboxes.Expect(claimed)
 	bound, err := s.st.UpdateStatus(ctx, ag)
 	if err != nil {
+		// The status as the round saw it, as of the claim's version: the
+		// claim's phase, times and condition go with it.
 		back := api.DeepCopy(claimed.(*api.Sandbox))
-		back.Status.CurrentAgent, back.Status.ClaimedAt = "", nil
+		back.Status = api.DeepCopy(seen).Status
 		if out, uerr := s.st.UpdateStatus(ctx, back); uerr == nil {
 			s.sandboxes.Expect(out)
 		} else if !errors.Is(uerr, api.ErrNotFound) && !errors.Is(uerr, api.ErrConflict) {

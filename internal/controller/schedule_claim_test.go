@@ -127,6 +127,7 @@ func TestSchedulerCompensatesAFailedBinding(t *testing.T) {
 			},
 			wantErr:   disk,
 			claimLeft: "job",
+			message:   "in use by agent job", // the claim's
 			warn:      "take back a claim",
 		},
 		{

@@ -105,13 +105,17 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 		n.opt.ObserveAcquire(kind, took)
 	}
 	pid := n.pidAfter(ctx, sb, kind == "resume" && sb.Status.Phase != api.SandboxSaved)
-	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	n.event(ctx, sb, api.EventNormal, "Acquired", fmt.Sprintf("%s for agent %s in %s", how, agent, took.Round(time.Millisecond)))
+	if kind == "resume" && sb.Status.Phase == api.SandboxRunning && pid == sb.Status.PID {
+		// Resumed from memory as its claim said (agentstate.Claim): the
+		// status is already true.
+		return nil
+	}
+	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		now := n.now().UTC()
 		s.Phase, s.Reason, s.Message, s.PID = api.SandboxRunning, "Acquired", fmt.Sprintf("in use by agent %s", agent), pid
 		s.LastResumedAt = &now
 	})
-	n.event(ctx, sb, api.EventNormal, "Acquired", fmt.Sprintf("%s for agent %s in %s", how, agent, took.Round(time.Millisecond)))
-	return err
 }
 
 // recreate deletes the sandbox's VM and clones it again from its template,

@@ -289,29 +289,13 @@ func (n *Node) updateStatus(ctx context.Context, sb *api.Sandbox, change func(*a
 		before := api.DeepCopy(cur).Status
 		change(&cur.Status)
 		cur.Status.ObservedGeneration = cur.Metadata.Generation
-		api.SetCondition(&cur.Status.Conditions, sandboxReady(cur), n.now())
+		api.SetCondition(&cur.Status.Conditions, cur.ReadyCondition(), n.now())
 		return !statusEqual(before, cur.Status)
 	})
 	if errors.Is(err, api.ErrNotFound) {
 		return nil
 	}
 	return err
-}
-
-// sandboxReady is a sandbox's Ready condition: True when its VM runs or
-// waits warm (paused or saved) and its health check passes.
-func sandboxReady(sb *api.Sandbox) api.Condition {
-	c := api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: sb.Status.Reason, Message: sb.Status.Message, ObservedGeneration: sb.Metadata.Generation}
-	switch sb.Status.Phase {
-	case api.SandboxRunning, api.SandboxPaused, api.SandboxSaved:
-		if sb.Status.Healthy() {
-			c.Status, c.Reason, c.Message = api.ConditionTrue, sb.Status.Phase, ""
-		}
-	}
-	if c.Reason == "" {
-		c.Reason = orDefault(sb.Status.Phase, api.SandboxPending)
-	}
-	return c
 }
 
 // snapshotID names the backend snapshot of a template generation: a new

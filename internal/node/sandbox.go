@@ -494,6 +494,10 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (reconcile.Resul
 		n.event(ctx, sb, api.EventWarning, "VMGone", msg)
 		return reconcile.Result{}, n.setPhase(ctx, sb, api.SandboxError, "VMGone", msg)
 	}
+	if phase == api.SandboxPaused && awaitsAcquire(sb, n.holder(name)) {
+		// Running by its claim, and this node has yet to resume it.
+		phase = api.SandboxRunning
+	}
 	reason, msg := sb.Status.Reason, sb.Status.Message
 	if reason == reasonIOError {
 		// No longer stopped on a failed write: reset, saved or resumed
@@ -539,6 +543,14 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (reconcile.Resul
 		res.RequeueAfter = nu.retry
 	}
 	return res, err
+}
+
+// awaitsAcquire reports whether sb's claim made it Running
+// (agentstate.Claim) and its node, whose word on whom it acquired sb for
+// is holder, has not resumed it for that claim yet.
+func awaitsAcquire(sb *api.Sandbox, holder string) bool {
+	return sb.Status.Phase == api.SandboxRunning && sb.Status.Reason == agentstate.ReasonClaimed &&
+		sb.Status.CurrentAgent != "" && holder != sb.Status.CurrentAgent
 }
 
 // prepare readies a sandbox that just started running for its user: its

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/clock"
@@ -551,5 +552,62 @@ func TestSandboxNoMemoryRetryWritesNothing(t *testing.T) {
 			t.Errorf("try %d: the sandbox was written again (rv %s -> %s)", i+1, rv, sb.Metadata.ResourceVersion)
 		}
 		rv = sb.Metadata.ResourceVersion
+	}
+}
+
+// TestClaimMakesAWarmSandboxRunning: a claim of a paused sandbox makes it
+// Running (agentstate.Claim); a health check before the node resumes it
+// leaves that alone, and the resume from memory writes nothing more of
+// it. The release resets it to Paused.
+func TestClaimMakesAWarmSandboxRunning(t *testing.T) {
+	d := newDirectNode(t, clock.NewFake(time.Now()))
+	d.create(yamlObj(t, sandboxYAML("box", "  templateRef: desk\n")))
+	d.reconcile("box")
+	if err := d.nd.Pause(d.ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	d.create(yamlObj(t, `apiVersion: hvkube/v1
+kind: Agent
+metadata: {name: job}
+spec:
+  sandboxName: box
+  type: mcp-agent
+`))
+	o, err := d.st.Get(d.ctx, api.KindAgent, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, _ := agentstate.Claim(d.sandbox("box"), o.(*api.Agent), d.clk.Now())
+	if _, err := d.st.UpdateStatus(d.ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	claimed := d.sandbox("box")
+	if s := claimed.Status; s.Phase != api.SandboxRunning || s.Reason != agentstate.ReasonClaimed || s.CurrentAgent != "job" {
+		t.Fatalf("claimed sandbox %s/%s for %q, want Running/%s for job", s.Phase, s.Reason, s.CurrentAgent, agentstate.ReasonClaimed)
+	}
+	if c := api.FindCondition(claimed.Status.Conditions, "Ready"); c == nil || c.Reason != api.SandboxRunning {
+		t.Errorf("Ready condition %+v, want reason Running", c)
+	}
+
+	d.reconcile("box") // a health check: the VM is still paused
+	if got := d.sandbox("box"); got.Metadata.ResourceVersion != claimed.Metadata.ResourceVersion {
+		t.Errorf("a health check before the resume wrote the sandbox: %s/%s", got.Status.Phase, got.Status.Reason)
+	}
+	if err := d.nd.acquire(d.ctx, "box", "job"); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := d.be.Inspect(d.ctx, "box"); info.State != backend.StateRunning {
+		t.Fatalf("VM %s after the acquire, want running", info.State)
+	}
+	d.reconcile("box")
+	if got := d.sandbox("box"); got.Metadata.ResourceVersion != claimed.Metadata.ResourceVersion {
+		t.Errorf("the resume from memory wrote the sandbox: %s/%s %q", got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+	if err := d.nd.release(d.ctx, "box", "job"); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.sandbox("box").Status; s.CurrentAgent != "" || s.Phase != api.SandboxRunning {
+		// A sandbox of its own stays as its agent left it.
+		t.Errorf("released: %s for %q, want Running for nobody", s.Phase, s.CurrentAgent)
 	}
 }
