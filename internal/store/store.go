@@ -548,19 +548,23 @@ func (s *Store) maybePrune(ctx context.Context, events, changes int) {
 	}
 }
 
-// compact drops the changes older than the newest MaxChanges and records
-// the revision up to which they are gone, so that a watch from before it
-// is refused rather than silently missing changes. The caller holds
-// writeMu (it runs at the end of Tx).
+// compact drops the changes older than the newest MaxChanges revisions
+// and records the revision up to which they are gone, so that a watch
+// from before it is refused rather than silently missing changes. Every
+// revision is one logged change (a write logs its change at the revision
+// it takes, and a write rolled back gives its revision back), so the cut
+// is the current revision less MaxChanges: found without walking the log,
+// whose rows hold whole objects. The caller holds writeMu (it runs at the
+// end of Tx).
 func (s *Store) compact(ctx context.Context) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	var cut int64
-	err = tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT rv FROM changes ORDER BY rv DESC LIMIT 1 OFFSET ?), 0)`, s.maxChanges).Scan(&cut)
-	if err != nil || cut == 0 {
+	var cut, compacted int64
+	err = tx.QueryRowContext(ctx, `SELECT rv - ?, compacted_rv FROM revision WHERE id = 1`, s.maxChanges).Scan(&cut, &compacted)
+	if err != nil || cut <= compacted {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM changes WHERE rv <= ?`, cut); err != nil {
