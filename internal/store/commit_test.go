@@ -90,7 +90,7 @@ func TestGroupCommitBatch(t *testing.T) {
 	defer func() { s.Close() }()
 
 	var stored []api.Object
-	for i := range 6 {
+	for i := range 8 {
 		stored = append(stored, mustCreate(t, s, pool(fmt.Sprintf("p%d", i), 1)))
 	}
 	running := agent("started")
@@ -103,6 +103,8 @@ func TestGroupCommitBatch(t *testing.T) {
 	missing := pool("missing", 1)
 	respec := api.DeepCopy(stored[3]).(*api.SandboxPool)
 	respec.Spec.Replicas = 5
+	staleLast := withReady(stored[7], 8)
+	staleLast.Metadata.ResourceVersion = "1"
 
 	type result struct {
 		obj api.Object
@@ -142,6 +144,18 @@ func TestGroupCommitBatch(t *testing.T) {
 		{name: "delete a missing object", want: api.ErrNotFound, do: func(ctx context.Context) (api.Object, error) {
 			o, _, err := s.Delete(ctx, api.KindSandboxPool, "missing", DeleteOptions{})
 			return o, err
+		}},
+		{name: "a group whose second write conflicts", want: api.ErrConflict, do: func(ctx context.Context) (api.Object, error) {
+			// The first write lands before the second fails: only
+			// rolling back to the write's savepoint takes it away.
+			out, errs, err := s.UpdateStatusGroups(ctx, [][]api.Object{{withReady(stored[6], 4), staleLast}})
+			if err != nil {
+				return nil, err
+			}
+			if errs[0] != nil {
+				return nil, errs[0]
+			}
+			return out[0][0], nil
 		}},
 	}
 
@@ -234,7 +248,10 @@ func TestGroupCommitBatch(t *testing.T) {
 	if s, err = Open(ctx, dir, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"p1": stored[1].GetMeta().ResourceVersion, "p5": stored[5].GetMeta().ResourceVersion, "held": held.GetMeta().ResourceVersion}
+	want := map[string]string{"held": held.GetMeta().ResourceVersion}
+	for _, i := range []int{1, 5, 6, 7} { // written only by failed writes
+		want[stored[i].GetMeta().Name] = stored[i].GetMeta().ResourceVersion
+	}
 	for i, tc := range cases {
 		if tc.want == nil && !tc.gone {
 			want[results[i].obj.GetMeta().Name] = results[i].obj.GetMeta().ResourceVersion
