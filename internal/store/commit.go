@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 )
 
@@ -69,15 +70,37 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 	}
 	select {
 	case <-req.done:
-		return req.err
 	case <-ctx.Done():
 		if req.state.CompareAndSwap(writeQueued, writeAbandoned) {
 			return ctx.Err()
 		}
 		// The committer has it: its commit says whether it landed.
 		<-req.done
-		return req.err
 	}
+	if p, ok := req.err.(*writePanic); ok {
+		panic(fmt.Sprintf("%v\n\nin the store's committer:\n%s", p.value, p.stack))
+	}
+	return req.err
+}
+
+// writePanic is a write's fn that panicked on the committer: it is
+// rolled back like a failed write, and the panic goes on in the caller's
+// goroutine, as it did when writes ran there.
+type writePanic struct {
+	value any
+	stack []byte
+}
+
+func (p *writePanic) Error() string { return fmt.Sprintf("write panicked: %v", p.value) }
+
+// run runs the write's fn, turning a panic into a writePanic.
+func (r *writeReq) run(tx *Tx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &writePanic{value: v, stack: debug.Stack()}
+		}
+	}()
+	return r.fn(tx)
 }
 
 // errStoreClosed is what a write after Close returns.
@@ -135,7 +158,7 @@ func (s *Store) commitBatch(batch []*writeReq) {
 	err := s.Tx(context.Background(), func(tx *Tx) error {
 		for i, r := range live {
 			var err error
-			if errs[i], err = tx.savepoint(r.fn); err != nil {
+			if errs[i], err = tx.savepoint(r.run); err != nil {
 				return err
 			}
 		}

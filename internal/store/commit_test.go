@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -360,6 +361,45 @@ func TestGroupCommitAbandonedWrite(t *testing.T) {
 	mustCreate(t, s, pool("after", 1))
 	if _, err := s.Get(ctx, api.KindSandboxPool, "abandoned"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("the abandoned write: %v", err)
+	}
+}
+
+// TestGroupCommitPanickingWrite: a write that panics on the committer
+// panics in its caller's goroutine and is rolled back, and the write
+// beside it in the batch lands.
+func TestGroupCommitPanickingWrite(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	sizes := batchSizes(t)
+	release := holdCommitter(t, s, sizes)
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		s.write(ctx, func(tx *Tx) error {
+			if _, err := tx.Create(pool("half", 1)); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	}()
+	waitQueued(s, 1)
+	created := make(chan error, 1)
+	go func() {
+		_, err := s.Create(ctx, pool("beside", 1))
+		created <- err
+	}()
+	waitQueued(s, 2)
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if v := <-panicked; v == nil || !strings.Contains(fmt.Sprint(v), "boom") {
+		t.Fatalf("the caller got %v, want the panic", v)
+	}
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, api.KindSandboxPool, "half"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("the panicking write: %v", err)
 	}
 }
 
