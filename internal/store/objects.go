@@ -45,10 +45,13 @@ func (s *Store) ListRaw(ctx context.Context, kind string, pg Page) (items []json
 	return items, formatRV(n), next, err
 }
 
+// The object writes below are group committed (see write): each returns
+// once the transaction it shared with the writes beside it committed.
+
 // Create stores a new object; see Tx.Create.
 func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 	var out api.Object
-	err := s.Tx(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		var err error
 		out, err = tx.Create(o)
 		if err == nil {
@@ -56,37 +59,46 @@ func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 		}
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Update writes o over the stored object; see Tx.Update.
 func (s *Store) Update(ctx context.Context, o api.Object) (api.Object, bool, error) {
 	var out api.Object
 	var changed bool
-	err := s.Tx(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		var err error
 		out, changed, err = tx.Update(o)
 		return err
 	})
-	return out, changed, err
+	if err != nil {
+		return nil, false, err
+	}
+	return out, changed, nil
 }
 
 // UpdateStatus replaces the stored object's status; see Tx.UpdateStatus.
 func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, error) {
 	var out api.Object
-	err := s.Tx(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		var err error
 		out, err = tx.UpdateStatus(o)
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Delete removes an object; see Tx.Delete.
 func (s *Store) Delete(ctx context.Context, kind, name string, opts DeleteOptions) (api.Object, bool, error) {
 	var out api.Object
 	var deleted bool
-	err := s.Tx(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		var err error
 		out, deleted, err = tx.Delete(kind, name, opts)
 		if err != nil {
@@ -98,7 +110,10 @@ func (s *Store) Delete(ctx context.Context, kind, name string, opts DeleteOption
 		}
 		return tx.Emit(out, api.EventNormal, "Deleted", msg)
 	})
-	return out, deleted, err
+	if err != nil {
+		return nil, false, err
+	}
+	return out, deleted, nil
 }
 
 // eventRecord is an event waiting to be written, or (with done set) a
@@ -152,7 +167,7 @@ const maxEventBatch = 500
 // store's one writer; they are queued instead and written together a few
 // at a time, so an event may reach the log (and its watchers) a few
 // milliseconds after the call. With the queue full, the call writes the
-// event itself.
+// event itself, group committed with the object writes.
 func (s *Store) RecordEvent(ctx context.Context, o api.Object, eventType, reason, message string) error {
 	rec := eventRecord{obj: api.DeepCopy(o), typ: eventType, reason: reason, message: message}
 	s.mu.Lock()
@@ -165,7 +180,7 @@ func (s *Store) RecordEvent(ctx context.Context, o api.Object, eventType, reason
 		}
 	}
 	s.mu.Unlock()
-	return s.Tx(ctx, func(tx *Tx) error { return tx.Emit(o, eventType, reason, message) })
+	return s.write(ctx, func(tx *Tx) error { return tx.Emit(o, eventType, reason, message) })
 }
 
 // writeEvents writes queued events, a batch per transaction, until the
@@ -330,40 +345,35 @@ func parseRV(field, rv string) (int64, error) {
 // in errs, and the others still land; err reports a failure of the
 // transaction as a whole. It lets a caller that writes many small groups
 // (the scheduler's claim and binding, for a whole round) pay for one
-// commit instead of one per write.
+// commit instead of one per write; the commit is shared with the other
+// writes queued meanwhile.
 func (s *Store) UpdateStatusGroups(ctx context.Context, groups [][]api.Object) (out [][]api.Object, errs []error, err error) {
 	out = make([][]api.Object, len(groups))
 	errs = make([]error, len(groups))
-	err = s.Tx(ctx, func(tx *Tx) error {
+	err = s.write(ctx, func(tx *Tx) error {
 		for i, g := range groups {
-			pending, changes := len(tx.pending), tx.changes
-			if _, err := tx.tx.ExecContext(ctx, `SAVEPOINT grp`); err != nil {
-				return err
-			}
 			var written []api.Object
-			var gerr error
-			for _, o := range g {
-				w, err := tx.UpdateStatus(o)
-				if err != nil {
-					gerr = err
-					break
+			gerr, err := tx.savepoint(func(tx *Tx) error {
+				for _, o := range g {
+					w, err := tx.UpdateStatus(o)
+					if err != nil {
+						return err
+					}
+					written = append(written, w)
 				}
-				written = append(written, w)
-			}
-			if gerr != nil {
-				if _, err := tx.tx.ExecContext(ctx, `ROLLBACK TO grp`); err != nil {
-					return err
-				}
-				tx.pending, tx.changes = tx.pending[:pending], changes
-				errs[i] = gerr
-			} else {
-				out[i] = written
-			}
-			if _, err := tx.tx.ExecContext(ctx, `RELEASE grp`); err != nil {
+				return nil
+			})
+			if err != nil {
 				return err
+			}
+			if errs[i] = gerr; gerr == nil {
+				out[i] = written
 			}
 		}
 		return nil
 	})
-	return out, errs, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, errs, nil
 }

@@ -62,6 +62,14 @@ type Store struct {
 	// commit order.
 	writeMu sync.Mutex
 
+	// writes queues the object writes for commitWrites, which commits
+	// them a batch per transaction; writesDone closes when it has
+	// committed the last. writers counts the writes that may still send
+	// to writes, which Close waits for before it closes the queue.
+	writes     chan *writeReq
+	writesDone chan struct{}
+	writers    sync.WaitGroup
+
 	// events queues RecordEvent's events for writeEvents; eventsDone
 	// closes when it has written the last. flushers counts the
 	// flushEvents calls that may still send to events, which Close waits
@@ -129,6 +137,8 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	s.events, s.eventsDone = make(chan eventRecord, 10000), make(chan struct{})
 	go s.writeEvents()
+	s.writes, s.writesDone = make(chan *writeReq, writeQueue), make(chan struct{})
+	go s.commitWrites()
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		if c := sqliteCode(err); c != 0 {
@@ -145,8 +155,8 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close writes the events still queued, stops every watcher and closes
-// the database. It is idempotent.
+// Close commits the writes and events still queued, stops every watcher
+// and closes the database. It is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -155,6 +165,11 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	// No new write queues; once those already queuing are in, the
+	// committer commits the rest and stops.
+	s.writers.Wait()
+	close(s.writes)
+	<-s.writesDone
 	// RecordEvent no longer queues (it saw closed under mu, or queued
 	// before), and no new flushEvents starts; once those already started
 	// have queued their marker (the writer keeps draining meanwhile), the
@@ -533,19 +548,23 @@ func (s *Store) maybePrune(ctx context.Context, events, changes int) {
 	}
 }
 
-// compact drops the changes older than the newest MaxChanges and records
-// the revision up to which they are gone, so that a watch from before it
-// is refused rather than silently missing changes. The caller holds
-// writeMu (it runs at the end of Tx).
+// compact drops the changes older than the newest MaxChanges revisions
+// and records the revision up to which they are gone, so that a watch
+// from before it is refused rather than silently missing changes. Every
+// revision is one logged change (a write logs its change at the revision
+// it takes, and a write rolled back gives its revision back), so the cut
+// is the current revision less MaxChanges: found without walking the log,
+// whose rows hold whole objects. The caller holds writeMu (it runs at the
+// end of Tx).
 func (s *Store) compact(ctx context.Context) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	var cut int64
-	err = tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT rv FROM changes ORDER BY rv DESC LIMIT 1 OFFSET ?), 0)`, s.maxChanges).Scan(&cut)
-	if err != nil || cut == 0 {
+	var cut, compacted int64
+	err = tx.QueryRowContext(ctx, `SELECT rv - ?, compacted_rv FROM revision WHERE id = 1`, s.maxChanges).Scan(&cut, &compacted)
+	if err != nil || cut <= compacted {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM changes WHERE rv <= ?`, cut); err != nil {

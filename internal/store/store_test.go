@@ -381,10 +381,23 @@ func TestWatchFromCompactedRevision(t *testing.T) {
 	if !errors.Is(err, api.ErrGone) || !strings.Contains(err.Error(), "compacted") {
 		t.Fatalf("watch from a compacted revision: %v", err)
 	}
-	var n int
+	var n, rv, compacted int64
 	s.r.QueryRow(`SELECT COUNT(*) FROM changes`).Scan(&n)
 	if n > 1000 {
 		t.Fatalf("%d changes kept with MaxChanges 10", n)
+	}
+	// What is kept is every change after the compacted revision, which
+	// a watch still resumes from.
+	s.r.QueryRow(`SELECT rv, compacted_rv FROM revision`).Scan(&rv, &compacted)
+	if n != rv-compacted {
+		t.Fatalf("%d changes kept after revision %d, at revision %d", n, compacted, rv)
+	}
+	w, err := s.WatchFrom(ctx, api.KindSandboxPool, api.Selector{}, formatRV(compacted))
+	if err != nil {
+		t.Fatalf("watch from the compacted revision: %v", err)
+	}
+	if got := len(w.Events()); int64(got) != n {
+		t.Fatalf("the watch replayed %d changes, want %d", got, n)
 	}
 }
 
