@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -18,7 +19,16 @@ import (
 // cloned by two nodes. A pool's maxPerHost holds per node; among the nodes
 // with room, the one with the fewest of the pool's sandboxes is chosen,
 // then the one with the most free memory.
+//
+// Placements are written placementWorkers at a time: each is chosen under
+// mu, counting the placements still in flight (assumed), and written
+// outside it, so that a fill of many sandboxes does not wait for each
+// write's round trip in turn.
 type Placement struct {
+	mu sync.Mutex // guards assumed, and makes each choice see the ones before
+	// assumed is the node of each placement written and not yet in the
+	// cache.
+	assumed   map[string]string
 	st        store.Interface
 	log       *slog.Logger
 	now       func() time.Time
@@ -33,11 +43,15 @@ func NewPlacement(m *reconcile.Manager, st store.Interface, log *slog.Logger, no
 	if now == nil {
 		now = time.Now
 	}
-	p := &Placement{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), nodes: m.Cache(api.KindNode), pools: m.Cache(api.KindSandboxPool)}
-	p.q = m.Register(reconcile.Controller{Name: "placement", For: api.KindSandbox, Reconciler: p, Workers: 1,
+	p := &Placement{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), nodes: m.Cache(api.KindNode), pools: m.Cache(api.KindSandboxPool),
+		assumed: map[string]string{}}
+	p.q = m.Register(reconcile.Controller{Name: "placement", For: api.KindSandbox, Reconciler: p, Workers: placementWorkers,
 		Watches: []reconcile.Watch{{Kind: api.KindNode, Map: p.unplaced}}})
 	return p
 }
+
+// placementWorkers is how many placements are written at once.
+const placementWorkers = 8
 
 // unplaced maps a change of a node (a new one, more room) to the sandboxes
 // still waiting for one.
@@ -70,7 +84,12 @@ func (p *Placement) Reconcile(ctx context.Context, name string) (reconcile.Resul
 		return reconcile.Result{}, nil
 	}
 	sb := o.(*api.Sandbox)
+	p.mu.Lock()
 	node, why := p.choose(sb)
+	if node != "" {
+		p.assumed[name] = node
+	}
+	p.mu.Unlock()
 	if node == "" {
 		// A node that appears or frees room asks again (its watch).
 		p.log.Debug("no node for sandbox", "sandbox", name, "why", why)
@@ -79,6 +98,14 @@ func (p *Placement) Reconcile(ctx context.Context, name string) (reconcile.Resul
 	placed := api.DeepCopy(sb)
 	placed.Status.Node = node
 	out, err := p.st.UpdateStatus(ctx, placed)
+	p.mu.Lock()
+	if err == nil {
+		// The cache has it before the assumption goes: a choice never
+		// sees the placement neither way.
+		p.sandboxes.Expect(out)
+	}
+	delete(p.assumed, name)
+	p.mu.Unlock()
 	if errors.Is(err, api.ErrConflict) {
 		return reconcile.Result{RequeueAfter: 10 * time.Millisecond}, nil // read again once the watch brings the change
 	}
@@ -88,12 +115,12 @@ func (p *Placement) Reconcile(ctx context.Context, name string) (reconcile.Resul
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	p.sandboxes.Expect(out)
 	reconcile.Event(ctx, p.st, p.log, out, api.EventNormal, "Placed", fmt.Sprintf("placed on node %s", node))
 	return reconcile.Result{}, nil
 }
 
-// choose picks sb's node, or says why there is none.
+// choose picks sb's node, or says why there is none. The caller holds
+// p.mu.
 func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 	type cand struct {
 		name       string
@@ -126,10 +153,18 @@ func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 		if po, ok := p.pools.Get(pool); ok {
 			maxPer = po.(*api.SandboxPool).Spec.MaxPerHost
 		}
-		// Its own placements count before the watch brings them.
+		// Its own placements count before the watch brings them, and
+		// those still being written too.
 		p.sandboxes.RangeLatest(func(o api.Object) bool {
 			m := o.(*api.Sandbox)
-			if c := byName[m.Status.Node]; c != nil && m.Metadata.DeletionTimestamp == nil && api.OwnerOf(m, api.KindSandboxPool) == pool {
+			if m.Metadata.DeletionTimestamp != nil || api.OwnerOf(m, api.KindSandboxPool) != pool {
+				return true
+			}
+			node := m.Status.Node
+			if n, ok := p.assumed[m.Metadata.Name]; ok && node == "" {
+				node = n
+			}
+			if c := byName[node]; c != nil {
 				c.ofPool++
 			}
 			return true

@@ -1,9 +1,13 @@
 package controller
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/store/storefault"
 )
 
 // TestPlacement places sandboxes on nodes: spread over the nodes by pool,
@@ -93,5 +97,80 @@ func TestPlacement(t *testing.T) {
 				t.Error("no Placed event")
 			}
 		})
+	}
+}
+
+// TestPlacementsInFlightCount places a pool's sandboxes with every
+// placement's write held until all of them have chosen their node: the
+// choices count the placements still being written, so maxPerHost holds
+// on every node and the pool spreads evenly.
+func TestPlacementsInFlightCount(t *testing.T) {
+	const nodes, perHost = 3, 2
+	e := newEnv(t)
+	fs := storefault.New(e.st)
+	p := NewPlacement(e.m, fs, e.log, e.clk.Now)
+	pool := &api.SandboxPool{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandboxPool}}
+	pool.Metadata.Name = "web"
+	pool.Spec.Replicas = nodes * perHost
+	pool.Spec.MaxPerHost = perHost
+	pool.Spec.Template.Spec.TemplateRef = "desk"
+	api.Default(pool)
+	pool = e.create(pool).(*api.SandboxPool)
+	for i := range nodes {
+		nd := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}}
+		nd.Metadata.Name = fmt.Sprintf("n%d", i)
+		nd.Status.Memory.FreeMB = 1000 * (i + 1)
+		at := e.clk.Now()
+		nd.Status.LastHeartbeat = &at
+		e.create(nd)
+	}
+	// One more sandbox than there is room for: it waits.
+	var names []string
+	for i := range nodes*perHost + 1 {
+		sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+		sb.Metadata.Name = fmt.Sprintf("web-%d", i)
+		sb.Metadata.OwnerReferences = []api.OwnerReference{{Kind: api.KindSandboxPool, Name: "web", UID: pool.Metadata.UID}}
+		sb.Spec.TemplateRef = "desk"
+		api.Default(sb)
+		sb.Status.Phase = api.SandboxPending
+		e.create(sb)
+		names = append(names, sb.Metadata.Name)
+	}
+	e.sync()
+	var (
+		chosen sync.WaitGroup
+		writes atomic.Int32
+	)
+	chosen.Add(nodes * perHost)
+	fs.Inject(storefault.Fault{Op: storefault.UpdateStatus, Kind: api.KindSandbox, Before: func(c storefault.Call) {
+		if writes.Add(1) > nodes*perHost {
+			t.Errorf("placement of %s written: every node already had maxPerHost (%d) in flight", c.Name, perHost)
+			return
+		}
+		chosen.Done()
+		chosen.Wait()
+	}})
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.Reconcile(e.ctx, name); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	per := map[string]int{}
+	for _, name := range names {
+		per[e.sandbox(name).Status.Node]++
+	}
+	for i := range nodes {
+		if n := per[fmt.Sprintf("n%d", i)]; n != perHost {
+			t.Errorf("node n%d holds %d of the pool, want %d (maxPerHost): %v", i, n, perHost, per)
+		}
+	}
+	if per[""] != 1 {
+		t.Errorf("%d sandboxes left unplaced, want 1: %v", per[""], per)
 	}
 }
