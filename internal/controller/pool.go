@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/reconcile"
@@ -233,10 +235,8 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 			n = min(n, max(rate-recent, 0))
 			soon(time.Second)
 		}
-		for i := 0; i < n; i++ {
-			if err := p.createMember(ctx, pool); err != nil {
-				return reconcile.Result{}, err
-			}
+		if err := p.createMembers(ctx, pool, n); err != nil {
+			return reconcile.Result{}, err
 		}
 		if n > 0 {
 			reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, "ScaledUp", fmt.Sprintf("created %d sandbox(es): %d of %d", n, s.live+n, s.desired))
@@ -435,6 +435,21 @@ func idleFirst(members []*api.Sandbox) []*api.Sandbox {
 		return out[i].Metadata.CreationTimestamp.After(out[j].Metadata.CreationTimestamp)
 	})
 	return out
+}
+
+// createParallel bounds the members a pool creates at once: a fill of
+// hundreds would otherwise wait for each creation's round trip in turn.
+const createParallel = 16
+
+// createMembers creates n members of pool, createParallel at a time, and
+// returns the first error.
+func (p *Pools) createMembers(ctx context.Context, pool *api.SandboxPool, n int) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(createParallel)
+	for range n {
+		g.Go(func() error { return p.createMember(gctx, pool) })
+	}
+	return g.Wait()
 }
 
 func (p *Pools) createMember(ctx context.Context, pool *api.SandboxPool) error {
