@@ -429,6 +429,15 @@ func TestNodeStartDeletesOrphans(t *testing.T) {
 	}
 }
 
+// jobOnBoxYAML is an mcp-agent, job, that may take only sandbox box.
+const jobOnBoxYAML = `apiVersion: hvkube/v1
+kind: Agent
+metadata: {name: job}
+spec:
+  sandboxName: box
+  type: mcp-agent
+`
+
 // TestSandboxClaimLeftByACrash leaves a claim whose agent never pointed
 // back at the sandbox (a crash between the scheduler's two writes): the
 // node releases it once the scheduler's grace has passed, not before.
@@ -436,13 +445,7 @@ func TestSandboxClaimLeftByACrash(t *testing.T) {
 	d := newDirectNode(t, clock.NewFake(time.Now()))
 	d.create(yamlObj(t, sandboxYAML("box", "  templateRef: desk\n")))
 	d.reconcile("box")
-	d.create(yamlObj(t, `apiVersion: hvkube/v1
-kind: Agent
-metadata: {name: job}
-spec:
-  sandboxName: box
-  type: mcp-agent
-`))
+	d.create(yamlObj(t, jobOnBoxYAML))
 	now := d.clk.Now()
 	if err := d.nd.updateStatus(d.ctx, d.sandbox("box"), func(s *api.SandboxStatus) { s.CurrentAgent, s.ClaimedAt = "job", &now }); err != nil {
 		t.Fatal(err)
@@ -566,13 +569,7 @@ func TestClaimMakesAWarmSandboxRunning(t *testing.T) {
 	if err := d.nd.Pause(d.ctx, "box"); err != nil {
 		t.Fatal(err)
 	}
-	d.create(yamlObj(t, `apiVersion: hvkube/v1
-kind: Agent
-metadata: {name: job}
-spec:
-  sandboxName: box
-  type: mcp-agent
-`))
+	d.create(yamlObj(t, jobOnBoxYAML))
 	o, err := d.st.Get(d.ctx, api.KindAgent, "job")
 	if err != nil {
 		t.Fatal(err)
