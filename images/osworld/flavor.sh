@@ -108,6 +108,8 @@ im.save("/usr/share/backgrounds/hvkube/osworld.png", optimize=True)'
 	for d in Desktop Documents Downloads Music Pictures Public Templates Videos .config .local/share/applications; do
 		install -d -m 0755 -o "$guest_uid" -g "$guest_uid" "$root$home/$d"
 	done
+	# install -d makes the parents of .local/share/applications as root.
+	chown "$guest_uid:$guest_uid" "$root$home/.local" "$root$home/.local/share"
 	install -m 0644 -o "$guest_uid" -g "$guest_uid" "$g/user-dirs.dirs" "$root$home/.config/user-dirs.dirs"
 	# Chrome's keyring is off, as on OSWorld's image (password-store=basic).
 	install -d -m 0700 -o "$guest_uid" -g "$guest_uid" "$root$home/.local/share/keyrings"
@@ -125,6 +127,12 @@ im.save("/usr/share/backgrounds/hvkube/osworld.png", optimize=True)'
 	sed -i 's/^Logo=1$/Logo=0/' "$root/etc/libreoffice/sofficerc"
 	install -D -m 0644 -o "$guest_uid" -g "$guest_uid" "$g/registrymodifications.xcu" \
 		"$root$home/.config/libreoffice/4/user/registrymodifications.xcu"
+	# This version has run before: no "running for the first time" bar
+	# over the documents (a headless start does not record it).
+	local lo_version
+	lo_version=$(chroot "$root" dpkg-query -W -f '${Version}' libreoffice-core | sed -E 's/^[0-9]+://; s/^([0-9]+\.[0-9]+).*/\1/')
+	sed -i "s|</oor:items>|<item oor:path=\"/org.openoffice.Setup/Product\"><prop oor:name=\"ooSetupLastVersion\" oor:op=\"fuse\"><value>$lo_version</value></prop></item>\n</oor:items>|" \
+		"$root$home/.config/libreoffice/4/user/registrymodifications.xcu"
 	chown -R "$guest_uid:$guest_uid" "$root$home/.config/libreoffice"
 	install -d -m 1777 "$root/dev/shm"
 	as_user() {
@@ -135,6 +143,16 @@ im.save("/usr/share/backgrounds/hvkube/osworld.png", optimize=True)'
 		echo "build.sh: LibreOffice's first start failed; the guest makes its profile" >&2
 	as_user gimp-2.10 -i -d -f -b '(gimp-quit 0)' ||
 		echo "build.sh: GIMP's first start failed; the guest makes its configuration" >&2
+	# GIMP writes its gimprc only once a preference changes; on OSWorld's
+	# image it is there (GIMP was set up by hand), and its tasks' checks
+	# read it whether or not the agent changed anything. No settings in it:
+	# GIMP's defaults hold.
+	d=$root$home/.config/GIMP/2.10
+	if [[ ! -e $d/gimprc ]]; then
+		install -d -m 0755 -o "$guest_uid" -g "$guest_uid" "$d"
+		printf '# GIMP gimprc\n#\n# Preferences that differ from the defaults; none yet.\n\n# end of gimprc\n' >"$d/gimprc"
+		chown "$guest_uid:$guest_uid" "$d/gimprc"
+	fi
 	as_user /usr/bin/google-chrome --prepare ||
 		echo "build.sh: Chromium's first start failed; the guest makes its profile" >&2
 	# Nothing of those runs may look alive in the guest.

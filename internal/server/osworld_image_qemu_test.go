@@ -27,7 +27,7 @@ import (
 // user `user` in its home with sudo and the session's bus, GNOME's
 // settings (the background follows them), relative uploads, GNOME
 // Terminal's text, a recording of the screen, a spreadsheet opened in
-// LibreOffice Calc, converted as tasks' checks do and in the
+// LibreOffice Calc, edited, saved and converted as tasks' checks do and in the
 // accessibility tree, Google Chrome with DevTools relayed as tasks start
 // it, and VLC's web interface with its password.
 func TestOSWorldImageOnQEMU(t *testing.T) {
@@ -74,8 +74,8 @@ func TestOSWorldImageOnQEMU(t *testing.T) {
 	}
 
 	t.Run("Account", func(t *testing.T) {
-		got := shell(t, `pwd; id -un; id -Gn; echo "$SHELL $DBUS_SESSION_BUS_ADDRESS"; echo password | sudo -S id -u 2>/dev/null; xdg-settings get default-web-browser; python -c "import pyautogui, Xlib.display, PIL, lxml, requests; print(pyautogui.size())"`)
-		want := []string{"/home/user", "user", "sudo", "/bin/bash unix:path=/run/user/1000/bus", "\n0\n", "google-chrome.desktop", "Size(width=1920, height=1080)"}
+		got := shell(t, `pwd; id -un; id -Gn; echo "$SHELL $DBUS_SESSION_BUS_ADDRESS"; echo password | sudo -S id -u 2>/dev/null; xdg-settings get default-web-browser; python -c "import pyautogui, Xlib.display, PIL, lxml, requests; print(pyautogui.size())"; test -O ~/.local/share && test -f ~/.config/GIMP/2.10/gimprc && echo home-is-the-users`)
+		want := []string{"/home/user", "user", "sudo", "/bin/bash unix:path=/run/user/1000/bus", "\n0\n", "google-chrome.desktop", "Size(width=1920, height=1080)", "home-is-the-users"}
 		for _, w := range want {
 			if !strings.Contains(got, w) {
 				t.Errorf("the environment lacks %q:\n%s", w, got)
@@ -161,9 +161,21 @@ func TestOSWorldImageOnQEMU(t *testing.T) {
 		if got := shell(t, "wmctrl -l"); !strings.Contains(got, "sales.xlsx - LibreOffice Calc") {
 			t.Fatalf("no window titled as OSWorld's tasks expect:\n%s", got)
 		}
+		// An edit saved as tasks' checks save it (Ctrl+S in Microsoft's
+		// format): no dialog asks whether to keep the format, which would
+		// hold the save and the conversion after it.
+		edit := `{"command": ["python", "-c", "import pyautogui; pyautogui.hotkey('ctrl', 'Home'); pyautogui.write('Zone\\n'); pyautogui.hotkey('ctrl', 's')"], "shell": false}`
+		// Calc's window shows before its sheet takes keys (under
+		// emulation): the edit is made again until the file holds it.
+		until(t, "the edit saved", 3*time.Minute, func() (bool, string) {
+			do(t, osworldCall{method: "POST", route: "/execute", json: edit}, 200)
+			time.Sleep(5 * time.Second)
+			out := shell(t, "unzip -p /home/user/Desktop/sales.xlsx xl/sharedStrings.xml; wmctrl -l")
+			return strings.Contains(out, ">Zone<"), out
+		})
 		// As tasks' checks convert it, with Calc running: one CSV a sheet.
 		shell(t, `libreoffice --convert-to "csv:Text - txt - csv (StarCalc):44,34,UTF-8,,,,false,true,true,false,false,1" --outdir /home/user /home/user/Desktop/sales.xlsx`)
-		if got := shell(t, "cat /home/user/sales-Sheet1.csv"); got != "Region,Sales\nNorth,42\n" {
+		if got := shell(t, "cat /home/user/sales-Sheet1.csv"); got != "Zone,Sales\nNorth,42\n" {
 			t.Errorf("sales-Sheet1.csv: %q", got)
 		}
 		// LibreOffice makes its accessible objects when first asked (the

@@ -499,6 +499,10 @@ def _chunks(text, keymap):
     return parts + [text[start:]]
 
 
+# The characters typewrite presses as keys (split keeps them: odd items).
+_CONTROLS = re.compile("([\n\r\t]+)")
+
+
 def _keysym(key):
     """The X keysym for a pyautogui key name or a single character; None
     for a name that is neither (pyautogui ignores those)."""
@@ -571,13 +575,20 @@ def typewrite(message, interval=0.0, logScreenshot=False, _pause=True):
         # --delay is between keystrokes; xdotool's default is 12 ms.
         delay = int(interval * 1000) if interval else 12
         keymap = _keymap() if any(_needs_binding(c) for c in message) else None
-        parts = _chunks(message, keymap) if keymap else [message] if message else []
-        for i, part in enumerate(parts):
-            if i:  # the application reads the last part's keystrokes
-                time.sleep(0.5)  # before its keycodes are bound anew
-            if keymap:
-                _bind(part, keymap if i == 0 else None)
-            _xdotool("type", "--delay", delay, "--", part)
+        # A line end is the Enter key and a tab the Tab key, as pyautogui
+        # presses them: xdotool's type sends a newline as a keysym that
+        # LibreOffice, for one, does not take as Enter.
+        for n, run in enumerate(_CONTROLS.split(message)):
+            if n % 2:
+                _xdotool("key", "--delay", delay, *(_KEYS[c] for c in run))
+                continue
+            parts = _chunks(run, keymap) if keymap else [run] if run else []
+            for i, part in enumerate(parts):
+                if i:  # the application reads the last part's keystrokes
+                    time.sleep(0.5)  # before its keycodes are bound anew
+                if keymap:
+                    _bind(part, keymap if i == 0 else None)
+                _xdotool("type", "--delay", delay, "--", part)
     else:
         syms = _keysyms(list(message))
         if syms:

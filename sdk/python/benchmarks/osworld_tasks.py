@@ -291,6 +291,8 @@ def main() -> int:
     ap.add_argument("--task-timeout", type=int, default=1200, help="seconds a task may take at most")
     ap.add_argument("--all", action="store_true", help="also the tasks that need a Google account or VS Code")
     ap.add_argument("--resume", action="store_true", help="skip the tasks --out has a line of")
+    ap.add_argument("--start", type=int, default=1,
+                    help="begin at this task of the order (1 = the first): a run split over sittings or hosts")
     ap.add_argument("--summary", action="store_true", help="print the summary of --out and stop")
     args = ap.parse_args()
     if args.summary:
@@ -306,6 +308,9 @@ def main() -> int:
     # Domains mixed (the same order every run): environments start
     # different applications at a time, not four browsers at once.
     random.Random(0).shuffle(todo)
+    if args.start < 1 or args.start > len(todo) + 1:
+        ap.error(f"--start: a task of the order, 1 to {len(todo)}")
+    todo = todo[args.start - 1:]
     if args.resume and Path(args.out).exists():
         done = {(r["domain"], r["id"]) for r in map(json.loads, Path(args.out).read_text().splitlines()) if r}
         todo = [t for t in todo if t not in done]
