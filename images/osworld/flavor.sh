@@ -72,6 +72,8 @@ flavor_install() {
 	install -m 0755 "$g/desktop" "$root/usr/local/lib/hvkube/desktop"
 	install -m 0755 "$g/hvkube-wallpaper" "$root/usr/local/lib/hvkube/hvkube-wallpaper"
 	install -m 0755 "$g/hvkube-chrome-titles" "$root/usr/local/lib/hvkube/hvkube-chrome-titles"
+	# No systemd: its timedatectl's verbs the tasks use (guest/timedatectl).
+	install -m 0755 "$g/timedatectl" "$root/usr/local/bin/timedatectl"
 	install -m 0644 "$g/jwmrc" "$root/etc/jwm/system.jwmrc"
 	in_root jwm -p
 	install -m 0755 "$here/../browser-desktop/guest/hvkube-accessibility" "$root/usr/local/bin/hvkube-accessibility"

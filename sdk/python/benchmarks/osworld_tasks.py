@@ -69,7 +69,7 @@ class TaskTimeout(Exception):
 CAUSES = [
     ("network: huggingface.co", r"huggingface\.co"),
     ("network: google", r"google(apis)?\.com|drive\.google|pydrive"),
-    ("network: another site", r"Max retries exceeded|NameResolution|Failed to resolve|ConnectionError|net::ERR_"),
+    ("network: another site", r"Max retries exceeded|NameResolution|Failed to resolve|ConnectionError|net::ERR_|chrome-error://"),
     ("no proxy list (proxy task)", r"[Pp]roxy"),
     ("a host module is missing", r"No module named|is not installed on this host|\(stub\)"),
     ("playwright", r"playwright|connect_over_cdp|BrowserType"),
@@ -161,10 +161,18 @@ def run_task(env: Any, example: dict[str, Any], result_dir: str, timeout: int) -
         env.reset, env.evaluate = reset, evaluate
         logging.getLogger().removeHandler(errors)
     out["seconds"] = round(time.monotonic() - start, 1)
-    err = out.get("setup_error") or out.get("evaluator_error") or out.get("run_error")
-    if err:
-        out["cause"] = cause(err)
+    if out.get("setup_error") or out.get("evaluator_error") or out.get("run_error"):
+        out["cause"] = failure_cause(out)
     return out
+
+
+def failure_cause(r: dict[str, Any]) -> str:
+    """The cause of a task's failure: its error's, else that of the errors
+    OSWorld logged (where it often is: a page Chrome could not load)."""
+    err = r.get("setup_error") or r.get("evaluator_error") or r.get("run_error") or ""
+    if (c := cause(err)) != "other":
+        return c
+    return cause("\n".join(r.get("setup_logged_errors", []) + r.get("evaluator_logged_errors", [])))
 
 
 def die_with(parent: int) -> None:
@@ -205,7 +213,7 @@ def worker(n: int, args: argparse.Namespace, queue: Any, results: Any, parent: i
             rec.update(run_task(env, example, result_dir, args.task_timeout))
         except Exception as e:  # the environment itself failed
             rec.update(setup="error", setup_error=f"environment: {type(e).__name__}: {e}"[:1000])
-            rec["cause"] = cause(rec["setup_error"])
+            rec["cause"] = failure_cause(rec)
             if env is not None:
                 try:
                     env.close()
@@ -251,6 +259,8 @@ def normalized(r: dict[str, Any]) -> dict[str, Any]:
         r = dict(r, evaluator="ok", evaluator_notes=logged)
         r.pop("evaluator_error", None)
         r.pop("cause", None)
+    elif r.get("cause") == "other":  # a cause told apart since the line was written
+        r = dict(r, cause=failure_cause(r))
     return r
 
 
@@ -272,6 +282,13 @@ def summary(lines: list[dict[str, Any]]) -> str:
                     + ", ".join(f"{c} {k}" for k, c in causes.most_common()) + " |")
     t = total
     rows.append(f"| **all** | {t['tasks']} | {t['ok']} ({pct(t['ok'], t['tasks'])}) | {t['ran']} ({pct(t['ran'], t['tasks'])}) | {t['err']} | |")
+    # The tasks that failed for nothing but a file or site this host
+    # cannot reach say nothing of the desktop.
+    rs = [r for r in map(normalized, lines) if not (r.get("cause") or "").startswith("network")]
+    ok = sum(r.get("setup") == "ok" for r in rs)
+    ran = sum(r.get("evaluator") == "ok" for r in rs)
+    rows.append(f"\nWithout the {t['tasks'] - len(rs)} failures from the network: setup succeeded "
+                f"{ok} of {len(rs)} ({pct(ok, len(rs))}), the evaluator ran {ran} of {len(rs)} ({pct(ran, len(rs))}).")
     return "\n".join(rows)
 
 

@@ -1,0 +1,51 @@
+"""The OSWorld task runner's records: what a failure is put down to, and
+the summary (no server: its records are written here)."""
+
+import importlib.util
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location(
+    "osworld_tasks", Path(__file__).resolve().parents[1] / "benchmarks" / "osworld_tasks.py")
+tasks = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tasks)
+
+
+def test_failure_cause_looks_at_what_osworld_logged():
+    cases = [
+        # the error says it
+        ({"evaluator_error": "ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443)"},
+         "network: huggingface.co"),
+        # the error says nothing; Chrome's error page in the logged errors does
+        ({"evaluator_error": "[DEBUG] Could not find target tab matching URL. Available tabs:",
+          "evaluator_logged_errors": ["[DEBUG] - Tab URL: chrome-error://chromewebdata/"]},
+         "network: another site"),
+        # the error's own cause comes before the logged ones
+        ({"setup_error": "TaskTimeout: past 1500 s",
+          "setup_logged_errors": ["Max retries exceeded with url: /x"]},
+         "timeout"),
+        ({"evaluator_error": "IndexError: list index out of range"}, "other"),
+    ]
+    for record, want in cases:
+        assert tasks.failure_cause(record) == want, record
+
+
+def test_summary_counts_network_failures_apart():
+    lines = [
+        {"domain": "os", "id": "a", "setup": "ok", "evaluator": "ok", "score": 0.0},
+        {"domain": "os", "id": "b", "setup": "ok", "evaluator": "error",
+         "evaluator_error": "IndexError: list index out of range", "cause": "other"},
+        {"domain": "chrome", "id": "c", "setup": "ok", "evaluator": "error",
+         "evaluator_error": "[DEBUG] Could not find target tab matching URL.",
+         "evaluator_logged_errors": ["[DEBUG] - Tab URL: chrome-error://chromewebdata/"],
+         "cause": "other"},  # written before that cause was told apart
+        {"domain": "chrome", "id": "d", "setup": "error",
+         "setup_error": "Failed to download https://huggingface.co/x", "cause": "network: huggingface.co"},
+        # the scripted agent made no output file: the evaluator ran
+        {"domain": "os", "id": "e", "setup": "ok", "evaluator": "error",
+         "evaluator_logged_errors": ["Failed to get file."], "cause": "other"},
+    ]
+    out = tasks.summary(lines)
+    assert "| chrome | 2 | 1 | 0 | 1 | 1 network: another site, 1 network: huggingface.co |" in out
+    assert "| os | 3 | 3 | 2 | 1 | 1 other |" in out
+    assert "| **all** | 5 | 4 (80 %) | 2 (40 %) | 2 | |" in out
+    assert "Without the 2 failures from the network: setup succeeded 3 of 3 (100 %), the evaluator ran 2 of 3 (67 %)." in out
