@@ -61,8 +61,9 @@ class ScriptedAgent:
         return "", ["DONE"]
 
 
-class TaskTimeout(Exception):
-    pass
+class TaskTimeout(BaseException):
+    """A task past its time. Not an Exception: OSWorld's getters catch
+    those and try again, which kept a task running for an hour."""
 
 
 # Causes of a failure, by what its message says (first match wins).
@@ -135,6 +136,7 @@ def run_task(env: Any, example: dict[str, Any], result_dir: str, timeout: int) -
         return score
 
     def alarm(signum: int, frame: Any) -> None:
+        signal.alarm(30)  # again, should a bare except swallow this one
         raise TaskTimeout(f"the task took over {timeout}s (in its {phase[0]})")
 
     env.reset, env.evaluate = timed_reset, timed_evaluate

@@ -49,3 +49,16 @@ def test_summary_counts_network_failures_apart():
     assert "| os | 3 | 3 | 2 | 1 | 1 other |" in out
     assert "| **all** | 5 | 4 (80 %) | 2 (40 %) | 2 | |" in out
     assert "Without the 2 failures from the network: setup succeeded 3 of 3 (100 %), the evaluator ran 2 of 3 (67 %)." in out
+
+
+def test_task_timeout_is_not_caught_as_an_exception():
+    # OSWorld's getters retry on any Exception: a timeout must get past them.
+    caught = None
+    try:
+        try:
+            raise tasks.TaskTimeout("past 1500 s")
+        except Exception:  # as a getter's retry loop catches
+            caught = "getter"
+    except tasks.TaskTimeout:
+        caught = "runner"
+    assert caught == "runner"
