@@ -88,9 +88,10 @@ func TestOSWorldImageOnQEMU(t *testing.T) {
 		}
 		// The time zone, as an os task sets it and its check reads it
 		// (no systemd: the image's timedatectl).
-		got = shell(t, "timedatectl set-timezone Africa/Abidjan 2>&1; echo password | sudo -S timedatectl set-timezone Africa/Abidjan 2>/dev/null && timedatectl status | sed -n 4p; echo password | sudo -S timedatectl set-timezone Etc/UTC 2>/dev/null")
-		if want := "Time zone: Africa/Abidjan (GMT, +0000)\n"; !strings.HasSuffix(got, want) || !strings.Contains(got, "Access denied") {
-			t.Errorf("timedatectl as the user, then through sudo: %q, want the user refused and then %q", got, want)
+		got = shell(t, "timedatectl set-timezone Africa/Abidjan 2>&1; echo password | sudo -S timedatectl set-timezone ../../../etc/shadow 2>&1 | tail -1; readlink /etc/localtime; echo password | sudo -S timedatectl set-timezone Africa/Abidjan 2>/dev/null && timedatectl status | sed -n 4p; echo password | sudo -S timedatectl set-timezone Etc/UTC 2>/dev/null")
+		if want := "Time zone: Africa/Abidjan (GMT, +0000)\n"; !strings.HasSuffix(got, want) || !strings.Contains(got, "Access denied") ||
+			!strings.Contains(got, "Invalid or not installed time zone '../../../etc/shadow'\n/usr/share/zoneinfo/Etc/UTC\n") {
+			t.Errorf("timedatectl as the user, a path as the zone, then through sudo: %q, want the user and the path refused and then %q", got, want)
 		}
 		// A relative upload is in the home, as tasks' setup.sh is.
 		do(t, osworldCall{method: "POST", route: "/setup/upload", form: url.Values{"file_path": {"setup.sh"}}, upload: []byte("echo ran in $(pwd)\n")}, 200)

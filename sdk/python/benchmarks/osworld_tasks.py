@@ -267,8 +267,9 @@ def normalized(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def summary(lines: list[dict[str, Any]]) -> str:
+    lines = [normalized(r) for r in lines]
     by: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    for r in map(normalized, lines):
+    for r in lines:
         by[r["domain"]].append(r)
     rows = ["| domain | tasks | setup succeeded | evaluator ran | evaluator errors | causes of failures |",
             "|---|---:|---:|---:|---:|---|"]
@@ -286,7 +287,7 @@ def summary(lines: list[dict[str, Any]]) -> str:
     rows.append(f"| **all** | {t['tasks']} | {t['ok']} ({pct(t['ok'], t['tasks'])}) | {t['ran']} ({pct(t['ran'], t['tasks'])}) | {t['err']} | |")
     # The tasks that failed for nothing but a file or site this host
     # cannot reach say nothing of the desktop.
-    rs = [r for r in map(normalized, lines) if not (r.get("cause") or "").startswith("network")]
+    rs = [r for r in lines if not (r.get("cause") or "").startswith("network")]
     ok = sum(r.get("setup") == "ok" for r in rs)
     ran = sum(r.get("evaluator") == "ok" for r in rs)
     rows.append(f"\nWithout the {t['tasks'] - len(rs)} failures from the network: setup succeeded "
@@ -327,7 +328,7 @@ def main() -> int:
     # Domains mixed (the same order every run): environments start
     # different applications at a time, not four browsers at once.
     random.Random(0).shuffle(todo)
-    if args.start < 1 or args.start > len(todo) + 1:
+    if not 1 <= args.start <= len(todo):
         ap.error(f"--start: a task of the order, 1 to {len(todo)}")
     todo = todo[args.start - 1:]
     if args.resume and Path(args.out).exists():
