@@ -6,6 +6,7 @@
 package agentstate
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -66,8 +67,8 @@ func MCPDeadline(a *api.Agent, now time.Time) (deadline time.Time, reason, msg s
 const ReasonClaimed = "Claimed"
 
 // ClaimGrace is how long a claim may name an agent that does not point
-// back at the sandbox: the scheduler writes the claim first and the
-// agent right after.
+// back at the sandbox: the claim is written first, and the agent when
+// the sandbox's node starts its attempt.
 const ClaimGrace = 30 * time.Second
 
 // FailAttempt records a failed attempt on a: it goes back to Pending for a
@@ -157,6 +158,14 @@ func withdrawHumanRequest(a *api.Agent, reason string, now time.Time) {
 		Message: "the attempt ended unanswered (" + reason + ")", ObservedGeneration: a.Metadata.Generation}, now)
 }
 
+// Phase is a's phase as people read it: Pending before it has one.
+func Phase(a *api.Agent) string {
+	if a.Status.Phase == "" {
+		return api.AgentPending
+	}
+	return a.Status.Phase
+}
+
 // Pending reports whether the agent waits for a sandbox.
 func Pending(a *api.Agent) bool {
 	return (a.Status.Phase == "" || a.Status.Phase == api.AgentPending) && a.Metadata.DeletionTimestamp == nil
@@ -170,17 +179,24 @@ func SelectorOf(a *api.Agent) api.Selector {
 	return api.SelectorFromMap(a.Spec.SandboxSelector.MatchLabels)
 }
 
-// Claim returns seen with its claim for a and a bound to it, both as of
-// what the round read (their resourceVersions are the writes' conditions).
+// Claim returns seen with its claim for a, as of what the round read
+// (seen's resourceVersion is the write's condition). The claim is the
+// whole binding: it records a's version and next attempt
+// (api.AgentClaim), and the sandbox's node starts that attempt with one
+// write of the agent conditioned on that version (StartPatch), without
+// reading it. Until then the agent stays Pending; the scheduler counts an
+// agent a claim names as taken (ClaimedAgents).
 //
 // A sandbox warm in memory (paused, or running) is Running from its claim
 // on: its node resumes it in milliseconds, writing nothing more unless the
 // resume does not go as planned (a restore, a new VM, an error). One on
 // disk (saved) stays Saved until its node has restored it, which starts a
 // new process and is written then.
-func Claim(seen *api.Sandbox, a *api.Agent, now time.Time) (*api.Sandbox, *api.Agent) {
+func Claim(seen *api.Sandbox, a *api.Agent, now time.Time) *api.Sandbox {
 	sb := api.DeepCopy(seen)
 	sb.Status.CurrentAgent = a.Metadata.Name
+	sb.Status.Claim = &api.AgentClaim{UID: a.Metadata.UID, ResourceVersion: a.Metadata.ResourceVersion,
+		Generation: a.Metadata.Generation, Attempt: a.Status.Attempts + 1}
 	sb.Status.ClaimedAt = &now
 	if sb.Status.Phase == api.SandboxPaused || sb.Status.Phase == api.SandboxRunning {
 		sb.Status.Phase, sb.Status.Reason = api.SandboxRunning, ReasonClaimed
@@ -188,13 +204,59 @@ func Claim(seen *api.Sandbox, a *api.Agent, now time.Time) (*api.Sandbox, *api.A
 		sb.Status.LastResumedAt = &now
 		api.SetCondition(&sb.Status.Conditions, sb.ReadyCondition(), now)
 	}
-	ag := api.DeepCopy(a)
-	ag.Status.Phase, ag.Status.Reason = api.AgentScheduled, "Scheduled"
-	ag.Status.Message = fmt.Sprintf("bound to sandbox %s", sb.Metadata.Name)
-	ag.Status.Sandbox, ag.Status.Node = sb.Metadata.Name, sb.Status.Node
-	ag.Status.ScheduledAt = &now
-	ag.Status.ObservedGeneration = ag.Metadata.Generation
-	api.SetCondition(&ag.Status.Conditions, api.Condition{Type: "Scheduled", Status: api.ConditionTrue, Reason: "Bound",
-		Message: ag.Status.Message, ObservedGeneration: ag.Metadata.Generation}, now)
-	return sb, ag
+	return sb
+}
+
+// startStatus is the part of an agent's status an attempt's start writes.
+// Null fields are written as null (cleared); a field it leaves out keeps
+// its value (failures, the last result, the last heartbeat).
+type startStatus struct {
+	Phase              string            `json:"phase"`
+	Reason             string            `json:"reason"`
+	Message            string            `json:"message"`
+	ObservedGeneration int64             `json:"observedGeneration"`
+	Conditions         []api.Condition   `json:"conditions"`
+	Sandbox            string            `json:"sandbox"`
+	Node               string            `json:"node"`
+	Attempts           int               `json:"attempts"`
+	ScheduledAt        *time.Time        `json:"scheduledAt"`
+	StartedAt          *time.Time        `json:"startedAt"`
+	CompletedAt        *time.Time        `json:"completedAt"`
+	HumanRequest       *api.HumanRequest `json:"humanRequest"`
+}
+
+// StartPatch is the JSON merge patch of an agent's status that starts the
+// attempt sb's claim names, on sb, at now: Running on sb's node, its
+// attempt counted, its conditions those of a running attempt (Scheduled
+// and Running; what a Pending agent's conditions said of its last attempt
+// is over). It is written conditioned on the version the claim read
+// (api.AgentClaim.ResourceVersion): an agent changed since is read again.
+func StartPatch(sb *api.Sandbox, now time.Time) ([]byte, error) {
+	c := sb.Status.Claim
+	if c == nil {
+		return nil, fmt.Errorf("sandbox %s: the claim of agent %s records no version of it", sb.Metadata.Name, sb.Status.CurrentAgent)
+	}
+	scheduled := now
+	if sb.Status.ClaimedAt != nil {
+		scheduled = *sb.Status.ClaimedAt
+	}
+	msg := fmt.Sprintf("attempt %d on sandbox %s", c.Attempt, sb.Metadata.Name)
+	st := startStatus{Phase: api.AgentRunning, Reason: "Running", Message: msg, ObservedGeneration: c.Generation,
+		Sandbox: sb.Metadata.Name, Node: sb.Status.Node, Attempts: c.Attempt, ScheduledAt: &scheduled, StartedAt: &now}
+	api.SetCondition(&st.Conditions, api.Condition{Type: "Scheduled", Status: api.ConditionTrue, Reason: "Bound",
+		Message: fmt.Sprintf("bound to sandbox %s", sb.Metadata.Name), ObservedGeneration: c.Generation}, scheduled)
+	api.SetCondition(&st.Conditions, api.Condition{Type: "Running", Status: api.ConditionTrue, Reason: "Started",
+		Message: msg, ObservedGeneration: c.Generation}, now)
+	return json.Marshal(st)
+}
+
+// Startable reports whether a, as read, may start an attempt on sb's
+// claim: the claim's agent (same UID, and the spec the scheduler matched
+// against the sandbox: same generation), Pending and not being deleted.
+// An attempt ended since the claim read the agent does not matter: the
+// claim holds the sandbox for whichever attempt comes next.
+func Startable(a *api.Agent, sb *api.Sandbox) bool {
+	c := sb.Status.Claim
+	return c != nil && Pending(a) && a.Metadata.Name == sb.Status.CurrentAgent && a.Metadata.UID == c.UID &&
+		a.Metadata.Generation == c.Generation
 }

@@ -1,43 +1,114 @@
 package agentstate
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"github.com/hvkube/hvkube/internal/api"
 )
 
-// TestClaimAndPhases: a claim binds the agent to the sandbox it names on
-// both sides, and the phase predicates follow the agent through an
-// attempt that fails with a retry left and one that completes.
+// TestClaimAndPhases: a claim names the agent on the sandbox and records
+// the version and attempt it read; the start written from it alone makes
+// the agent Running on that sandbox; and the phase predicates follow the
+// agent through an attempt that fails with a retry left and one that
+// completes.
 func TestClaimAndPhases(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}}
-	a.Metadata.Name, a.Metadata.Generation = "job", 3
+	a.Metadata.Name, a.Metadata.Generation, a.Metadata.UID, a.Metadata.ResourceVersion = "job", 3, "u1", "41"
 	a.Spec.Completion.MaxRetries = 1
+	a.Status.Conditions = []api.Condition{{Type: "Scheduled", Status: api.ConditionFalse, Reason: "Interrupted"}}
+	a.Status.Result = &api.AgentResult{DurationSeconds: 7}
 	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
-	sb.Metadata.Name, sb.Status.Node = "desk-1", "n1"
+	sb.Metadata.Name, sb.Status.Node, sb.Status.Phase = "desk-1", "n1", api.SandboxPaused
 	if !Pending(a) || Bound(a) || Finished(a) {
 		t.Fatalf("a new agent: pending %v bound %v finished %v, want pending only", Pending(a), Bound(a), Finished(a))
 	}
-	claimed, bound := Claim(sb, a, now)
-	if claimed.Status.CurrentAgent != "job" || claimed.Status.ClaimedAt == nil || sb.Status.CurrentAgent != "" {
+	claimed := Claim(sb, a, now)
+	want := api.AgentClaim{UID: "u1", ResourceVersion: "41", Generation: 3, Attempt: 1}
+	if s := claimed.Status; s.CurrentAgent != "job" || s.ClaimedAt == nil || s.Claim == nil || *s.Claim != want || s.Phase != api.SandboxRunning || sb.Status.CurrentAgent != "" {
 		t.Fatalf("claim: sandbox %+v (the one read: %+v)", claimed.Status, sb.Status)
 	}
-	if bound.Status.Phase != api.AgentScheduled || bound.Status.Sandbox != "desk-1" || bound.Status.Node != "n1" || bound.Status.ObservedGeneration != 3 || !Bound(bound) || Pending(bound) {
-		t.Fatalf("claim: agent %+v", bound.Status)
+	if !Startable(a, claimed) {
+		t.Fatalf("the agent the claim read is not startable from it")
 	}
-	if a.Status.Phase != "" {
-		t.Fatalf("claim changed the agent it read: %+v", a.Status)
+	retried := api.DeepCopy(a)
+	retried.Status.Attempts, retried.Status.Failures = 1, 1
+	if !Startable(retried, claimed) {
+		t.Errorf("an agent whose attempt failed since the claim read it (a retry) is not startable from it")
 	}
-	FailAttempt(bound, "SandboxLost", "gone", now)
-	if bound.Status.Phase != api.AgentPending || bound.Status.Sandbox != "" || !Pending(bound) || Finished(bound) {
-		t.Fatalf("a failed attempt with a retry left: %+v", bound.Status)
+	for _, c := range []struct {
+		name   string
+		change func(*api.Agent)
+	}{
+		{"another agent of the name", func(a *api.Agent) { a.Metadata.UID = "u2" }},
+		{"its spec changed", func(a *api.Agent) { a.Metadata.Generation++ }},
+		{"started since", func(a *api.Agent) { a.Status.Phase, a.Status.Attempts = api.AgentRunning, 1 }},
+		{"being deleted", func(a *api.Agent) { a.Metadata.DeletionTimestamp = &now }},
+	} {
+		b := api.DeepCopy(a)
+		c.change(b)
+		if Startable(b, claimed) {
+			t.Errorf("%s: startable from the claim", c.name)
+		}
 	}
-	Complete(bound, &api.AgentResult{Success: true}, now)
-	if bound.Status.Phase != api.AgentCompleted || !Finished(bound) || Bound(bound) {
-		t.Fatalf("a completed agent: %+v", bound.Status)
+
+	later := now.Add(time.Second)
+	patch, err := StartPatch(claimed, later)
+	if err != nil {
+		t.Fatal(err)
 	}
+	// The patch as a store merges it (RFC 7386), into the agent as the
+	// claim read it.
+	started := mergeStatus(t, a, patch)
+	s := started.Status
+	if s.Phase != api.AgentRunning || s.Sandbox != "desk-1" || s.Node != "n1" || s.Attempts != 1 || s.ObservedGeneration != 3 ||
+		s.StartedAt == nil || !s.StartedAt.Equal(later) || s.ScheduledAt == nil || !s.ScheduledAt.Equal(now) || !Bound(started) {
+		t.Fatalf("started: %+v", s)
+	}
+	if c := api.FindCondition(s.Conditions, "Scheduled"); c == nil || c.Status != api.ConditionTrue {
+		t.Errorf("Scheduled condition %+v, want True", c)
+	}
+	if c := api.FindCondition(s.Conditions, "Running"); c == nil || c.Status != api.ConditionTrue || c.Reason != "Started" {
+		t.Errorf("Running condition %+v, want True (Started)", c)
+	}
+	if s.Result == nil || s.Result.DurationSeconds != 7 {
+		t.Errorf("the start dropped the last result: %+v", s.Result)
+	}
+	if _, err := StartPatch(sb, later); err == nil {
+		t.Errorf("a start from a sandbox with no claim: no error")
+	}
+
+	FailAttempt(started, "SandboxLost", "gone", now)
+	if started.Status.Phase != api.AgentPending || started.Status.Sandbox != "" || !Pending(started) || Finished(started) {
+		t.Fatalf("a failed attempt with a retry left: %+v", started.Status)
+	}
+	Complete(started, &api.AgentResult{Success: true}, now)
+	if started.Status.Phase != api.AgentCompleted || !Finished(started) || Bound(started) {
+		t.Fatalf("a completed agent: %+v", started.Status)
+	}
+}
+
+// mergeStatus applies a JSON merge patch of the status to a copy of a.
+func mergeStatus(t *testing.T, a *api.Agent, patch []byte) *api.Agent {
+	t.Helper()
+	base, err := json.Marshal(a.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := jsonpatch.MergePatch(base, patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := api.DeepCopy(a)
+	out.Status = api.AgentStatus{}
+	if err := json.Unmarshal(merged, &out.Status); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestMCPDeadline: an mcp-agent's attempt ends at its timeout, or sooner

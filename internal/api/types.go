@@ -377,21 +377,26 @@ type SandboxStatus struct {
 	Node string `json:"node,omitempty"`
 	// ClaimedAt is when CurrentAgent took the sandbox; ReleasedAt when the
 	// last agent gave it back (idle time counts from it).
-	ClaimedAt     *time.Time `json:"claimedAt,omitempty"`
-	ReleasedAt    *time.Time `json:"releasedAt,omitempty"`
-	Template      string     `json:"template,omitempty"`
-	BackendID     string     `json:"backendID,omitempty"`
-	DisplayPort   int        `json:"displayPort,omitempty"`
-	Display       string     `json:"display,omitempty"`
-	Resolution    string     `json:"resolution,omitempty"`
-	IPAddress     string     `json:"ipAddress,omitempty"`
-	CurrentAgent  string     `json:"currentAgent,omitempty"`
-	LastHeartbeat *time.Time `json:"lastHeartbeat,omitempty"`
-	StartedAt     *time.Time `json:"startedAt,omitempty"`
-	ReadyAt       *time.Time `json:"readyAt,omitempty"`
-	TerminatedAt  *time.Time `json:"terminatedAt,omitempty"`
-	LastResumedAt *time.Time `json:"lastResumedAt,omitempty"`
-	PID           int        `json:"pid,omitempty"`
+	ClaimedAt    *time.Time `json:"claimedAt,omitempty"`
+	ReleasedAt   *time.Time `json:"releasedAt,omitempty"`
+	Template     string     `json:"template,omitempty"`
+	BackendID    string     `json:"backendID,omitempty"`
+	DisplayPort  int        `json:"displayPort,omitempty"`
+	Display      string     `json:"display,omitempty"`
+	Resolution   string     `json:"resolution,omitempty"`
+	IPAddress    string     `json:"ipAddress,omitempty"`
+	CurrentAgent string     `json:"currentAgent,omitempty"`
+	// Claim is the agent CurrentAgent names as the scheduler read it when
+	// it claimed the sandbox, so that the sandbox's node starts the
+	// agent's attempt with one write conditioned on that version, without
+	// reading the agent; nil on claims written before it existed.
+	Claim         *AgentClaim `json:"claim,omitempty"`
+	LastHeartbeat *time.Time  `json:"lastHeartbeat,omitempty"`
+	StartedAt     *time.Time  `json:"startedAt,omitempty"`
+	ReadyAt       *time.Time  `json:"readyAt,omitempty"`
+	TerminatedAt  *time.Time  `json:"terminatedAt,omitempty"`
+	LastResumedAt *time.Time  `json:"lastResumedAt,omitempty"`
+	PID           int         `json:"pid,omitempty"`
 	// Control is set while a person holds the sandbox's input (taken in
 	// the live view); meanwhile input from agents and the API is refused
 	// with 409.
@@ -401,6 +406,17 @@ type SandboxStatus struct {
 	// Automation is what the sandbox's guest offers automation clients,
 	// from its template's snapshot; nil for none.
 	Automation *Automation `json:"automation,omitempty"`
+}
+
+// AgentClaim is an agent as the scheduler read it when it claimed a
+// sandbox for it.
+type AgentClaim struct {
+	UID             string `json:"uid"`
+	ResourceVersion string `json:"resourceVersion"`
+	Generation      int64  `json:"generation,omitempty"`
+	// Attempt is the attempt the claim starts: the agent's attempts so
+	// far, plus one.
+	Attempt int `json:"attempt"`
 }
 
 // SandboxControl is a person's hold on a sandbox's input.

@@ -510,7 +510,7 @@ type checker struct {
 type seenAgent struct {
 	phase, sandbox string
 	created        time.Time
-	scheduled      time.Time // when first seen Scheduled or later
+	scheduled      time.Time // when first seen claimed (or Scheduled, or later)
 	running        time.Time
 	completed      time.Time
 	completions    int
@@ -595,7 +595,7 @@ func (c *checker) apply(typ string, o api.Object) {
 	case *api.Agent:
 		c.applyAgent(typ, x, now)
 	case *api.Sandbox:
-		c.applySandbox(typ, x)
+		c.applySandbox(typ, x, now)
 	case *api.Event:
 		if !c.start.IsZero() {
 			c.events++
@@ -665,7 +665,7 @@ func (c *checker) applyAgent(typ string, a *api.Agent, now time.Time) {
 	s.phase, s.sandbox = phase, sandbox
 }
 
-func (c *checker) applySandbox(typ string, sb *api.Sandbox) {
+func (c *checker) applySandbox(typ string, sb *api.Sandbox, now time.Time) {
 	name := sb.Metadata.Name
 	cur := sb.Status.CurrentAgent
 	if typ == store.Deleted {
@@ -680,6 +680,11 @@ func (c *checker) applySandbox(typ string, sb *api.Sandbox) {
 			c.twoClaims = append(c.twoClaims, fmt.Sprintf("agent %s claimed sandbox %s while its claim on %s stood", cur, name, other))
 		}
 		c.claimOf[cur] = name
+		// A claim is the agent's binding: its node starts it from there.
+		if s := c.agents[cur]; s != nil && s.scheduled.IsZero() {
+			s.scheduled = now
+			c.scheduled = append(c.scheduled, now.Sub(c.start))
+		}
 	}
 	c.claims[name] = cur
 }
@@ -752,7 +757,7 @@ func (c *checker) result() (*checked, error) {
 		sort.Strings(list)
 		r.failures = append(r.failures, fmt.Sprintf("%d agents failed with %s, e.g. %s", len(list), reason, list[0]))
 	}
-	toSched := Result{Name: "agent created → Scheduled (seen by a watch)"}
+	toSched := Result{Name: "agent created → claimed (seen by a watch)"}
 	toRun := Result{Name: "agent created → Running"}
 	toDone := Result{Name: "agent created → Completed"}
 	for name, s := range c.agents {

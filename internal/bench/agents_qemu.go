@@ -159,7 +159,7 @@ func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
 		runToAcq.Samples = append(runToAcq.Samples, s.acquired.Sub(s.running))
 	}
 	rep.Results = append(rep.Results, toRun, toAcq, toDone)
-	rep.Facts = append(rep.Facts, fmt.Sprintf("one at a time, p50: submitted → Scheduled %s, Scheduled → Running %s, Running → sandbox resumed %s (as seen by a watch of the API)",
+	rep.Facts = append(rep.Facts, fmt.Sprintf("one at a time, p50: submitted → claimed %s, claimed → Running %s, Running → sandbox resumed %s (as seen by a watch of the API; a claim marks a warm sandbox Running, so its resume is seen with the claim)",
 		fmtDur(toSched.Percentile(50)), fmtDur(schedToRun.Percentile(50)), fmtDur(runToAcq.Percentile(50))))
 	if err := deletePool(ctx, h, "single"); err != nil {
 		return nil, err
@@ -354,8 +354,12 @@ func (t *agentTracker) apply(ev client.WatchEvent) {
 			t.failed[x.Metadata.Name] = x.Status.Message
 		}
 	case *api.Sandbox:
-		if a := x.Status.CurrentAgent; a != "" && x.Status.Phase == api.SandboxRunning {
-			if s := t.times(a); s.acquired.IsZero() {
+		if a := x.Status.CurrentAgent; a != "" {
+			s := t.times(a)
+			if s.scheduled.IsZero() {
+				s.scheduled = now // the claim: the agent's binding
+			}
+			if x.Status.Phase == api.SandboxRunning && s.acquired.IsZero() {
 				s.acquired = now
 			}
 		}

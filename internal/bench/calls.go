@@ -80,6 +80,11 @@ func (c *callCounter) UpdateStatus(ctx context.Context, o api.Object) (api.Objec
 	return c.API.UpdateStatus(ctx, o)
 }
 
+func (c *callCounter) PatchStatus(ctx context.Context, kind, name, rv string, patch []byte) (api.Object, error) {
+	c.count("PatchStatus", kind)
+	return c.API.PatchStatus(ctx, kind, name, rv, patch)
+}
+
 func (c *callCounter) Delete(ctx context.Context, kind, name string, opts store.DeleteOptions) (api.Object, bool, error) {
 	c.count("Delete", kind)
 	return c.API.Delete(ctx, kind, name, opts)

@@ -32,11 +32,12 @@ func TestClaimStoreCallsOnKubernetes(t *testing.T) {
 }
 
 // Object writes per claim: the agent's creation; the claim of its
-// sandbox, which makes it Running, and the agent's binding (the
-// scheduler); the attempt's start (the node, which resumes the sandbox
-// and writes nothing of it); the outcome and the release (the node).
+// sandbox, which makes it Running and is the whole binding (the
+// scheduler); the attempt's start, one write of the agent conditioned on
+// the version the claim recorded (the node, which resumes the sandbox and
+// writes nothing of it); the outcome and the release (the node).
 const (
-	agentWritesPerClaim   = 4
+	agentWritesPerClaim   = 3
 	sandboxWritesPerClaim = 2
 )
 
@@ -63,7 +64,7 @@ func testClaimStoreCalls(t *testing.T, open StoreFunc, name string) {
 		}
 	}
 	writes := func(kind string) int64 {
-		return res.calls["Create "+kind] + res.calls["Update "+kind] + res.calls["UpdateStatus "+kind] + res.calls["Delete "+kind]
+		return res.calls["Create "+kind] + res.calls["Update "+kind] + res.calls["UpdateStatus "+kind] + res.calls["PatchStatus "+kind] + res.calls["Delete "+kind]
 	}
 	// A little slack for what the claims' timing may add (a health
 	// check's change, a conflict retried), never a write per claim more.

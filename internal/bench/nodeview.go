@@ -227,6 +227,10 @@ func (n *nodeView) UpdateStatus(ctx context.Context, o api.Object) (api.Object, 
 	return n.st.UpdateStatus(ctx, o)
 }
 
+func (n *nodeView) PatchStatus(ctx context.Context, kind, name, rv string, patch []byte) (api.Object, error) {
+	return n.st.PatchStatus(ctx, kind, name, rv, patch)
+}
+
 func (n *nodeView) Delete(ctx context.Context, kind, name string, opts store.DeleteOptions) (api.Object, bool, error) {
 	return n.st.Delete(ctx, kind, name, opts)
 }

@@ -307,7 +307,7 @@ func (l *LostNodes) markKept(ctx context.Context, sb *api.Sandbox, node, why str
 			return false
 		}
 		cur.Status.Phase, cur.Status.Reason, cur.Status.Message, cur.Status.PID = api.SandboxError, ReasonNodeLost, msg, 0
-		cur.Status.CurrentAgent, cur.Status.ClaimedAt = "", nil
+		cur.Status.CurrentAgent, cur.Status.Claim, cur.Status.ClaimedAt = "", nil, nil
 		api.SetCondition(&cur.Status.Conditions, api.Condition{Type: "Ready", Status: api.ConditionFalse, Reason: ReasonNodeLost, Message: msg,
 			ObservedGeneration: cur.Metadata.Generation}, l.now())
 		changed = true

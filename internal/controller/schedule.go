@@ -18,10 +18,13 @@ import (
 // Scheduler binds pending agents to free sandboxes. It works on one key:
 // every change of an agent or a sandbox asks for a round, and a round
 // places every agent it can (the queue folds a burst of changes into one
-// round). A binding is two writes: a claim on the sandbox
-// (status.currentAgent), conditioned on the resourceVersion the round
-// read, then the agent's status. Of two rounds that pick one sandbox, only
-// one claim lands; an agent runs only on a sandbox whose claim names it.
+// round). A binding is one write: a claim on the sandbox
+// (status.currentAgent and status.claim), conditioned on the
+// resourceVersion the round read. Of two rounds that pick one sandbox,
+// only one claim lands. The sandbox's node starts the agent's attempt
+// from the claim, conditioned on the agent's version the claim records
+// (agentstate.StartPatch): an agent runs only on a sandbox whose claim
+// names it, and starts once however many claims name it.
 type Scheduler struct {
 	st        store.Interface
 	log       *slog.Logger
@@ -30,6 +33,62 @@ type Scheduler struct {
 	sandboxes *reconcile.Cache
 	nodes     *reconcile.Cache
 	q         *reconcile.Queue
+	// claimed remembers the version of each agent this scheduler claimed
+	// a sandbox for, and when (see spent).
+	mu      sync.Mutex // guards claimed and swept
+	claimed map[string]claimedVersion
+	swept   int // len(claimed) after its last sweep
+}
+
+// claimedVersion is an agent's version a claim was made for.
+type claimedVersion struct {
+	rv string
+	at time.Time
+}
+
+// claimMemory is how long after a claim the scheduler takes the agent's
+// version it claimed as spent. The agent is taken while a claim names it;
+// once the claim is gone (its attempt ran and its sandbox was released)
+// the scheduler's view of the agent may still be that version, Pending,
+// for as long as the agent's watch lags the sandbox's. A new claim of it
+// would be one its node lets go of; a claim for a later version is not.
+const claimMemory = 10 * time.Second
+
+// noteClaimed records that a claim was made for a at now.
+func (s *Scheduler) noteClaimed(a *api.Agent, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claimed == nil {
+		s.claimed = map[string]claimedVersion{}
+	}
+	s.claimed[a.Metadata.Name] = claimedVersion{rv: a.Metadata.ResourceVersion, at: now}
+	// Claims of agents never seen Pending again (they completed) are
+	// forgotten here, once the memory doubled since the last sweep.
+	if len(s.claimed) >= max(2*s.swept, 1024) {
+		for name, c := range s.claimed {
+			if now.Sub(c.at) >= claimMemory {
+				delete(s.claimed, name)
+			}
+		}
+		s.swept = len(s.claimed)
+	}
+}
+
+// spent reports whether a, as the round sees it, is a version this
+// scheduler claimed a sandbox for within claimMemory, forgetting claims
+// older than that.
+func (s *Scheduler) spent(a *api.Agent, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.claimed[a.Metadata.Name]
+	if !ok {
+		return false
+	}
+	if now.Sub(c.at) >= claimMemory || c.rv != a.Metadata.ResourceVersion {
+		delete(s.claimed, a.Metadata.Name)
+		return false
+	}
+	return true
 }
 
 // schedulerKey is the scheduler's one key.
@@ -50,13 +109,30 @@ func NewScheduler(m *reconcile.Manager, st store.Interface, log *slog.Logger, no
 // Reconcile runs one scheduling round.
 func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, error) {
 	now := s.now()
+	var sandboxes []scheduler.Sandbox
+	seen := map[string]*api.Sandbox{}
+	// An agent a claim names is taken: its node starts it (it stays
+	// Pending until then). What this scheduler wrote and its watch has
+	// not brought yet is left for a later round: its view here is older
+	// than the write; its own claims are in the cache as written.
+	claimed := map[string]bool{}
+	inFlight := s.sandboxes.RangeSettled(func(o api.Object) bool {
+		sb := o.(*api.Sandbox)
+		if s.onLostNode(sb) {
+			return true // being taken back: an agent bound to it would not run
+		}
+		if sb.Status.CurrentAgent != "" {
+			claimed[sb.Status.CurrentAgent] = true
+		}
+		seen[sb.Metadata.Name] = sb
+		sandboxes = append(sandboxes, ViewOf(sb))
+		return true
+	})
 	var agents []scheduler.Agent
 	byName := map[string]*api.Agent{}
-	// What this scheduler wrote and its watch has not brought yet is left
-	// for a later round: its view here is older than the write.
-	inFlight := s.agents.RangeSettled(func(o api.Object) bool {
+	inFlight += s.agents.RangeSettled(func(o api.Object) bool {
 		a := o.(*api.Agent)
-		if agentstate.Pending(a) {
+		if agentstate.Pending(a) && !claimed[a.Metadata.Name] && !s.spent(a, now) {
 			byName[a.Metadata.Name] = a
 			agents = append(agents, scheduler.Agent{Name: a.Metadata.Name, SandboxName: a.Spec.SandboxName,
 				Selector: agentstate.SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp})
@@ -71,17 +147,6 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 		}
 		return reconcile.Result{}, nil
 	}
-	var sandboxes []scheduler.Sandbox
-	seen := map[string]*api.Sandbox{}
-	inFlight += s.sandboxes.RangeSettled(func(o api.Object) bool {
-		sb := o.(*api.Sandbox)
-		if s.onLostNode(sb) {
-			return true // being taken back: an agent bound to it would not run
-		}
-		seen[sb.Metadata.Name] = sb
-		sandboxes = append(sandboxes, ViewOf(sb))
-		return true
-	})
 	plan := scheduler.Plan(agents, sandboxes, now)
 	conflicts := 0
 	if gu, ok := s.st.(groupUpdater); ok {
@@ -139,19 +204,18 @@ func ViewOf(sb *api.Sandbox) scheduler.Sandbox {
 }
 
 // groupUpdater is a store that writes groups of status updates in one
-// transaction (store.Store does). With one, a round's claims and bindings
-// are one commit, each claim and its binding landing together.
+// transaction (store.Store does): a round's claims are one commit, each
+// landing or not on its own.
 type groupUpdater interface {
 	UpdateStatusGroups(ctx context.Context, groups [][]api.Object) ([][]api.Object, []error, error)
 }
 
-// bindAll binds the round's plan through a groupUpdater: per binding, the
-// claim on the sandbox and the agent's status, both conditioned on what
-// the round read, land together or not at all. It returns how many
-// bindings lost to a concurrent write.
+// bindAll writes the round's claims through a groupUpdater, each
+// conditioned on what the round read. It returns how many lost to a
+// concurrent write.
 func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []scheduler.Binding, agents map[string]*api.Agent, sandboxes map[string]*api.Sandbox) (int, error) {
 	var groups [][]api.Object
-	var kept []scheduler.Binding
+	var kept []*api.Agent
 	conflicts := 0
 	for _, b := range plan {
 		seen, a := sandboxes[b.Sandbox], agents[b.Agent]
@@ -159,10 +223,8 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 			conflicts++
 			continue
 		}
-		now := s.now()
-		sb, ag := agentstate.Claim(seen, a, now)
-		groups = append(groups, []api.Object{sb, ag})
-		kept = append(kept, b)
+		groups = append(groups, []api.Object{agentstate.Claim(seen, a, s.now())})
+		kept = append(kept, a)
 	}
 	if len(groups) == 0 {
 		return conflicts, nil
@@ -171,7 +233,7 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 	if err != nil {
 		return conflicts, err
 	}
-	for i, b := range kept {
+	for i := range groups {
 		if errs[i] != nil {
 			if !errors.Is(errs[i], api.ErrConflict) && !errors.Is(errs[i], api.ErrNotFound) {
 				return conflicts, errs[i]
@@ -180,21 +242,19 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 			continue
 		}
 		s.sandboxes.Expect(out[i][0])
-		s.agents.Expect(out[i][1])
-		reconcile.Event(ctx, s.st, s.log, out[i][1], api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", b.Sandbox, out[i][0].(*api.Sandbox).Status.Node))
+		s.noteClaimed(kept[i], s.now())
 	}
 	return conflicts, nil
 }
 
-// bindParallel bounds the bindings of a round that are written at once on
-// a store without grouped writes: each is a claim then a binding, two
-// round trips, and a round of many agents would otherwise wait for them
-// one after another.
+// bindParallel bounds the claims of a round that are written at once on a
+// store without grouped writes: each is a round trip, and a round of many
+// agents would otherwise wait for them one after another.
 const bindParallel = 32
 
-// bindEach writes the bindings of plan, bindParallel at a time (each
-// names its own agent and sandbox), and counts those that lost to a write
-// the round did not see.
+// bindEach writes the claims of plan, bindParallel at a time (each names
+// its own agent and sandbox), and counts those that lost to a write the
+// round did not see.
 func (s *Scheduler) bindEach(ctx context.Context, plan []scheduler.Binding, agents map[string]*api.Agent, sandboxes map[string]*api.Sandbox) (int, error) {
 	var (
 		wg        sync.WaitGroup
@@ -224,38 +284,18 @@ func (s *Scheduler) bindEach(ctx context.Context, plan []scheduler.Binding, agen
 	return conflicts, first
 }
 
-// bind claims sb, the sandbox as the round saw it, for a, then records the
-// binding on a. The claim is conditioned on the resourceVersion the round
-// read: if anything wrote the sandbox since (another scheduler's claim
-// among them) the claim fails. If the agent cannot be written, the claim
-// is taken back, again only if nothing wrote the sandbox since.
+// bind claims sb, the sandbox as the round saw it, for a. The claim is
+// conditioned on the resourceVersion the round read: if anything wrote
+// the sandbox since (another scheduler's claim among them) it fails.
 func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, now time.Time) error {
-	if seen == nil || seen.Status.CurrentAgent != "" {
+	if seen == nil || a == nil || seen.Status.CurrentAgent != "" {
 		return fmt.Errorf("sandbox is taken: %w", api.ErrConflict)
 	}
-	name := seen.Metadata.Name
-	sb, ag := agentstate.Claim(seen, a, now)
-	claimed, err := s.st.UpdateStatus(ctx, sb)
+	claimed, err := s.st.UpdateStatus(ctx, agentstate.Claim(seen, a, now))
 	if err != nil {
 		return err
 	}
 	s.sandboxes.Expect(claimed)
-	bound, err := s.st.UpdateStatus(ctx, ag)
-	if err != nil {
-		// The status as the round saw it, as of the claim's version: the
-		// claim's phase, times and condition go with it.
-		back := api.DeepCopy(claimed.(*api.Sandbox))
-		back.Status = api.DeepCopy(seen).Status
-		if out, uerr := s.st.UpdateStatus(ctx, back); uerr == nil {
-			s.sandboxes.Expect(out)
-		} else if !errors.Is(uerr, api.ErrNotFound) && !errors.Is(uerr, api.ErrConflict) {
-			// A claim left behind is released by the node once it is
-			// stale; log why it was not taken back now.
-			s.log.Warn("take back a claim", "sandbox", name, "agent", a.Metadata.Name, "err", uerr)
-		}
-		return err
-	}
-	s.agents.Expect(bound)
-	reconcile.Event(ctx, s.st, s.log, bound, api.EventNormal, "Scheduled", fmt.Sprintf("bound to sandbox %s on node %s", name, sb.Status.Node))
+	s.noteClaimed(a, now)
 	return nil
 }

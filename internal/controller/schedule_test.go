@@ -28,9 +28,8 @@ func newSchedEnv(t *testing.T, path claimPath) *schedEnv {
 }
 
 // claimPath is one of the scheduler's two ways to claim: a round's claims
-// and bindings grouped in one transaction (SQLite), or each claim then its
-// binding, the claim taken back if the binding fails (any store, the
-// Kubernetes one among them).
+// grouped in one transaction (SQLite), or each claim a write of its own
+// (any store, the Kubernetes one among them).
 type claimPath struct {
 	name string
 	wrap func(store.Interface) store.Interface
@@ -39,7 +38,7 @@ type claimPath struct {
 var claimPaths = []claimPath{
 	{"grouped", func(st store.Interface) store.Interface { return st }},
 	// Only the store interface: no UpdateStatusGroups to find.
-	{"two writes", func(st store.Interface) store.Interface { return struct{ store.Interface }{st} }},
+	{"one write each", func(st store.Interface) store.Interface { return struct{ store.Interface }{st} }},
 }
 
 // onClaimPaths runs fn once per claim path.
@@ -95,21 +94,36 @@ func (e *env) createSandbox(s testSandbox) {
 	}
 }
 
-// binding is where agent name is placed: its status.sandbox, checked
-// against the sandbox's claim.
+// binding is where agent name is placed: the one sandbox whose claim
+// names it, checked to record the agent (a node starts the attempt from
+// it), and against the agent's status.sandbox once it has one.
 func (e *env) binding(name string) string {
 	e.t.Helper()
 	a := e.agent(name)
-	if a.Status.Sandbox == "" {
-		if a.Status.Phase != api.AgentPending && a.Status.Phase != "" {
-			e.t.Errorf("agent %s is %s with no sandbox", name, a.Status.Phase)
+	items, _, err := e.st.List(e.ctx, api.KindSandbox, api.Selector{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var claims []string
+	for _, it := range items {
+		sb := it.(*api.Sandbox)
+		if sb.Status.CurrentAgent != name {
+			continue
 		}
+		claims = append(claims, sb.Metadata.Name)
+		if c := sb.Status.Claim; c != nil && (c.UID != a.Metadata.UID || c.Attempt != a.Status.Attempts+1) {
+			e.t.Errorf("the claim of %s records agent %s as %+v, want uid %s, attempt %d", sb.Metadata.Name, name, *c, a.Metadata.UID, a.Status.Attempts+1)
+		}
+	}
+	switch {
+	case len(claims) > 1:
+		e.t.Errorf("agent %s is claimed on %d sandboxes: %v", name, len(claims), claims)
+	case a.Status.Sandbox != "" && (len(claims) == 0 || claims[0] != a.Status.Sandbox):
+		e.t.Errorf("agent %s is bound to %s, claimed on %v", name, a.Status.Sandbox, claims)
+	case len(claims) == 0:
 		return ""
 	}
-	if got := e.sandbox(a.Status.Sandbox).Status.CurrentAgent; got != name {
-		e.t.Errorf("agent %s is bound to %s, whose claim names %q", name, a.Status.Sandbox, got)
-	}
-	return a.Status.Sandbox
+	return claims[0]
 }
 
 func TestSchedulerScoring(t *testing.T) { onClaimPaths(t, testSchedulerScoring) }
@@ -129,8 +143,9 @@ func testSchedulerScoring(t *testing.T, path claimPath) {
 	// Agents are placed oldest first: the store stamps them with the
 	// test clock.
 	agents := []string{"first", "second", "third", "fourth", "fifth"}
+	created := map[string]string{} // resourceVersion as created
 	for _, n := range agents {
-		e.create(newAgent(t, n, nil))
+		created[n] = e.create(newAgent(t, n, nil)).GetMeta().ResourceVersion
 		e.clk.Advance(time.Second)
 	}
 	e.clk.Advance(-5 * time.Second)
@@ -151,24 +166,22 @@ func testSchedulerScoring(t *testing.T, path claimPath) {
 		t.Errorf("requeue after %s, want a look again for the agent left waiting", res.RequeueAfter)
 	}
 
+	// The claim is the whole binding: the agent is not written (its node
+	// starts it from the claim), and no event is recorded.
 	a := e.agent("first")
-	if got, want := a.Status.Phase, api.AgentScheduled; got != want {
-		t.Errorf("phase %s, want %s", got, want)
+	if a.Status.Phase != "" || a.Metadata.ResourceVersion != created["first"] {
+		t.Errorf("the scheduler wrote the agent: phase %q, version %s (created as %s)", a.Status.Phase, a.Metadata.ResourceVersion, created["first"])
 	}
-	if got, want := a.Status.Node, "n1"; got != want {
-		t.Errorf("node %q, want %q (the sandbox's)", got, want)
+	sb := e.sandbox("running")
+	if sb.Status.ClaimedAt == nil || !sb.Status.ClaimedAt.Equal(e.clk.Now()) {
+		t.Errorf("claimedAt %v, want %v", sb.Status.ClaimedAt, e.clk.Now())
 	}
-	if a.Status.ScheduledAt == nil || !a.Status.ScheduledAt.Equal(e.clk.Now()) {
-		t.Errorf("scheduledAt %v, want %v", a.Status.ScheduledAt, e.clk.Now())
+	want1 := api.AgentClaim{UID: a.Metadata.UID, ResourceVersion: created["first"], Generation: a.Metadata.Generation, Attempt: 1}
+	if c := sb.Status.Claim; c == nil || *c != want1 {
+		t.Errorf("claim %+v, want %+v", c, want1)
 	}
-	if c := api.FindCondition(a.Status.Conditions, "Scheduled"); c == nil || c.Status != api.ConditionTrue {
-		t.Errorf("Scheduled condition %+v, want True", c)
-	}
-	if sb := e.sandbox("running"); sb.Status.ClaimedAt == nil {
-		t.Error("the claim has no claimedAt")
-	}
-	if got, want := len(e.events(api.KindAgent, "first", "Scheduled")), 1; got != want {
-		t.Errorf("%d Scheduled events, want %d", got, want)
+	if got := len(e.events(api.KindAgent, "first", "Scheduled")); got != 0 {
+		t.Errorf("%d Scheduled events, want none", got)
 	}
 
 	// Nothing changed: the next round binds nothing and writes nothing.
@@ -238,37 +251,37 @@ func TestSchedulerSelectors(t *testing.T) {
 	}
 }
 
-// TestSchedulerTakesBackTheClaim makes the agent change between the
-// round's read and its write: the claim on the sandbox must not stay.
-func TestSchedulerTakesBackTheClaim(t *testing.T) { onClaimPaths(t, testSchedulerTakesBackTheClaim) }
+// TestSchedulerClaimsTheAgentAsRead makes the agent change between the
+// round's read and its write: the claim lands, and records the version the
+// round read, on which the node's start is conditioned (the node reads the
+// agent again then).
+func TestSchedulerClaimsTheAgentAsRead(t *testing.T) {
+	onClaimPaths(t, testSchedulerClaimsTheAgentAsRead)
+}
 
-func testSchedulerTakesBackTheClaim(t *testing.T, path claimPath) {
+func testSchedulerClaimsTheAgentAsRead(t *testing.T, path claimPath) {
 	e := newSchedEnv(t, path)
 	e.createSandbox(testSandbox{name: "web-1", labels: map[string]string{"pool": "web"}, phase: api.SandboxPaused})
 	e.create(newAgent(t, "job", nil))
 	e.sync()
+	read := e.agent("job").Metadata.ResourceVersion
 	// Someone labels the agent after the round's caches were filled.
 	a := e.agent("job")
 	a.Metadata.Labels = map[string]string{"team": "x"}
 	if _, _, err := e.st.Update(e.ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.s.Reconcile(e.ctx, schedulerKey)
-	if err != nil {
+	if _, err := e.s.Reconcile(e.ctx, schedulerKey); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.sandbox("web-1").Status.CurrentAgent; got != "" {
-		t.Fatalf("claim %q left on the sandbox after the agent could not be bound", got)
+	c := e.sandbox("web-1").Status.Claim
+	if got := e.binding("job"); got != "web-1" || c == nil || c.ResourceVersion != read {
+		t.Fatalf("bound to %q with claim %+v, want web-1 recording version %s (the round's)", got, c, read)
 	}
-	if got := e.agent("job").Status.Phase; got == api.AgentScheduled {
-		t.Fatal("agent scheduled by a stale round")
-	}
-	if res.RequeueAfter <= 0 {
-		t.Errorf("requeue after %s, want a quick retry after a conflict", res.RequeueAfter)
-	}
+	// The next round does not claim it again.
 	e.reconcile()
-	if got, want := e.binding("job"), "web-1"; got != want {
-		t.Errorf("the next round bound it to %q, want %q", got, want)
+	if got := e.binding("job"); got != "web-1" {
+		t.Errorf("after another round: bound to %q", got)
 	}
 }
 
@@ -312,23 +325,13 @@ func (h *hookStore) UpdateStatus(ctx context.Context, o api.Object) (api.Object,
 	return h.Interface.UpdateStatus(ctx, o)
 }
 
-// bindElsewhere binds agent to sandbox as another scheduler would (claim,
-// then agent), and lets the round's caches see it, as their watches would
-// deliver it.
+// bindElsewhere claims sandbox for agent as another scheduler would, and
+// lets the round's caches see it, as their watches would deliver it.
 func (e *env) bindElsewhere(agent, sandbox string) {
 	e.t.Helper()
-	now := e.clk.Now()
-	_, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindSandbox, sandbox, func(sb *api.Sandbox) bool {
-		sb.Status.CurrentAgent, sb.Status.ClaimedAt = agent, &now
-		return true
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindAgent, agent, func(a *api.Agent) bool {
-		a.Status.Phase, a.Status.Sandbox, a.Status.ScheduledAt = api.AgentScheduled, sandbox, &now
-		return true
-	}); err != nil {
+	a := e.agent(agent)
+	sb := e.sandbox(sandbox)
+	if _, err := e.st.UpdateStatus(e.ctx, agentstate.Claim(sb, a, e.clk.Now())); err != nil {
 		e.t.Fatal(err)
 	}
 	e.sync()
@@ -357,7 +360,7 @@ func TestSchedulerDoesNotStealAClaim(t *testing.T) {
 	if got, want := e.sandbox("sb-2").Status.CurrentAgent, "other"; got != want {
 		t.Errorf("sb-2 claimed by %q, want %q (the first claim)", got, want)
 	}
-	if got := e.agent("a2").Status.Sandbox; got != "" {
+	if got := e.binding("a2"); got != "" {
 		t.Errorf("a2 bound to %q, want left pending for the next round", got)
 	}
 	if got, want := e.binding("a1"), "sb-1"; got != want {
@@ -365,10 +368,10 @@ func TestSchedulerDoesNotStealAClaim(t *testing.T) {
 	}
 }
 
-// TestSchedulerTakesBackOnlyItsOwnClaim lets another scheduler bind the
-// same agent to the same sandbox first: the round that loses must not
-// clear the claim that the winner's binding stands on.
-func TestSchedulerTakesBackOnlyItsOwnClaim(t *testing.T) {
+// TestSchedulerLeavesTheWinnersClaim lets another scheduler bind the same
+// agent to the same sandbox first: the round that loses leaves the
+// winner's claim, and binds the agent nowhere else.
+func TestSchedulerLeavesTheWinnersClaim(t *testing.T) {
 	e := newEnv(t)
 	hs := &hookStore{Interface: e.st}
 	s := NewScheduler(e.m, hs, e.log, e.clk.Now)
@@ -519,34 +522,22 @@ func testNoDoubleBinds(t *testing.T, path claimPath, nManagers, nCallers int) {
 		}
 	}
 
-	// Wait until every sandbox is claimed and as many agents are bound,
-	// then stop everything before judging.
-	settled := func() (claims, bound int) {
+	// Wait until every sandbox is claimed, then stop everything before
+	// judging.
+	claimedAll := func() bool {
 		items, _, err := st.List(ctx, api.KindSandbox, api.Selector{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, it := range items {
-			if it.(*api.Sandbox).Status.CurrentAgent != "" {
-				claims++
+			if it.(*api.Sandbox).Status.CurrentAgent == "" {
+				return false
 			}
 		}
-		items, _, err = st.List(ctx, api.KindAgent, api.Selector{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, it := range items {
-			if it.(*api.Agent).Status.Sandbox != "" {
-				bound++
-			}
-		}
-		return claims, bound
+		return true
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, b := settled(); c == nSandboxes && b == nSandboxes {
-			break
-		}
+	for time.Now().Before(deadline) && !claimedAll() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	close(stop)
@@ -567,73 +558,39 @@ func testNoDoubleBinds(t *testing.T, path claimPath, nManagers, nCallers int) {
 	for _, it := range agentItems {
 		agents[it.GetMeta().Name] = it.(*api.Agent)
 	}
-	sandboxes := map[string]*api.Sandbox{}
 	claimsBy := map[string][]string{} // agent -> sandboxes claimed for it
 	for _, it := range items {
 		sb := it.(*api.Sandbox)
-		sandboxes[sb.Metadata.Name] = sb
-		if a := sb.Status.CurrentAgent; a != "" {
-			claimsBy[a] = append(claimsBy[a], sb.Metadata.Name)
+		name := sb.Metadata.Name
+		a := agents[sb.Status.CurrentAgent]
+		switch {
+		case sb.Status.CurrentAgent == "":
+			t.Errorf("sandbox %s is left unclaimed with agents waiting", name)
+			continue
+		case a == nil:
+			t.Errorf("sandbox %s is claimed by %s, which does not exist", name, sb.Status.CurrentAgent)
+			continue
+		}
+		claimsBy[a.Metadata.Name] = append(claimsBy[a.Metadata.Name], name)
+		if c := sb.Status.Claim; c == nil || c.UID != a.Metadata.UID || c.Attempt != 1 {
+			t.Errorf("sandbox %s's claim records %+v of agent %s (uid %s)", name, c, a.Metadata.Name, a.Metadata.UID)
+		}
+		if a.Status.Phase != "" || a.Status.Sandbox != "" {
+			t.Errorf("agent %s was written: %s on %q, want Pending until its node starts it", a.Metadata.Name, a.Status.Phase, a.Status.Sandbox)
+		}
+		if a.Spec.SandboxName != "" && a.Spec.SandboxName != name {
+			t.Errorf("agent %s asked for sandbox %s and got %s", a.Metadata.Name, a.Spec.SandboxName, name)
+		}
+		if a.Spec.SandboxSelector != nil && !agentstate.SelectorOf(a).Matches(sb.Metadata.Labels) {
+			t.Errorf("agent %s is on %s, which its selector does not match", a.Metadata.Name, name)
 		}
 	}
 	for a, sbs := range claimsBy {
 		if len(sbs) > 1 {
-			t.Errorf("agent %s claims %d sandboxes: %v", a, len(sbs), sbs)
+			t.Errorf("double bind: agent %s claims %d sandboxes: %v", a, len(sbs), sbs)
 		}
 	}
-	bound := 0
-	onSandbox := map[string]string{} // sandbox -> agent bound to it
-	for name, a := range agents {
-		if a.Status.Sandbox == "" {
-			if a.Status.Phase != "" && a.Status.Phase != api.AgentPending {
-				t.Errorf("agent %s is %s with no sandbox", name, a.Status.Phase)
-			}
-			continue
-		}
-		bound++
-		sb := sandboxes[a.Status.Sandbox]
-		if a.Status.Phase != api.AgentScheduled {
-			t.Errorf("agent %s on %s is %s, want Scheduled", name, a.Status.Sandbox, a.Status.Phase)
-		}
-		if other, ok := onSandbox[a.Status.Sandbox]; ok {
-			t.Errorf("double bind: agents %s and %s on sandbox %s", other, name, a.Status.Sandbox)
-		}
-		onSandbox[a.Status.Sandbox] = name
-		if sb == nil || sb.Status.CurrentAgent != name {
-			t.Errorf("agent %s is bound to %s, whose claim does not name it", name, a.Status.Sandbox)
-			continue
-		}
-		if a.Spec.SandboxName != "" && a.Spec.SandboxName != a.Status.Sandbox {
-			t.Errorf("agent %s asked for sandbox %s and got %s", name, a.Spec.SandboxName, a.Status.Sandbox)
-		}
-		if a.Spec.SandboxSelector != nil && !agentstate.SelectorOf(a).Matches(sb.Metadata.Labels) {
-			t.Errorf("agent %s is on %s, which its selector does not match", name, a.Status.Sandbox)
-		}
-	}
-	for name, sb := range sandboxes {
-		a := sb.Status.CurrentAgent
-		if a == "" {
-			t.Errorf("sandbox %s is left unclaimed with %d agents waiting", name, nAgents-bound)
-			continue
-		}
-		if agents[a] == nil || agents[a].Status.Sandbox != name {
-			t.Errorf("sandbox %s is claimed by %s, which is not bound to it", name, a)
-		}
-	}
-	if got, want := bound, nSandboxes; got != want {
+	if got, want := len(claimsBy), nSandboxes; got != want {
 		t.Errorf("%d agents bound, want %d", got, want)
-	}
-	evs, err := st.ListEvents(ctx, store.EventFilter{Kind: api.KindAgent, Limit: 10 * nAgents})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheduled := 0
-	for _, ev := range evs {
-		if ev.Reason == "Scheduled" {
-			scheduled++
-		}
-	}
-	if got, want := scheduled, nSandboxes; got != want {
-		t.Errorf("%d Scheduled events, want %d: a binding that did not hold was announced", got, want)
 	}
 }

@@ -423,6 +423,30 @@ func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, err
 	}
 }
 
+// PatchStatus merges patch, a JSON merge patch of the status, into the
+// stored object's status, conditioned on rv when it is set: one PATCH of
+// the status subresource, with no read.
+func (s *Store) PatchStatus(ctx context.Context, kind, name, rv string, patch []byte) (api.Object, error) {
+	r, err := s.res(kind)
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(patch) {
+		return nil, fmt.Errorf("status patch of %s %s is not JSON: %w", kind, name, api.ErrInvalid)
+	}
+	body := []byte(`{"status":` + string(patch) + `}`)
+	if rv != "" {
+		if body, err = withVersion(body, rv); err != nil {
+			return nil, err
+		}
+	}
+	put, err := r.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: s.manager}, "status")
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return s.decode(put)
+}
+
 // Delete removes the object, or marks it deleted (deletionTimestamp) while
 // finalizers hold it; deleted says which. The object returned is its last
 // state.

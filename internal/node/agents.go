@@ -42,14 +42,34 @@ func (r *runs) get(name string) *run {
 }
 
 // reconcileAgent runs the agents bound to this node's sandboxes: it starts
-// a Scheduled agent's attempt, stops the attempt of a deleted one, ends an
+// an attempt on a sandbox claimed for the agent (or a Scheduled agent's,
+// bound the older way), stops the attempt of a deleted one, ends an
 // mcp-agent whose deadline passed, and puts back an agent whose attempt a
 // restart of this node cut short. It reads the agent as the node's watch
 // shows it, unless a write of the node's own is in flight (read): what
 // others wrote since arrives in order, and each write here is conditioned
-// on what it read.
+// on what it read. An agent claimed and not started yet is not in the
+// node's watch: the claim says what the node needs of it.
 func (n *Node) reconcileAgent(ctx context.Context, name string) (reconcile.Result, error) {
+	if sb := n.claimOf(ctx, name); sb != nil {
+		var cached *api.Agent
+		if c := n.cache(api.KindAgent); c != nil {
+			if o, ok := c.Latest(name); ok {
+				cached = o.(*api.Agent)
+			}
+		} else if o, err := n.st.Get(ctx, api.KindAgent, name); err == nil {
+			cached = o.(*api.Agent) // a node driven directly keeps no cache
+		}
+		if n.toStart(sb, cached) {
+			return n.startClaimed(ctx, sb, cached)
+		}
+	}
 	o, err := n.read(ctx, api.KindAgent, name)
+	return n.reconcileAgentAs(ctx, name, o, err)
+}
+
+// reconcileAgentAs is reconcileAgent on agent name as read (o, err).
+func (n *Node) reconcileAgentAs(ctx context.Context, name string, o api.Object, err error) (reconcile.Result, error) {
 	if errors.Is(err, api.ErrNotFound) {
 		if n.stopRun(name) {
 			return reconcile.Result{}, nil // back here when the run has ended
@@ -82,6 +102,12 @@ func (n *Node) reconcileAgent(ctx context.Context, name string) (reconcile.Resul
 		// controller's to remove (a node's write to it is refused).
 		return reconcile.Result{}, nil
 	case a.Metadata.DeletionTimestamp != nil:
+		if sb := n.claimOf(ctx, name); sb != nil && !agentstate.Bound(a) {
+			// Claimed, not started: the claim goes with it.
+			if err := n.dropClaim(ctx, sb, "it is being deleted"); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		if n.stopRun(name) {
 			// The attempt releases its sandbox as it ends (a reset takes
 			// seconds), and the agent comes back here then: no worker
@@ -212,7 +238,17 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 	if started.Status.Phase != api.AgentRunning || started.Status.StartedAt == nil || !started.Status.StartedAt.Equal(now) {
 		return reconcile.Result{}, nil
 	}
-	n.event(ctx, started, api.EventNormal, "Started", started.Status.Message)
+	return n.launch(started, now), nil
+}
+
+// launch runs the attempt started (the agent as its start wrote it, at
+// now) in the background.
+func (n *Node) launch(started *api.Agent, now time.Time) reconcile.Result {
+	msg := started.Status.Message
+	if at := started.Status.ScheduledAt; at != nil {
+		msg += fmt.Sprintf(", claimed %s before", now.Sub(*at).Round(time.Millisecond))
+	}
+	n.event(n.runCtx, started, api.EventNormal, "Started", msg)
 	r := &run{attempt: started.Status.Attempts, done: make(chan struct{})}
 	// Context deadlines run on the wall clock, whatever the node's clock.
 	fctx, fence := context.WithCancelCause(n.runCtx)
@@ -238,7 +274,7 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 			n.agentsQ.Add(started.Metadata.Name)
 		}
 	}()
-	return reconcile.Result{}, nil
+	return reconcile.Result{}
 }
 
 // stopRun cancels the attempt of agent name, if this node runs one, and

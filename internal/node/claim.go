@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -170,6 +172,13 @@ func (n *Node) releasePolicy(ctx context.Context, sb *api.Sandbox) (policy, warm
 // policy, and clears the claim. Nothing happens if the claim names another
 // agent.
 func (n *Node) release(ctx context.Context, name, agent string) error {
+	return n.releaseClaim(ctx, name, agent, false)
+}
+
+// releaseClaim is release; unstarted says the node started no attempt on
+// the claim (it is let go of before it ran): the sandbox is as the claim
+// found it, with nothing to undo, however warm the claim marked it.
+func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted bool) error {
 	unlock := n.locks.lock(name)
 	defer unlock()
 	// The sandbox as the node's watch shows it, or from the store while
@@ -197,7 +206,7 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 	start := n.now()
 	// Used once it ran for the agent: running now, or resumed since the
 	// claim (the agent may have paused or saved it since, through the API).
-	used := sb.Status.Phase == api.SandboxRunning || resumedSinceClaim(sb)
+	used := !unstarted && (sb.Status.Phase == api.SandboxRunning || resumedSinceClaim(sb))
 	phase := sb.Status.Phase
 	var msg string
 	switch {
@@ -246,7 +255,7 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 			return
 		}
 		now := n.now().UTC()
-		s.CurrentAgent, s.ClaimedAt, s.ReleasedAt = "", nil, &now
+		s.CurrentAgent, s.Claim, s.ClaimedAt, s.ReleasedAt = "", nil, nil, &now
 		s.Phase, s.Reason, s.Message, s.PID = phase, "Released", msg, info.PID
 		if policy == "reset" && used {
 			// A take-over is of the desktop the agent left; the clean
@@ -268,4 +277,150 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 func resumedSinceClaim(sb *api.Sandbox) bool {
 	r, c := sb.Status.LastResumedAt, sb.Status.ClaimedAt
 	return r != nil && c != nil && !r.Before(*c)
+}
+
+// claimIndex notes, per agent, the sandbox whose claim last named it, as
+// the node's sandbox watch brought it (claimant): a hint, checked against
+// the cache when used.
+type claimIndex struct {
+	mu sync.Mutex // guards m
+	m  map[string]string
+}
+
+func (c *claimIndex) note(agent, sandbox string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]string{}
+	}
+	c.m[agent] = sandbox
+}
+
+func (c *claimIndex) get(agent string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[agent]
+}
+
+func (c *claimIndex) forget(agent string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, agent)
+}
+
+// claimOf is the sandbox of this node whose claim names agent and records
+// the agent's version (agentstate.Claim), as the node's watch (or its own
+// write) shows it; nil when there is none. A node that keeps no caches
+// (one driven directly) looks in the store.
+func (n *Node) claimOf(ctx context.Context, agent string) *api.Sandbox {
+	c := n.cache(api.KindSandbox)
+	if c == nil {
+		items, _, err := n.st.List(ctx, api.KindSandbox, api.Selector{})
+		if err != nil {
+			return nil
+		}
+		for _, it := range items {
+			if sb := it.(*api.Sandbox); sb.Status.CurrentAgent == agent && sb.Status.Claim != nil && sb.Status.Node == n.name {
+				return sb
+			}
+		}
+		return nil
+	}
+	name := n.claims.get(agent)
+	if name == "" {
+		return nil
+	}
+	o, ok := c.Latest(name)
+	if !ok {
+		n.claims.forget(agent)
+		return nil
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Status.CurrentAgent != agent || sb.Status.Claim == nil || sb.Status.Node != n.name {
+		if sb.Status.CurrentAgent != agent {
+			n.claims.forget(agent)
+		}
+		return nil
+	}
+	return sb
+}
+
+// toStart reports whether an attempt is to start on sb's claim: no run of
+// the agent on this node, and the agent as the node knows it (cached is
+// nil when its watch has not brought it: an agent is in a node's watch
+// from its start on) waits for one.
+func (n *Node) toStart(sb *api.Sandbox, cached *api.Agent) bool {
+	if n.runs.get(sb.Status.CurrentAgent) != nil {
+		return false
+	}
+	return cached == nil || agentstate.Pending(cached)
+}
+
+// startTries bounds the starts of one claim's attempt that lose to other
+// writes of the agent.
+const startTries = 3
+
+// startClaimed starts the attempt sb's claim names: one write of the
+// agent, Running on sb and this node (agentstate.StartPatch), conditioned
+// on the version of the agent the claim recorded, whose answer is the
+// agent to run. The node reads the agent only when something wrote it
+// since the claim: it starts the attempt then if the agent still waits
+// for it (agentstate.Startable), and lets go of the claim if not (deleted,
+// changed, or started elsewhere).
+func (n *Node) startClaimed(ctx context.Context, sb *api.Sandbox, cached *api.Agent) (reconcile.Result, error) {
+	if n.fenced() {
+		return reconcile.Result{RequeueAfter: n.statusEvery()}, nil
+	}
+	name := sb.Status.CurrentAgent
+	sb = api.DeepCopy(sb)
+	if cached != nil && cached.Metadata.ResourceVersion != sb.Status.Claim.ResourceVersion && agentstate.Startable(cached, sb) {
+		// The node's watch shows a later version than the claim read:
+		// start from it.
+		sb.Status.Claim.ResourceVersion, sb.Status.Claim.Attempt = cached.Metadata.ResourceVersion, cached.Status.Attempts+1
+	}
+	now := n.now()
+	for range startTries {
+		patch, err := agentstate.StartPatch(sb, now)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		out, err := n.st.PatchStatus(ctx, api.KindAgent, name, sb.Status.Claim.ResourceVersion, patch)
+		switch {
+		case err == nil:
+			return n.launch(out.(*api.Agent), now), nil
+		case errors.Is(err, api.ErrNotFound):
+			return reconcile.Result{}, n.dropClaim(ctx, sb, "it no longer exists")
+		case !errors.Is(err, api.ErrConflict):
+			return reconcile.Result{}, err
+		}
+		o, err := n.st.Get(ctx, api.KindAgent, name)
+		if errors.Is(err, api.ErrNotFound) {
+			return reconcile.Result{}, n.dropClaim(ctx, sb, "it no longer exists")
+		}
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		a := o.(*api.Agent)
+		switch {
+		case a.Status.Sandbox == sb.Metadata.Name && agentstate.Bound(a):
+			// Started on this claim already: by a write whose answer was
+			// lost, or by this node before it restarted.
+			return n.reconcileAgentAs(ctx, name, a, nil)
+		case !agentstate.Startable(a, sb):
+			return reconcile.Result{}, n.dropClaim(ctx, sb, fmt.Sprintf("it changed since the claim (%s, attempt %d, generation %d)", agentstate.Phase(a), a.Status.Attempts, a.Metadata.Generation))
+		}
+		// Written since the claim read it (labelled, or an attempt ended
+		// meanwhile): start the next attempt from this version.
+		sb.Status.Claim.ResourceVersion, sb.Status.Claim.Attempt = a.Metadata.ResourceVersion, a.Status.Attempts+1
+	}
+	return reconcile.Result{RequeueAfter: 10 * time.Millisecond}, nil
+}
+
+// dropClaim lets go of sb's claim of an agent that is not to run on it,
+// saying why.
+func (n *Node) dropClaim(ctx context.Context, sb *api.Sandbox, why string) error {
+	agent := sb.Status.CurrentAgent
+	n.log.Info("letting go of a claim", "sandbox", sb.Metadata.Name, "agent", agent, "why", why)
+	n.claims.forget(agent)
+	return n.releaseClaim(ctx, sb.Metadata.Name, agent, true)
 }

@@ -104,6 +104,7 @@ type Node struct {
 	caches   map[string]*reconcile.Cache
 	locks    keyedMutex
 	held     holders
+	claims   claimIndex
 
 	nodeMu   sync.Mutex // guards lastNode
 	lastNode *api.Node  // the Node object as its last heartbeat wrote it
@@ -187,20 +188,17 @@ func (n *Node) Register(m *reconcile.Manager) {
 		Watches:    []reconcile.Watch{{Kind: api.KindSandbox, Map: n.claimant}}})
 }
 
-// claimant maps a sandbox to the agent its claim names, once the node's
-// watch has brought that agent (its own event asks for it otherwise): the
-// claim's watch event may come after the agent's, and the agent waits
-// for it.
+// claimant maps a sandbox to the agent its claim names: a new claim is
+// how the node learns of an agent to start (its watch shows it no agent
+// before it runs here), and an agent bound the older way (Scheduled)
+// waits for its claim's event. It notes the claim in the node's index.
 func (n *Node) claimant(o api.Object) []string {
-	a := o.(*api.Sandbox).Status.CurrentAgent
+	sb := o.(*api.Sandbox)
+	a := sb.Status.CurrentAgent
 	if a == "" {
 		return nil
 	}
-	if c := n.cache(api.KindAgent); c != nil {
-		if _, ok := c.Get(a); !ok {
-			return nil
-		}
-	}
+	n.claims.note(a, sb.Metadata.Name)
 	return []string{a}
 }
 

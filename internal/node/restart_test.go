@@ -202,24 +202,32 @@ spec:
 	if _, err := s.Reconcile(r.ctx, ""); err != nil {
 		r.t.Fatal(err)
 	}
-	// Each attempt starts as the node starts one (it acquires the
-	// sandbox, then marks the agent Running), and is cut short there.
-	for _, name := range r.names(api.KindAgent) {
-		a := r.agent(name)
-		if a.Status.Phase != api.AgentScheduled {
-			r.t.Fatalf("agent %s is %s (%s), want Scheduled", name, a.Status.Phase, a.Status.Message)
+	// Each attempt starts as the node starts one (it marks the agent
+	// Running on its claimed sandbox, then acquires the sandbox), and is
+	// cut short there.
+	claimed := map[string]string{} // agent -> sandbox whose claim names it
+	for _, name := range r.names(api.KindSandbox) {
+		if sb, _ := r.st.Get(r.ctx, api.KindSandbox, name); sb.(*api.Sandbox).Status.CurrentAgent != "" {
+			claimed[sb.(*api.Sandbox).Status.CurrentAgent] = name
 		}
-		if err := r.nd.acquire(r.ctx, a.Status.Sandbox, name); err != nil {
-			r.t.Fatal(err)
+	}
+	for _, name := range r.names(api.KindAgent) {
+		sandbox := claimed[name]
+		if sandbox == "" {
+			r.t.Fatalf("agent %s is claimed on no sandbox", name)
 		}
 		now := r.clk.Now()
 		if _, err := reconcile.UpdateStatus(r.ctx, r.st, api.KindAgent, name, func(cur *api.Agent) bool {
 			cur.Status.Phase, cur.Status.Reason = api.AgentRunning, "Running"
 			cur.Status.Attempts++
+			cur.Status.Sandbox = sandbox
 			cur.Status.StartedAt, cur.Status.Node = &now, "n1"
 			api.SetCondition(&cur.Status.Conditions, api.Condition{Type: "Running", Status: api.ConditionTrue, Reason: "Started"}, now)
 			return true
 		}); err != nil {
+			r.t.Fatal(err)
+		}
+		if err := r.nd.acquire(r.ctx, sandbox, name); err != nil {
 			r.t.Fatal(err)
 		}
 	}

@@ -574,7 +574,7 @@ func TestClaimMakesAWarmSandboxRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim, _ := agentstate.Claim(d.sandbox("box"), o.(*api.Agent), d.clk.Now())
+	claim := agentstate.Claim(d.sandbox("box"), o.(*api.Agent), d.clk.Now())
 	if _, err := d.st.UpdateStatus(d.ctx, claim); err != nil {
 		t.Fatal(err)
 	}

@@ -290,6 +290,10 @@ func (c *Cache) reset(items []api.Object) {
 	clear(c.expect)
 }
 
+// Latest is getLatest for a caller outside the package: the object is
+// shared, never to be changed.
+func (c *Cache) Latest(name string) (api.Object, bool) { return c.getLatest(name) }
+
 // getLatest returns the object named name as the caller last wrote it
 // while the watch has not brought that write back, else as cached. A
 // deletion in flight is not found here (the caller asks the store).

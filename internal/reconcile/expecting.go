@@ -57,6 +57,15 @@ func (e Expecting) UpdateStatus(ctx context.Context, o api.Object) (api.Object, 
 	return out, err
 }
 
+// PatchStatus patches kind/name's status and expects what was written.
+func (e Expecting) PatchStatus(ctx context.Context, kind, name, rv string, patch []byte) (api.Object, error) {
+	out, err := e.Interface.PatchStatus(ctx, kind, name, rv, patch)
+	if err == nil {
+		e.expect(out)
+	}
+	return out, err
+}
+
 // Delete deletes kind/name and expects its deletion, or the deletion
 // timestamp written when finalizers hold it.
 func (e Expecting) Delete(ctx context.Context, kind, name string, opts store.DeleteOptions) (api.Object, bool, error) {

@@ -94,6 +94,21 @@ func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, err
 	return out, nil
 }
 
+// PatchStatus merges a patch into the stored object's status; see
+// Tx.PatchStatus.
+func (s *Store) PatchStatus(ctx context.Context, kind, name, rv string, patch []byte) (api.Object, error) {
+	var out api.Object
+	err := s.write(ctx, func(tx *Tx) error {
+		var err error
+		out, err = tx.PatchStatus(kind, name, rv, patch)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // Delete removes an object; see Tx.Delete.
 func (s *Store) Delete(ctx context.Context, kind, name string, opts DeleteOptions) (api.Object, bool, error) {
 	var out api.Object

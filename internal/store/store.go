@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, so the server also builds for Windows
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -387,6 +388,53 @@ func (tx *Tx) UpdateStatus(o api.Object) (api.Object, error) {
 	return out, err
 }
 
+// PatchStatus merges patch, a JSON merge patch (RFC 7386) of the status,
+// into the stored object's status, conditioned on resourceVersion rv when
+// it is set. An invalid patch is ErrInvalid.
+func (tx *Tx) PatchStatus(kind, name, rv string, patch []byte) (api.Object, error) {
+	cur, err := getObject(tx.ctx, tx.tx, kind, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPrecondition(cur, rv); err != nil {
+		return nil, err
+	}
+	next, err := MergeStatus(cur, patch)
+	if err != nil {
+		return nil, err
+	}
+	if jsonEqual(cur.GetStatus(), next.GetStatus()) {
+		return cur, nil
+	}
+	out, _, err := tx.write(next, cur.GetMeta().Labels)
+	return out, err
+}
+
+// MergeStatus returns a copy of o with the JSON merge patch patch (RFC
+// 7386) applied to its status. An invalid patch is ErrInvalid.
+func MergeStatus(o api.Object, patch []byte) (api.Object, error) {
+	kind, name := o.GetTypeMeta().Kind, o.GetMeta().Name
+	base, err := json.Marshal(o.GetStatus())
+	if err != nil {
+		return nil, err
+	}
+	merged, err := jsonpatch.MergePatch(base, patch)
+	if err != nil {
+		return nil, fmt.Errorf("status patch of %s %s: %v: %w", kind, name, err, api.ErrInvalid)
+	}
+	// The status as merged, whole: a field the patch removed is gone.
+	st, err := api.New(kind)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(merged, st.GetStatus()); err != nil {
+		return nil, fmt.Errorf("status patch of %s %s: %v: %w", kind, name, err, api.ErrInvalid)
+	}
+	next := api.DeepCopy(o)
+	api.CopyStatus(next, st)
+	return next, nil
+}
+
 // DeleteOptions are preconditions for Delete.
 type DeleteOptions struct {
 	// ResourceVersion, when set, must match the stored object.
@@ -730,6 +778,11 @@ type Interface interface {
 	Create(ctx context.Context, o api.Object) (api.Object, error)
 	Update(ctx context.Context, o api.Object) (api.Object, bool, error)
 	UpdateStatus(ctx context.Context, o api.Object) (api.Object, error)
+	// PatchStatus merges a JSON merge patch of the status (RFC 7386) into
+	// the stored object's, conditioned on resourceVersion rv when it is
+	// set: a status write by a writer that knows what it changes and the
+	// version it acts on, but not the object (it reads nothing first).
+	PatchStatus(ctx context.Context, kind, name, rv string, patch []byte) (api.Object, error)
 	Delete(ctx context.Context, kind, name string, opts DeleteOptions) (api.Object, bool, error)
 	ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, Watcher, error)
 	WatchFrom(ctx context.Context, kind string, sel api.Selector, rv string) (Watcher, error)

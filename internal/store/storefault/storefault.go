@@ -25,6 +25,7 @@ const (
 	Create       Op = "Create"
 	Update       Op = "Update"
 	UpdateStatus Op = "UpdateStatus"
+	PatchStatus  Op = "PatchStatus"
 	Delete       Op = "Delete"
 	ListAndWatch Op = "ListAndWatch"
 	WatchFrom    Op = "WatchFrom"
@@ -224,6 +225,14 @@ func (s *Store) UpdateStatus(ctx context.Context, o api.Object) (api.Object, err
 		return nil, err
 	}
 	return s.inner.UpdateStatus(ctx, o)
+}
+
+// PatchStatus passes to the wrapped store unless a fault says otherwise.
+func (s *Store) PatchStatus(ctx context.Context, kind, name, rv string, patch []byte) (api.Object, error) {
+	if err := s.enter(ctx, Call{Op: PatchStatus, Kind: kind, Name: name}); err != nil {
+		return nil, err
+	}
+	return s.inner.PatchStatus(ctx, kind, name, rv, patch)
 }
 
 // Delete passes to the wrapped store unless a fault says otherwise.

@@ -29,6 +29,7 @@ func Run(t *testing.T, open Open) {
 		{"CreateGet", testCreateGet},
 		{"UpdateSpec", testUpdateSpec},
 		{"UpdateStatus", testUpdateStatus},
+		{"PatchStatus", testPatchStatus},
 		{"DeleteWithFinalizers", testDeleteWithFinalizers},
 		{"ListSelector", testListSelector},
 		{"ListAndWatch", testListAndWatch},
@@ -150,6 +151,44 @@ func testUpdateStatus(t *testing.T, s store.Interface) {
 	stale.Status.Phase = api.SandboxRunning
 	if _, err := s.UpdateStatus(ctx, stale); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("status write from a stale resourceVersion: %v, want ErrConflict", err)
+	}
+}
+
+// testPatchStatus: a merge patch of the status changes the fields it
+// names (null clears one), keeps the others and the spec, and is refused
+// from a stale resourceVersion or for a missing object, changing nothing.
+func testPatchStatus(t *testing.T, s store.Interface) {
+	ctx := context.Background()
+	created := mustCreate(t, s, sandbox("sb")).(*api.Sandbox)
+	cur := api.DeepCopy(created)
+	cur.Status.Phase, cur.Status.Node, cur.Status.Message = api.SandboxPaused, "n1", "warm"
+	before, err := s.UpdateStatus(ctx, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := before.GetMeta().ResourceVersion
+	out, err := s.PatchStatus(ctx, api.KindSandbox, "sb", rv, []byte(`{"currentAgent":"job","message":null,"claim":{"uid":"u1","resourceVersion":"7","attempt":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*api.Sandbox)
+	if st := got.Status; st.CurrentAgent != "job" || st.Phase != api.SandboxPaused || st.Node != "n1" || st.Message != "" || st.Claim == nil || st.Claim.UID != "u1" || st.Claim.Attempt != 1 {
+		t.Fatalf("patched status %+v, want the agent and claim set, the message cleared, phase and node kept", st)
+	}
+	if got.Metadata.ResourceVersion == rv || got.Metadata.Generation != created.Metadata.Generation || got.Spec.TemplateRef != "desk" {
+		t.Fatalf("after a status patch: version %s (was %s), generation %d, templateRef %q", got.Metadata.ResourceVersion, rv, got.Metadata.Generation, got.Spec.TemplateRef)
+	}
+	if read := mustGet(t, s, api.KindSandbox, "sb").(*api.Sandbox); read.Status.CurrentAgent != "job" || read.Metadata.ResourceVersion != got.Metadata.ResourceVersion {
+		t.Fatalf("read after the patch: %+v at %s", read.Status, read.Metadata.ResourceVersion)
+	}
+	if _, err := s.PatchStatus(ctx, api.KindSandbox, "sb", rv, []byte(`{"currentAgent":"other"}`)); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("status patch from a stale resourceVersion: %v, want ErrConflict", err)
+	}
+	if _, err := s.PatchStatus(ctx, api.KindSandbox, "nope", "", []byte(`{"phase":"Paused"}`)); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("status patch of a missing object: %v, want ErrNotFound", err)
+	}
+	if read := mustGet(t, s, api.KindSandbox, "sb").(*api.Sandbox); read.Status.CurrentAgent != "job" {
+		t.Fatalf("a refused patch changed the status: %+v", read.Status)
 	}
 }
 
