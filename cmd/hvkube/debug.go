@@ -14,16 +14,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/direct"
 	"github.com/hvkube/hvkube/internal/cli"
 	"github.com/hvkube/hvkube/internal/display"
-	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
-	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/vmdebug"
 )
 
 // newDebugCmd is `hvkube debug`, hidden from the main help: tools for
-// making guest images, against a VM's own sockets rather than a server.
-func newDebugCmd(extra ...*cobra.Command) *cobra.Command {
+// making guest images, against a VM's own sockets rather than a server,
+// which they reach with dial.
+func newDebugCmd(dial direct.Dialer, extra ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "debug",
 		Short: "Tools for developing guest images: talk to one VM's QMP and guest-agent sockets",
@@ -38,8 +39,8 @@ $QGA_SOCKET, which boot.sh sets for the command it runs.`,
   hvkube debug input --click 495,336 --type 'echo hi' --key Return`,
 		Hidden: true,
 	}
-	cmd.AddCommand(newDebugWaitReadyCmd(), newDebugExecCmd(), newDebugQMPCmd(), newDebugScreenshotCmd(),
-		newDebugInputCmd(), newDebugSelfTestCmd())
+	cmd.AddCommand(newDebugWaitReadyCmd(dial), newDebugExecCmd(dial), newDebugQMPCmd(dial), newDebugScreenshotCmd(dial),
+		newDebugInputCmd(dial), newDebugSelfTestCmd(dial))
 	cmd.AddCommand(extra...)
 	return cmd
 }
@@ -57,7 +58,7 @@ func needSocket(name, v string) error {
 	return nil
 }
 
-func newDebugWaitReadyCmd() *cobra.Command {
+func newDebugWaitReadyCmd(dial direct.Dialer) *cobra.Command {
 	var o vmdebug.WaitOptions
 	var since string
 	var verbose bool
@@ -87,7 +88,7 @@ Gives up after --timeout, or when process --pid (QEMU) exits.`,
 			if verbose {
 				o.Verbose = cmd.ErrOrStderr()
 			}
-			return vmdebug.WaitReady(cmd.Context(), o)
+			return vmdebug.WaitReady(cmd.Context(), dial, o)
 		},
 	}
 	socketFlag(cmd, &o.QGA, "qga", "QGA_SOCKET", "guest agent")
@@ -98,7 +99,7 @@ Gives up after --timeout, or when process --pid (QEMU) exits.`,
 	return cmd
 }
 
-func newDebugExecCmd() *cobra.Command {
+func newDebugExecCmd(dial direct.Dialer) *cobra.Command {
 	var socket, input string
 	var envs []string
 	var timeout time.Duration
@@ -119,22 +120,20 @@ inherits the agent's environment; with it, that is the whole environment
 					return fmt.Errorf("--env %q: want NAME=VALUE", kv)
 				}
 			}
-			req := qga.ExecRequest{Path: args[0], Args: args[1:], Env: envs}
+			req := backend.ExecRequest{Path: args[0], Args: args[1:], Env: envs}
 			if cmd.Flags().Changed("input") {
-				req.Input = []byte(input)
+				req.Stdin = []byte(input)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			res, err := vmdebug.Exec(ctx, socket, req)
+			res, err := vmdebug.Exec(ctx, dial, socket, req)
 			if err != nil {
 				return err
 			}
 			cmd.OutOrStdout().Write(res.Stdout)
 			cmd.ErrOrStderr().Write(res.Stderr)
-			switch {
-			case res.Signal != 0:
-				return &cli.ExitError{Code: 128 + res.Signal}
-			case res.ExitCode != 0:
+			// A program ended by signal N exits 128+N, as in a shell.
+			if res.ExitCode != 0 {
 				return &cli.ExitError{Code: res.ExitCode}
 			}
 			return nil
@@ -147,7 +146,7 @@ inherits the agent's environment; with it, that is the whole environment
 	return cmd
 }
 
-func newDebugQMPCmd() *cobra.Command {
+func newDebugQMPCmd(dial direct.Dialer) *cobra.Command {
 	var socket string
 	cmd := &cobra.Command{
 		Use:   "qmp [--qmp SOCKET] COMMAND [JSON_ARGUMENTS]",
@@ -166,17 +165,13 @@ func newDebugQMPCmd() *cobra.Command {
 				}
 				arguments = json.RawMessage(args[1])
 			}
-			mon, err := qmp.Dial(cmd.Context(), socket)
+			mon, err := dial.DialMonitor(cmd.Context(), socket)
 			if err != nil {
 				return err
 			}
 			defer mon.Close()
-			var ret json.RawMessage
-			var argv any
-			if arguments != nil {
-				argv = arguments
-			}
-			if err := mon.Execute(cmd.Context(), args[0], argv, &ret); err != nil {
+			ret, err := mon.Command(cmd.Context(), args[0], arguments)
+			if err != nil {
 				return err
 			}
 			var b bytes.Buffer
@@ -192,7 +187,7 @@ func newDebugQMPCmd() *cobra.Command {
 	return cmd
 }
 
-func newDebugScreenshotCmd() *cobra.Command {
+func newDebugScreenshotCmd(dial direct.Dialer) *cobra.Command {
 	var socket, format string
 	cmd := &cobra.Command{
 		Use:   "screenshot [--qmp SOCKET] OUT",
@@ -209,7 +204,7 @@ func newDebugScreenshotCmd() *cobra.Command {
 					f = display.JPEG
 				}
 			}
-			mon, err := qmp.Dial(cmd.Context(), socket)
+			mon, err := dial.DialMonitor(cmd.Context(), socket)
 			if err != nil {
 				return err
 			}
@@ -235,7 +230,7 @@ func newDebugScreenshotCmd() *cobra.Command {
 	return cmd
 }
 
-func newDebugInputCmd() *cobra.Command {
+func newDebugInputCmd(dial direct.Dialer) *cobra.Command {
 	var qmpSocket, qgaSocket, move, click, typ, key string
 	var raw []string
 	cmd := &cobra.Command{
@@ -277,17 +272,16 @@ prints the pointer's place; screenshot and zoom are not written anywhere.`,
 			if len(acts) == 0 {
 				return errors.New("no input: give --move, --click, --type, --key or --action")
 			}
-			mon, err := qmp.Dial(cmd.Context(), qmpSocket)
+			mon, err := dial.DialMonitor(cmd.Context(), qmpSocket)
 			if err != nil {
 				return err
 			}
 			defer mon.Close()
-			var agent *qga.Client
+			d := &vmdebug.Desktop{Monitor: mon, Env: vmdebug.XEnv}
 			if qgaSocket != "" {
-				agent = qga.New(qgaSocket)
-				defer agent.Close()
+				d.Agent = dial.Agent(qgaSocket)
+				defer d.Agent.Close()
 			}
-			d := &vmdebug.Desktop{QMP: mon, QGA: agent, Env: vmdebug.XEnv}
 			res, err := display.NewActions(d).Run(cmd.Context(), "", acts, display.Space{})
 			if err != nil {
 				return err
@@ -323,7 +317,7 @@ func parseAction(b []byte) ([]api.Action, error) {
 	return []api.Action{a}, nil
 }
 
-func newDebugSelfTestCmd() *cobra.Command {
+func newDebugSelfTestCmd(dial direct.Dialer) *cobra.Command {
 	o := vmdebug.SelfTestOptions{}
 	cmd := &cobra.Command{
 		Use:   "selftest OUT_DIR [--qmp SOCKET] [--qga SOCKET] [--image-dir DIR]",
@@ -344,7 +338,7 @@ Exits 1 when a check fails.`,
 				return err
 			}
 			o.Out, o.Log = args[0], cmd.OutOrStdout()
-			failed, err := vmdebug.SelfTest(cmd.Context(), o)
+			failed, err := vmdebug.SelfTest(cmd.Context(), dial, o)
 			if err != nil {
 				return err
 			}

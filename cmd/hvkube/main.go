@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hvkube/hvkube/internal/cli"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -18,10 +19,10 @@ var version = "dev"
 
 // commands are the verbs of this binary beside the CLI's: the server, the
 // node, benchmarks, the cluster's setup, and the hidden debug tools for
-// guest images (which talk to QEMU's sockets, so live here and not in
-// the CLI).
+// guest images (which talk to QEMU's sockets, through the QEMU driver,
+// so live here and not in the CLI).
 func commands() []*cobra.Command {
-	return []*cobra.Command{newServeCmd(), newNodeCmd(), newBenchCmd(), newWebhookConfigCmd(), newCACmd(), newDebugCmd(newDebugAccelCmd())}
+	return []*cobra.Command{newServeCmd(), newNodeCmd(), newBenchCmd(), newWebhookConfigCmd(), newCACmd(), newDebugCmd(qemu.Direct{}, newDebugAccelCmd())}
 }
 
 func main() {

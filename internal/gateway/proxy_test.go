@@ -105,6 +105,21 @@ func dialProxy(t *testing.T, srv *httptest.Server) (net.Conn, *Viewer) {
 	return conn, v
 }
 
+// waitFor calls cond until it holds or d has passed, and reports whether
+// it held; callers say what they waited for.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
+}
+
 // waitClosed reports whether the gateway ends the connection soon.
 func waitClosed(conn net.Conn) bool {
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -123,12 +138,8 @@ func TestProxyInput(t *testing.T) {
 	// the server has it, the gateway has handled the pointer before it.
 	handled := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for len(vnc.received()) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("the VNC server got % x, want %d bytes", vnc.received(), n)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !waitFor(5*time.Second, func() bool { return len(vnc.received()) >= n }) {
+			t.Fatalf("the VNC server got % x, want %d bytes", vnc.received(), n)
 		}
 	}
 	const setup = 1 + 20 + 8 // ClientInit, SetPixelFormat, SetEncodings
@@ -150,12 +161,8 @@ func TestProxyInput(t *testing.T) {
 	want = append(want, msgPointerEvent, 1, 0, 2, 0, 2)
 	want = append(want, fbur...)
 	want = append(want, fbur...)
-	deadline := time.Now().Add(5 * time.Second)
-	for !bytes.Equal(vnc.received(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the VNC server got\n% x\nwant\n% x", vnc.received(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waitFor(5*time.Second, func() bool { return bytes.Equal(vnc.received(), want) }) {
+		t.Fatalf("the VNC server got\n% x\nwant\n% x", vnc.received(), want)
 	}
 }
 
@@ -169,10 +176,8 @@ func TestProxyReadOnly(t *testing.T) {
 	conn.Write(append(msg(uint8(251), uint8(0), uint16(8), uint16(8), uint8(1), uint8(0)), make([]byte, 16)...)) // SetDesktopSize
 	v.RequestUpdate(false)
 	// The update request comes last: once it is in, the rest was handled.
-	deadline := time.Now().Add(5 * time.Second)
-	for len(vnc.received()) < 1+28+10 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Had it not come within the bound, the length check below says so.
+	waitFor(5*time.Second, func() bool { return len(vnc.received()) >= 1+28+10 })
 	got := vnc.received()
 	if bytes.Contains(got, []byte{msgPointerEvent}) || bytes.Contains(got, []byte("abc")) || len(got) != 1+28+10 {
 		t.Fatalf("a read-only viewer's input reached the VNC server: % x", got)
@@ -268,6 +273,8 @@ func TestControlCache(t *testing.T) {
 		t.Fatalf("%d checks in a burst, want 1", calls.Load())
 	}
 	ok.Store(true)
+	// The clock must pass the 50 ms cache time: the cache reads the wall
+	// clock, so only time passing makes the change visible.
 	time.Sleep(60 * time.Millisecond)
 	if !check(context.Background()) {
 		t.Fatal("a change was not seen after the cache time")

@@ -71,6 +71,8 @@ func TestLayers(t *testing.T) {
 		{"internal/node", []string{"internal/kube"}, "the node runs on any store"},
 		{"internal/server", []string{"internal/kube"}, "the API server runs on any store"},
 		{"internal/cli", []string{"internal/drivers", "internal/vmdebug", "internal/node", "internal/server"}, "the CLI is a client of the API: QEMU's sockets are the debug tools' (cmd/hvkube)"},
+		{"internal/backend/direct", []string{"internal/drivers", "internal/display", "internal/guest", "internal/vmdebug"}, "the contract knows no driver, nor the tools that use it"},
+		{"internal/vmdebug", []string{"internal/drivers"}, "the debug tools reach a VM through the direct contract; cmd/hvkube gives them the QEMU driver's"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.pkg, func(t *testing.T) {

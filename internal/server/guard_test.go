@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,24 @@ import (
 // served is a Server answering on a real listener through Serve, with its
 // own timeouts, as `hvkube serve` runs it.
 type served struct {
-	addr string
-	st   *store.Store
-	stop func() error
+	addr     string
+	st       *store.Store
+	stop     func() error
+	accepted func() int // connections the server has taken
+}
+
+// countingListener counts the connections Accept hands the server.
+type countingListener struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 func serveReal(t *testing.T, opts Options) *served {
@@ -28,10 +44,11 @@ func serveReal(t *testing.T, opts Options) *served {
 		t.Fatal(err)
 	}
 	opts.Store = st
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &countingListener{Listener: tcp}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- New(opts).Serve(ctx, ln) }()
@@ -48,7 +65,7 @@ func serveReal(t *testing.T, opts Options) *served {
 		stop()
 		st.Close()
 	})
-	return &served{addr: ln.Addr().String(), st: st, stop: stop}
+	return &served{addr: ln.Addr().String(), st: st, stop: stop, accepted: func() int { return int(ln.n.Load()) }}
 }
 
 const sandboxJSON = `{"apiVersion":"hvkube/v1","kind":"Sandbox","metadata":{"name":"desk"}}`
@@ -261,6 +278,9 @@ func TestSlowBodyTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	// Time passing is what is tested: the watch is open (the server
+	// registers it before it answers) for longer than the 300 ms body
+	// deadline, and must still deliver.
 	time.Sleep(600 * time.Millisecond)
 	resp2, err := http.Post("http://"+srv.addr+"/api/v1/sandboxes", "application/json", strings.NewReader(sandboxJSON))
 	if err != nil {
@@ -301,7 +321,12 @@ func TestShutdownClosesSlowClients(t *testing.T) {
 	srv := serveReal(t, Options{ShutdownGrace: 500 * time.Millisecond, BodyTimeout: time.Hour, ReadHeaderTimeout: time.Hour})
 	rawRequest(t, srv.addr, "POST /api/v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
 	rawRequest(t, srv.addr, "GET /healthz HTTP/1.1\r\nHost: 127.")
-	time.Sleep(100 * time.Millisecond)
+	// Shut down once the server has taken both: one still in the
+	// listener's backlog is merely reset when the listener closes, and
+	// the test is of the ones the server is reading.
+	if !waitFor(10*time.Second, func() bool { return srv.accepted() == 2 }) {
+		t.Fatalf("the server took %d of the 2 connections", srv.accepted())
+	}
 	start := time.Now()
 	if err := srv.stop(); err != nil {
 		t.Fatalf("Serve: %v", err)

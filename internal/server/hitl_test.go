@@ -102,6 +102,7 @@ func TestHumanInTheLoop(t *testing.T) {
 		took time.Duration
 	}
 	woke := make(chan got, 1)
+	watches := ts.tap.watches(api.KindAgent)
 	go func() {
 		start := time.Now()
 		code, _, body := ts.do(t, "GET", "/api/v1/agents/booker/hitl?wait=60", "", "")
@@ -109,7 +110,11 @@ func TestHumanInTheLoop(t *testing.T) {
 		json.Unmarshal(body, &hr)
 		woke <- got{code, hr, time.Since(start)}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// The reader waits once it watches the agent, having read the request
+	// pending: only the answer (or its 60 s) ends its wait then.
+	if !waitFor(10*time.Second, func() bool { return ts.tap.watches(api.KindAgent) > watches || len(woke) > 0 }) {
+		t.Fatal("the reader neither waited for the answer nor returned")
+	}
 	select {
 	case g := <-woke:
 		t.Fatalf("the wait returned before the answer: %+v", g)

@@ -275,9 +275,15 @@ func TestMCPOverHTTP(t *testing.T) {
 		if !res.IsError || !strings.Contains(toolText(res), "stays pending") {
 			t.Fatalf("unanswered ask_human: %s", toolText(res))
 		}
+		watches := ts.tap.watches(api.KindAgent)
 		go func() {
-			// After the call below has begun to wait for the same request.
-			time.Sleep(2 * time.Second)
+			// Once the call below waits for the same request (it watches
+			// the agent): answered sooner, the call would ask anew.
+			// Bounded below the call's 20 s, so the test is still running.
+			if !waitFor(10*time.Second, func() bool { return ts.tap.watches(api.KindAgent) > watches }) {
+				t.Errorf("ask_human did not wait for the pending request")
+				return
+			}
 			answerWhenAsked(t, ts.URL, "task", "left")
 		}()
 		res = callTool(t, cs, "ask_human", map[string]any{"question": "Left or right?", "timeout_seconds": 20})
@@ -305,31 +311,34 @@ func TestMCPOverHTTP(t *testing.T) {
 
 // answerWhenAsked answers agent's pending question as a person would.
 func answerWhenAsked(t *testing.T, base, agent, answer string) {
-	for i := 0; i < 200; i++ {
+	answered := waitFor(10*time.Second, func() bool {
 		req, _ := http.NewRequest("GET", base+"/api/v1/agents/"+agent+"/hitl", nil)
 		req.Header.Set("Authorization", "Bearer s3cret")
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			var hr api.HumanRequest
-			json.NewDecoder(resp.Body).Decode(&hr)
+		if err != nil {
+			return false
+		}
+		var hr api.HumanRequest
+		json.NewDecoder(resp.Body).Decode(&hr)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !hr.Pending() {
+			return false
+		}
+		body, _ := json.Marshal(map[string]string{"id": hr.ID, "answer": answer, "by": "tester"})
+		req, _ = http.NewRequest("POST", base+"/api/v1/hitl/"+agent+"/respond", strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer s3cret")
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && hr.Pending() {
-				body, _ := json.Marshal(map[string]string{"id": hr.ID, "answer": answer, "by": "tester"})
-				req, _ := http.NewRequest("POST", base+"/api/v1/hitl/"+agent+"/respond", strings.NewReader(string(body)))
-				req.Header.Set("Authorization", "Bearer s3cret")
-				req.Header.Set("Content-Type", "application/json")
-				if resp, err := http.DefaultClient.Do(req); err == nil {
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						t.Errorf("respond: %s", resp.Status)
-					}
-				}
-				return
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("respond: %s", resp.Status)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	})
+	if !answered {
+		t.Errorf("agent %s asked nothing", agent)
 	}
-	t.Errorf("agent %s asked nothing", agent)
 }
 
 // TestMCPAgentTools checks spec.mcp.tools: admission refuses a name that

@@ -155,16 +155,13 @@ func newPortRig(t *testing.T) *portRig {
 
 func (r *portRig) waitPhase(t *testing.T, name, phase string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		o, err := r.st.Get(context.Background(), api.KindSandbox, name)
-		if err == nil && o.(*api.Sandbox).Status.Phase == phase {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s is not %s: %v %+v", name, phase, err, o)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var o api.Object
+	var err error
+	if !waitFor(10*time.Second, func() bool {
+		o, err = r.st.Get(context.Background(), api.KindSandbox, name)
+		return err == nil && o.(*api.Sandbox).Status.Phase == phase
+	}) {
+		t.Fatalf("sandbox %s is not %s: %v %+v", name, phase, err, o)
 	}
 }
 
@@ -461,16 +458,13 @@ func TestPortForwardBounds(t *testing.T) {
 		closed(t, c, fmt.Sprintf("WebSocket %d after the idle timeout", i))
 	}
 	// Their slots are free again.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, body := r.send(t, "admin", "GET", "/api/v1/sandboxes/box/ports/8080/echo/", "", nil)
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the WebSockets ended: %d %s", resp.StatusCode, body)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var resp *http.Response
+	var body []byte
+	if !waitFor(5*time.Second, func() bool {
+		resp, body = r.send(t, "admin", "GET", "/api/v1/sandboxes/box/ports/8080/echo/", "", nil)
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("after the WebSockets ended: %d %s", resp.StatusCode, body)
 	}
 }
 

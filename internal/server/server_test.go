@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
@@ -16,7 +18,8 @@ import (
 
 type testServer struct {
 	*httptest.Server
-	st *store.Store
+	st  *store.Store
+	tap *watchTap // nil unless start made the server
 }
 
 func start(t *testing.T, opts Options) *testServer {
@@ -25,13 +28,69 @@ func start(t *testing.T, opts Options) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Store = st
+	tap := &watchTap{API: st, begun: map[string]int{}}
+	opts.Store = tap
 	srv := httptest.NewServer(New(opts).Handler())
 	t.Cleanup(func() {
 		srv.Close()
 		st.Close()
 	})
-	return &testServer{Server: srv, st: st}
+	return &testServer{Server: srv, st: st, tap: tap}
+}
+
+// watchTap is the test server's store, counting the watches its handlers
+// begin by kind: a test that needs a reader to be waiting acts once the
+// count moves, not after a sleep that is long enough on a fast machine.
+type watchTap struct {
+	store.API
+	mu    sync.Mutex // guards begun
+	begun map[string]int
+}
+
+func (s *watchTap) ListAndWatch(ctx context.Context, kind string, sel api.Selector) ([]api.Object, store.Watcher, error) {
+	items, w, err := s.API.ListAndWatch(ctx, kind, sel)
+	if err == nil {
+		s.count(kind)
+	}
+	return items, w, err
+}
+
+func (s *watchTap) WatchFrom(ctx context.Context, kind string, sel api.Selector, rv string) (store.Watcher, error) {
+	w, err := s.API.WatchFrom(ctx, kind, sel, rv)
+	if err == nil {
+		s.count(kind)
+	}
+	return w, err
+}
+
+func (s *watchTap) count(kind string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.begun[kind]++
+}
+
+// watches returns how many watches of kind have begun: each has
+// registered with the store, so a change committed after it is delivered.
+func (s *watchTap) watches(kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.begun[kind]
+}
+
+// waitFor calls cond until it holds or d has passed, and reports whether
+// it held. It does not fail the test, so that goroutines may call it and
+// callers say what they waited for.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
 }
 
 func (ts *testServer) do(t *testing.T, method, path, ctype, body string) (int, http.Header, []byte) {

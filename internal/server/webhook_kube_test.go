@@ -127,14 +127,12 @@ func TestWebhookOnKubernetes(t *testing.T) {
 	// The webhook takes effect a moment after it is registered.
 	probe := map[string]any{"apiVersion": "hvkube.io/v1", "kind": "Sandbox", "metadata": map[string]any{"name": "probe"},
 		"spec": map[string]any{"network": map[string]any{"mode": "none", "egress": map[string]any{"allow": []any{"example.com"}}}}}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		err := create(probe)
-		if err != nil && strings.Contains(err.Error(), "denied the request") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the webhook never refused: %v", err)
-		}
+	var refused error
+	if !waitFor(30*time.Second, func() bool {
+		refused = create(probe)
+		return refused != nil && strings.Contains(refused.Error(), "denied the request")
+	}) {
+		t.Fatalf("the webhook never refused: %v", refused)
 	}
 
 	rest := start(t, Options{})

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/direct"
 	"github.com/hvkube/hvkube/internal/display"
-	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
-	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/guest"
 )
 
@@ -57,9 +57,10 @@ const helperIdentity = "identity"
 // it: screenshots, absolute pointer moves landing on the pixel asked for
 // (against xdotool), a click into the terminal and typing with key
 // events, the clipboard helpers (UTF-8), resolution changes, the identity
-// helper, the guest clock, and no zombie processes. It returns how many
-// checks failed; an error means it could not run.
-func SelfTest(ctx context.Context, o SelfTestOptions) (failed int, err error) {
+// helper, the guest clock, and no zombie processes. It reaches the VM's
+// sockets with dial. It returns how many checks failed; an error means it
+// could not run.
+func SelfTest(ctx context.Context, dial direct.Dialer, o SelfTestOptions) (failed int, err error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -83,14 +84,14 @@ func SelfTest(ctx context.Context, o SelfTestOptions) (failed int, err error) {
 			helpers[k] = v
 		}
 	}
-	mon, err := qmp.Dial(ctx, o.QMP)
+	mon, err := dial.DialMonitor(ctx, o.QMP)
 	if err != nil {
 		return 0, err
 	}
 	defer mon.Close()
-	agent := qga.New(o.QGA)
+	agent := dial.Agent(o.QGA)
 	defer agent.Close()
-	d := &Desktop{QMP: mon, QGA: agent, Env: XEnv}
+	d := &Desktop{Monitor: mon, Agent: agent, Env: XEnv}
 	acts := display.NewActions(d)
 
 	check := func(ok bool, format string, args ...any) {
@@ -106,7 +107,7 @@ func SelfTest(ctx context.Context, o SelfTestOptions) (failed int, err error) {
 		fmt.Fprintln(o.Log, "     "+strings.ReplaceAll(text, "\n", "\n     "))
 	}
 	x := func(stdin []byte, path string, args ...string) (code int, stdout, stderr string) {
-		res, err := agent.Exec(ctx, qga.ExecRequest{Path: path, Args: args, Env: XEnv, Input: stdin, CaptureOutput: true})
+		res, err := agent.Exec(ctx, backend.ExecRequest{Path: path, Args: args, Env: XEnv, Stdin: stdin})
 		if err != nil {
 			return -1, "", err.Error()
 		}

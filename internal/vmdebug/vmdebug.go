@@ -1,9 +1,11 @@
 // Package vmdebug is what `hvkube debug` does: tools for making guest
-// images, which talk straight to the QMP and guest-agent sockets of one VM
-// that hvkube does not manage (images/linux-desktop/boot.sh starts such a
-// VM). They are built on the clients, key map, pointer mapping and
-// screenshot encoding the QEMU backend uses, so that what an image's
-// self-test checks is what hvkube will do to it.
+// images, which talk straight to the monitor and guest-agent sockets of one
+// VM that hvkube does not manage (images/linux-desktop/boot.sh starts such
+// a VM). They reach it through the direct contract, which a driver fills
+// in with the clients and pointer mapping its backend uses (cmd/hvkube
+// gives them the QEMU driver's), and drive it with the key map, action
+// layer and screenshot encoding of the rest of hvkube, so that what an
+// image's self-test checks is what hvkube will do to it.
 package vmdebug
 
 import (
@@ -20,10 +22,9 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/direct"
 	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/display"
-	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
-	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 )
 
 // XEnv is the environment of guest programs that talk to the desktop of
@@ -32,17 +33,16 @@ var XEnv = []string{"DISPLAY=:0", "XAUTHORITY=/home/agent/.Xauthority", "PATH=/u
 
 // Exec runs a program in the guest and waits for it to exit. The guest
 // agent serves one client at a time: the connection is closed on return.
-func Exec(ctx context.Context, qgaSocket string, req qga.ExecRequest) (qga.ExecResult, error) {
-	c := qga.New(qgaSocket)
-	defer c.Close()
-	req.CaptureOutput = true
-	return c.Exec(ctx, req)
+func Exec(ctx context.Context, dial direct.Dialer, agentSocket string, req backend.ExecRequest) (backend.ExecResult, error) {
+	a := dial.Agent(agentSocket)
+	defer a.Close()
+	return a.Exec(ctx, req)
 }
 
-// Screendump takes the VM's screen with QMP screendump (a PPM that QEMU
-// writes to a file this process then reads) and returns it with the time
-// the screendump took.
-func Screendump(ctx context.Context, mon *qmp.Monitor) (*image.RGBA, time.Duration, error) {
+// Screendump takes the VM's screen with the monitor's screendump (a PPM
+// that the VM writes to a file this process then reads) and returns it
+// with the time the screendump took.
+func Screendump(ctx context.Context, mon direct.Monitor) (*image.RGBA, time.Duration, error) {
 	dir, err := os.MkdirTemp("", "hvkube-screen-")
 	if err != nil {
 		return nil, 0, err
@@ -54,7 +54,7 @@ func Screendump(ctx context.Context, mon *qmp.Monitor) (*image.RGBA, time.Durati
 	}
 	path := filepath.Join(dir, "screen.ppm")
 	start := time.Now()
-	if err := mon.ScreendumpPPM(ctx, path); err != nil {
+	if err := mon.Screendump(ctx, path); err != nil {
 		return nil, 0, fmt.Errorf("screendump: %w", err)
 	}
 	took := time.Since(start)
@@ -74,24 +74,24 @@ func Screendump(ctx context.Context, mon *qmp.Monitor) (*image.RGBA, time.Durati
 // keyboard queue is short.
 const keyGap = 10 * time.Millisecond
 
-// Desktop is a display.Desktop over one VM's QMP monitor and guest agent,
-// so that the action layer (display.Actions) drives the VM as hvkube
-// drives a sandbox: the sandbox names it is given are ignored. Typing
-// beyond ASCII and the pointer's position go through xdotool in the guest,
-// with Env.
+// Desktop is a display.Desktop over one VM's monitor and guest agent, so
+// that the action layer (display.Actions) drives the VM as hvkube drives
+// a sandbox: the sandbox names it is given are ignored. Typing beyond
+// ASCII and the pointer's position go through xdotool in the guest, with
+// Env; without an Agent they are unsupported.
 //
 // A Desktop is for one goroutine at a time.
 type Desktop struct {
-	QMP *qmp.Monitor
-	QGA *qga.Client
-	Env []string
+	Monitor direct.Monitor
+	Agent   direct.Agent
+	Env     []string
 
 	w, h int // the screen's size at the last ScreenSize
 }
 
 // Screenshot implements display.Desktop.
 func (d *Desktop) Screenshot(ctx context.Context, _ string, opts backend.ScreenshotOptions) ([]byte, string, error) {
-	img, _, err := Screendump(ctx, d.QMP)
+	img, _, err := Screendump(ctx, d.Monitor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -110,7 +110,7 @@ func (d *Desktop) Screenshot(ctx context.Context, _ string, opts backend.Screens
 // ScreenSize implements display.Desktop: the size of a screendump, since
 // the guest may have changed its resolution.
 func (d *Desktop) ScreenSize(ctx context.Context, _ string) (int, int, error) {
-	img, _, err := Screendump(ctx, d.QMP)
+	img, _, err := Screendump(ctx, d.Monitor)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -119,9 +119,8 @@ func (d *Desktop) ScreenSize(ctx context.Context, _ string) (int, int, error) {
 }
 
 // SendInput implements display.Desktop as the QEMU backend does: each key
-// or button change is its own input-send-event, key events are paced, and
-// pixels map to the tablet's range with qmp.PixelToAbs over the screen
-// size the action layer read just before.
+// or button change goes out on its own, key events are paced, and a move's
+// pixels are of the screen size the action layer read just before.
 func (d *Desktop) SendInput(ctx context.Context, sandbox string, evs []backend.InputEvent) error {
 	if d.w == 0 {
 		if _, _, err := d.ScreenSize(ctx, sandbox); err != nil {
@@ -131,33 +130,24 @@ func (d *Desktop) SendInput(ctx context.Context, sandbox string, evs []backend.I
 	w, h := d.w, d.h
 	lastKey := false
 	for _, e := range evs {
-		var ev []qmp.InputEvent
 		switch e.Kind {
 		case backend.EventMove:
 			if err := display.CheckPoint(e.X, e.Y, w, h); err != nil {
 				return api.Invalid("coordinate", "%v", err)
 			}
-			ev = qmp.AbsMove(qmp.PixelToAbs(e.X, e.Y, w, h))
 		case backend.EventButton:
-			ev = []qmp.InputEvent{qmp.ButtonUp(qmp.Button(e.Button))}
-			if e.Down {
-				ev = []qmp.InputEvent{qmp.ButtonDown(qmp.Button(e.Button))}
-			}
+			// Nothing to check here, nor to wait for.
 		case backend.EventKey:
 			if lastKey {
 				if err := clock.Sleep(ctx, keyGap); err != nil {
 					return err
 				}
 			}
-			ev = []qmp.InputEvent{qmp.KeyUp(e.Key)}
-			if e.Down {
-				ev = []qmp.InputEvent{qmp.KeyDown(e.Key)}
-			}
 		default:
 			return api.Invalid("kind", "unknown event kind %q", e.Kind)
 		}
 		lastKey = e.Kind == backend.EventKey
-		if err := d.QMP.InputSendEvent(ctx, ev); err != nil {
+		if err := d.Monitor.SendEvent(ctx, e, w, h); err != nil {
 			return err
 		}
 	}
@@ -202,14 +192,14 @@ func parseMouseLocation(out string) (x, y int, err error) {
 
 // run runs a program in the guest with d.Env and fails unless it exits 0.
 func (d *Desktop) run(ctx context.Context, path string, args ...string) (string, error) {
-	if d.QGA == nil {
+	if d.Agent == nil {
 		return "", fmt.Errorf("%s in the guest needs its guest agent's socket: %w", path, api.ErrUnsupported)
 	}
-	res, err := d.QGA.Exec(ctx, qga.ExecRequest{Path: path, Args: args, Env: d.Env, CaptureOutput: true})
+	res, err := d.Agent.Exec(ctx, backend.ExecRequest{Path: path, Args: args, Env: d.Env})
 	if err != nil {
 		return "", err
 	}
-	if res.ExitCode != 0 || res.Signal != 0 {
+	if res.ExitCode != 0 {
 		return "", fmt.Errorf("%s %s: exit %d: %s", path, strings.Join(args, " "), res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
 	return string(res.Stdout), nil

@@ -17,11 +17,15 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/display"
-	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
+	"github.com/hvkube/hvkube/internal/drivers/qemu"
 	"github.com/hvkube/hvkube/internal/drivers/qemu/qga/qgatest"
 	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp/qmptest"
 )
+
+// The tests reach test peers of QEMU's sockets through the QEMU driver's
+// side of the contract, as `hvkube debug` does.
+var dial qemu.Direct
 
 func TestExec(t *testing.T) {
 	peer := qgatest.NewPeer(t)
@@ -34,19 +38,19 @@ func TestExec(t *testing.T) {
 		return qgatest.Process{Stdout: append([]byte("got "), r.Input...), RunningPolls: 2}
 	})
 	ctx := context.Background()
-	res, err := Exec(ctx, peer.SocketPath(), qga.ExecRequest{Path: "cat", Args: []string{"-"}, Env: []string{"A=B"}, Input: []byte("hi")})
+	res, err := Exec(ctx, dial, peer.SocketPath(), backend.ExecRequest{Path: "cat", Args: []string{"-"}, Env: []string{"A=B"}, Stdin: []byte("hi")})
 	if err != nil || string(res.Stdout) != "got hi" || res.ExitCode != 0 {
 		t.Fatalf("exec: %+v %v", res, err)
 	}
 	if got.Path != "cat" || fmt.Sprint(got.Args) != "[-]" || fmt.Sprint(got.Env) != "[A=B]" || !got.CaptureOutput {
 		t.Fatalf("the agent got %+v", got)
 	}
-	res, err = Exec(ctx, peer.SocketPath(), qga.ExecRequest{Path: "false"})
+	res, err = Exec(ctx, dial, peer.SocketPath(), backend.ExecRequest{Path: "false"})
 	if err != nil || res.ExitCode != 1 || string(res.Stderr) != "no\n" {
 		t.Fatalf("exec false: %+v %v", res, err)
 	}
 	// Every Exec lets go of the agent, which serves one client at a time.
-	if _, err := Exec(ctx, peer.SocketPath(), qga.ExecRequest{Path: "true"}); err != nil || peer.Connections() != 3 {
+	if _, err := Exec(ctx, dial, peer.SocketPath(), backend.ExecRequest{Path: "true"}); err != nil || peer.Connections() != 3 {
 		t.Fatalf("third exec: %v, %d connections", err, peer.Connections())
 	}
 }
@@ -67,7 +71,7 @@ func TestWaitReady(t *testing.T) {
 		return qgatest.Process{Stdout: []byte("ready 1280x800\n")}
 	})
 	var out, verbose bytes.Buffer
-	err := WaitReady(context.Background(), WaitOptions{QGA: peer.SocketPath(), Since: time.Now().Add(-time.Second), Timeout: 20 * time.Second,
+	err := WaitReady(context.Background(), dial, WaitOptions{QGA: peer.SocketPath(), Since: time.Now().Add(-time.Second), Timeout: 20 * time.Second,
 		PID: os.Getpid(), Out: &out, Verbose: &verbose})
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +91,7 @@ func TestWaitReadyGivesUp(t *testing.T) {
 	ctx := context.Background()
 	// No agent at all: the timeout, with the last reason.
 	start := time.Now()
-	err := WaitReady(ctx, WaitOptions{QGA: t.TempDir() + "/none.sock", Timeout: 1500 * time.Millisecond})
+	err := WaitReady(ctx, dial, WaitOptions{QGA: t.TempDir() + "/none.sock", Timeout: 1500 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "not ready after 1.5s") || !strings.Contains(err.Error(), "connect") {
 		t.Fatalf("no agent: %v", err)
 	}
@@ -106,14 +110,14 @@ func TestWaitReadyGivesUp(t *testing.T) {
 	for alive(cmd.Process.Pid) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	err = WaitReady(ctx, WaitOptions{QGA: t.TempDir() + "/none.sock", Timeout: time.Minute, PID: cmd.Process.Pid})
+	err = WaitReady(ctx, dial, WaitOptions{QGA: t.TempDir() + "/none.sock", Timeout: time.Minute, PID: cmd.Process.Pid})
 	if !errors.Is(err, errExited) {
 		t.Fatalf("QEMU gone: %v", err)
 	}
 	// The caller gives up.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := WaitReady(cctx, WaitOptions{QGA: t.TempDir() + "/none.sock", Timeout: time.Minute}); !errors.Is(err, context.Canceled) {
+	if err := WaitReady(cctx, dial, WaitOptions{QGA: t.TempDir() + "/none.sock", Timeout: time.Minute}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
 }
@@ -179,12 +183,12 @@ func qmpDesktop(t *testing.T, w, h int) (*qmptest.Peer, *[]string) {
 func TestDesktopInput(t *testing.T) {
 	peer, sent := qmpDesktop(t, 1280, 800)
 	ctx := context.Background()
-	mon, err := qmp.Dial(ctx, peer.SocketPath())
+	mon, err := dial.DialMonitor(ctx, peer.SocketPath())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mon.Close()
-	acts := display.NewActions(&Desktop{QMP: mon})
+	acts := display.NewActions(&Desktop{Monitor: mon})
 	if _, err := acts.Run(ctx, "", []api.Action{
 		{Action: "left_click", Coordinate: []int{1279, 799}},
 		{Action: "mouse_move", Coordinate: []int{640, 400}},
@@ -204,7 +208,7 @@ func TestDesktopInput(t *testing.T) {
 	if _, err := acts.Do(ctx, "", api.Action{Action: "cursor_position"}, display.Space{}); !errors.Is(err, api.ErrUnsupported) {
 		t.Fatalf("cursor_position without the agent: %v", err)
 	}
-	img, _, err := (&Desktop{QMP: mon}).Screenshot(ctx, "", backend.ScreenshotOptions{Format: "png", Width: 640})
+	img, _, err := (&Desktop{Monitor: mon}).Screenshot(ctx, "", backend.ScreenshotOptions{Format: "png", Width: 640})
 	if err != nil || !bytes.HasPrefix(img, []byte("\x89PNG")) {
 		t.Fatalf("screenshot: %d bytes, %v", len(img), err)
 	}

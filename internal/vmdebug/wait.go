@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/backend/direct"
 	"github.com/hvkube/hvkube/internal/clock"
-	"github.com/hvkube/hvkube/internal/drivers/qemu/qga"
 	"github.com/hvkube/hvkube/internal/guest"
 )
 
@@ -46,11 +47,11 @@ const (
 	readyTry = 15 * time.Second
 )
 
-// WaitReady waits until the guest agent answers, then until the ready
-// helper exits 0, printing the times since Since. It keeps one connection
-// to the agent for the whole wait (redialled when it breaks), so that a
-// sync sent before the agent ran is answered as soon as it starts.
-func WaitReady(ctx context.Context, o WaitOptions) error {
+// WaitReady waits until the guest agent at o.QGA, reached with dial,
+// answers, then until the ready helper exits 0, printing the times since
+// Since. It keeps one Agent, and so one connection, for the whole wait, so
+// that a sync sent before the agent ran is answered as soon as it starts.
+func WaitReady(ctx context.Context, dial direct.Dialer, o WaitOptions) error {
 	if o.Since.IsZero() {
 		o.Since = time.Now()
 	}
@@ -72,7 +73,7 @@ func WaitReady(ctx context.Context, o WaitOptions) error {
 		}
 		return fmt.Errorf("not ready after %s: %v", o.Timeout, last)
 	}
-	c := qga.New(o.QGA)
+	c := dial.Agent(o.QGA)
 	defer c.Close()
 	elapsed := func() string { return fmt.Sprintf("%.1f s", time.Since(o.Since).Seconds()) }
 	last := errors.New("the guest agent did not answer")
@@ -93,12 +94,12 @@ func WaitReady(ctx context.Context, o WaitOptions) error {
 			}
 			rctx, cancel := context.WithTimeout(ctx, readyTry)
 			defer cancel()
-			res, err := c.Exec(rctx, qga.ExecRequest{Path: o.Ready, Env: o.Env, CaptureOutput: true})
+			res, err := c.Exec(rctx, backend.ExecRequest{Path: o.Ready, Env: o.Env})
 			if err != nil {
 				return err
 			}
 			out := strings.TrimSpace(string(res.Stdout) + string(res.Stderr))
-			if res.ExitCode != 0 || res.Signal != 0 {
+			if res.ExitCode != 0 {
 				return fmt.Errorf("%s exited %d: %s", o.Ready, res.ExitCode, out)
 			}
 			fmt.Fprintf(o.Out, "desktop ready after %s (%s)\n", elapsed(), out)

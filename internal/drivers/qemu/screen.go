@@ -229,35 +229,40 @@ func (b *Backend) SendInput(ctx context.Context, id string, evs []backend.InputE
 				return err
 			}
 		}
-		var ev []qmp.InputEvent
-		switch e.Kind {
-		case backend.EventMove:
-			ax, ay := qmp.PixelToAbs(e.X, e.Y, w, h)
-			ev = qmp.AbsMove(ax, ay)
-		case backend.EventButton:
-			ev = []qmp.InputEvent{qmp.ButtonUp(qmp.Button(qemuButton(e.Button)))}
-			if e.Down {
-				ev = []qmp.InputEvent{qmp.ButtonDown(qmp.Button(qemuButton(e.Button)))}
-			}
-		case backend.EventKey:
-			if lastKey {
-				if err := clock.Sleep(ctx, keyGap); err != nil {
-					return err
-				}
-			}
-			ev = []qmp.InputEvent{qmp.KeyUp(e.Key)}
-			if e.Down {
-				ev = []qmp.InputEvent{qmp.KeyDown(e.Key)}
+		if e.Kind == backend.EventKey && lastKey {
+			if err := clock.Sleep(ctx, keyGap); err != nil {
+				return err
 			}
 		}
 		lastKey = e.Kind == backend.EventKey
-		if err := mon.InputSendEvent(ctx, ev); err != nil {
+		if err := mon.InputSendEvent(ctx, qmpEvents(e, w, h)); err != nil {
 			return err
 		}
 	}
 	// Whoever sends input looks at the screen next: the kept screen
 	// follows closely from now on.
 	kept.look()
+	return nil
+}
+
+// qmpEvents is the input-send-event of one raw event, checked by
+// checkEvents, on a w x h screen: a move's pixels map to the tablet's
+// range.
+func qmpEvents(e backend.InputEvent, w, h int) []qmp.InputEvent {
+	switch e.Kind {
+	case backend.EventMove:
+		return qmp.AbsMove(qmp.PixelToAbs(e.X, e.Y, w, h))
+	case backend.EventButton:
+		if e.Down {
+			return []qmp.InputEvent{qmp.ButtonDown(qmp.Button(qemuButton(e.Button)))}
+		}
+		return []qmp.InputEvent{qmp.ButtonUp(qmp.Button(qemuButton(e.Button)))}
+	case backend.EventKey:
+		if e.Down {
+			return []qmp.InputEvent{qmp.KeyDown(e.Key)}
+		}
+		return []qmp.InputEvent{qmp.KeyUp(e.Key)}
+	}
 	return nil
 }
 
