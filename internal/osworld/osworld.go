@@ -228,9 +228,11 @@ func (a *call) command(raw json.RawMessage, shell bool) (backend.ExecRequest, er
 	return backend.ExecRequest{Path: words[0], Args: words[1:]}, nil
 }
 
+// commandBody is a command route's body. shell is read as Python reads
+// it (truthy): OSWorld's own tasks send "shell": "true".
 type commandBody struct {
 	Command json.RawMessage `json:"command"`
-	Shell   bool            `json:"shell"`
+	Shell   json.RawMessage `json:"shell"`
 }
 
 // notFound is how env(1), which runs the program as the user, says it has
@@ -244,7 +246,7 @@ func (a *call) execute() {
 	if !a.body(&b) {
 		return
 	}
-	req, err := a.command(b.Command, b.Shell)
+	req, err := a.command(b.Command, truthy(b.Shell))
 	if err != nil {
 		a.failed(http.StatusInternalServerError, err.Error())
 		return
@@ -290,7 +292,7 @@ func (a *call) executeVerified() {
 	if !a.body(&b) {
 		return
 	}
-	req, err := a.command(b.Command, b.Shell)
+	req, err := a.command(b.Command, truthy(b.Shell))
 	if err != nil {
 		a.failed(http.StatusInternalServerError, err.Error())
 		return
@@ -358,7 +360,7 @@ func (a *call) launch() {
 	if !a.body(&b) {
 		return
 	}
-	req, err := a.command(b.Command, b.Shell)
+	req, err := a.command(b.Command, truthy(b.Shell))
 	if err != nil {
 		a.failed(http.StatusInternalServerError, err.Error())
 		return
@@ -373,7 +375,7 @@ func (a *call) launch() {
 		return
 	}
 	var words []string
-	if b.Shell {
+	if truthy(b.Shell) {
 		var s string
 		json.Unmarshal(b.Command, &s)
 		words = []string{s}

@@ -142,6 +142,10 @@ func TestOSWorldGuestAPIOnQEMU(t *testing.T) {
 		if out["output"] != "/home/agent agent\n" || out["returncode"] != 3.0 {
 			t.Errorf("a shell command: %v", out)
 		}
+		// shell as Python reads it: OSWorld's own tasks send "true".
+		if out := execute(t, `{"command": "echo a && echo b", "shell": "true"}`); out["output"] != "a\nb\n" {
+			t.Errorf(`a shell command with "shell": "true": %v`, out)
+		}
 		// A string without shell is split as shlex does; ~/ is the home.
 		if out := execute(t, `{"command": "printf '%s|' 'a b' c ~/x"}`); out["output"] != "a b|c|/home/agent/x|" {
 			t.Errorf("a split command: %v", out)

@@ -70,7 +70,7 @@ class TaskTimeout(BaseException):
 CAUSES = [
     ("network: huggingface.co", r"huggingface\.co"),
     ("network: google", r"google(apis)?\.com|drive\.google|pydrive"),
-    ("network: another site", r"Max retries exceeded|NameResolution|Failed to resolve|ConnectionError|net::ERR_|chrome-error://"),
+    ("network: another site", r"Max retries exceeded|NameResolution|Failed to resolve|ConnectionError|net::ERR_|chrome-error://|Failed to download https?://"),
     ("no proxy list (proxy task)", r"[Pp]roxy"),
     ("a host module is missing", r"No module named|is not installed on this host|\(stub\)"),
     ("playwright", r"playwright|connect_over_cdp|BrowserType"),

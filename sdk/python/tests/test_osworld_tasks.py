@@ -24,6 +24,9 @@ def test_failure_cause_looks_at_what_osworld_logged():
           "setup_logged_errors": ["Max retries exceeded with url: /x"]},
          "timeout"),
         ({"evaluator_error": "IndexError: list index out of range"}, "other"),
+        # a setup download the host could not fetch, from any site
+        ({"setup_error": "Exception: Setup step 2 failed: _download_setup - Failed to download https://arxiv.org/pdf/x.pdf. No retries left."},
+         "network: another site"),
     ]
     for record, want in cases:
         assert tasks.failure_cause(record) == want, record
