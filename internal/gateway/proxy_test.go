@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/hvkube/hvkube/internal/testwait"
 )
 
 // stubVNC stands in for a VNC server at the socket boundary (the QEMU
@@ -105,21 +107,6 @@ func dialProxy(t *testing.T, srv *httptest.Server) (net.Conn, *Viewer) {
 	return conn, v
 }
 
-// waitFor calls cond until it holds or d has passed, and reports whether
-// it held; callers say what they waited for.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(wait)
-	}
-}
-
 // waitClosed reports whether the gateway ends the connection soon.
 func waitClosed(conn net.Conn) bool {
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -138,7 +125,7 @@ func TestProxyInput(t *testing.T) {
 	// the server has it, the gateway has handled the pointer before it.
 	handled := func(n int) {
 		t.Helper()
-		if !waitFor(5*time.Second, func() bool { return len(vnc.received()) >= n }) {
+		if !testwait.For(5*time.Second, func() bool { return len(vnc.received()) >= n }) {
 			t.Fatalf("the VNC server got % x, want %d bytes", vnc.received(), n)
 		}
 	}
@@ -161,7 +148,7 @@ func TestProxyInput(t *testing.T) {
 	want = append(want, msgPointerEvent, 1, 0, 2, 0, 2)
 	want = append(want, fbur...)
 	want = append(want, fbur...)
-	if !waitFor(5*time.Second, func() bool { return bytes.Equal(vnc.received(), want) }) {
+	if !testwait.For(5*time.Second, func() bool { return bytes.Equal(vnc.received(), want) }) {
 		t.Fatalf("the VNC server got\n% x\nwant\n% x", vnc.received(), want)
 	}
 }
@@ -177,7 +164,7 @@ func TestProxyReadOnly(t *testing.T) {
 	v.RequestUpdate(false)
 	// The update request comes last: once it is in, the rest was handled.
 	// Had it not come within the bound, the length check below says so.
-	waitFor(5*time.Second, func() bool { return len(vnc.received()) >= 1+28+10 })
+	testwait.For(5*time.Second, func() bool { return len(vnc.received()) >= 1+28+10 })
 	got := vnc.received()
 	if bytes.Contains(got, []byte{msgPointerEvent}) || bytes.Contains(got, []byte("abc")) || len(got) != 1+28+10 {
 		t.Fatalf("a read-only viewer's input reached the VNC server: % x", got)

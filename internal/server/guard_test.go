@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/store"
+	"github.com/hvkube/hvkube/internal/testwait"
 )
 
 // served is a Server answering on a real listener through Serve, with its
@@ -324,7 +325,7 @@ func TestShutdownClosesSlowClients(t *testing.T) {
 	// Shut down once the server has taken both: one still in the
 	// listener's backlog is merely reset when the listener closes, and
 	// the test is of the ones the server is reading.
-	if !waitFor(10*time.Second, func() bool { return srv.accepted() == 2 }) {
+	if !testwait.For(10*time.Second, func() bool { return srv.accepted() == 2 }) {
 		t.Fatalf("the server took %d of the 2 connections", srv.accepted())
 	}
 	start := time.Now()

@@ -13,6 +13,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/store"
+	"github.com/hvkube/hvkube/internal/testwait"
 )
 
 // runningAgent creates agent name and records it running on sandbox, as
@@ -112,7 +113,7 @@ func TestHumanInTheLoop(t *testing.T) {
 	}()
 	// The reader waits once it watches the agent, having read the request
 	// pending: only the answer (or its 60 s) ends its wait then.
-	if !waitFor(10*time.Second, func() bool { return ts.tap.watches(api.KindAgent) > watches || len(woke) > 0 }) {
+	if !testwait.For(10*time.Second, func() bool { return ts.tap.watches(api.KindAgent) > watches || len(woke) > 0 }) {
 		t.Fatal("the reader neither waited for the answer nor returned")
 	}
 	select {

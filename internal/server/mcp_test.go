@@ -15,6 +15,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/testwait"
 )
 
 // bearer adds a token to every request.
@@ -280,7 +281,7 @@ func TestMCPOverHTTP(t *testing.T) {
 			// Once the call below waits for the same request (it watches
 			// the agent): answered sooner, the call would ask anew.
 			// Bounded below the call's 20 s, so the test is still running.
-			if !waitFor(10*time.Second, func() bool { return ts.tap.watches(api.KindAgent) > watches }) {
+			if !testwait.For(10*time.Second, func() bool { return ts.tap.watches(api.KindAgent) > watches }) {
 				t.Errorf("ask_human did not wait for the pending request")
 				return
 			}
@@ -311,7 +312,7 @@ func TestMCPOverHTTP(t *testing.T) {
 
 // answerWhenAsked answers agent's pending question as a person would.
 func answerWhenAsked(t *testing.T, base, agent, answer string) {
-	answered := waitFor(10*time.Second, func() bool {
+	answered := testwait.For(10*time.Second, func() bool {
 		req, _ := http.NewRequest("GET", base+"/api/v1/agents/"+agent+"/hitl", nil)
 		req.Header.Set("Authorization", "Bearer s3cret")
 		resp, err := http.DefaultClient.Do(req)

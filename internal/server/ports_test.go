@@ -26,6 +26,7 @@ import (
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/store"
+	"github.com/hvkube/hvkube/internal/testwait"
 )
 
 // The port forwards through the real server and a real node over the fake
@@ -157,7 +158,7 @@ func (r *portRig) waitPhase(t *testing.T, name, phase string) {
 	t.Helper()
 	var o api.Object
 	var err error
-	if !waitFor(10*time.Second, func() bool {
+	if !testwait.For(10*time.Second, func() bool {
 		o, err = r.st.Get(context.Background(), api.KindSandbox, name)
 		return err == nil && o.(*api.Sandbox).Status.Phase == phase
 	}) {
@@ -460,7 +461,7 @@ func TestPortForwardBounds(t *testing.T) {
 	// Their slots are free again.
 	var resp *http.Response
 	var body []byte
-	if !waitFor(5*time.Second, func() bool {
+	if !testwait.For(5*time.Second, func() bool {
 		resp, body = r.send(t, "admin", "GET", "/api/v1/sandboxes/box/ports/8080/echo/", "", nil)
 		return resp.StatusCode == http.StatusOK
 	}) {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/store"
@@ -75,22 +74,6 @@ func (s *watchTap) watches(kind string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.begun[kind]
-}
-
-// waitFor calls cond until it holds or d has passed, and reports whether
-// it held. It does not fail the test, so that goroutines may call it and
-// callers say what they waited for.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(wait)
-	}
 }
 
 func (ts *testServer) do(t *testing.T, method, path, ctype, body string) (int, http.Header, []byte) {

@@ -25,6 +25,7 @@ import (
 	"github.com/hvkube/hvkube/internal/kube/kubetest"
 	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/store"
+	"github.com/hvkube/hvkube/internal/testwait"
 )
 
 func TestMain(m *testing.M) { os.Exit(kubetest.Main(m)) }
@@ -128,7 +129,7 @@ func TestWebhookOnKubernetes(t *testing.T) {
 	probe := map[string]any{"apiVersion": "hvkube.io/v1", "kind": "Sandbox", "metadata": map[string]any{"name": "probe"},
 		"spec": map[string]any{"network": map[string]any{"mode": "none", "egress": map[string]any{"allow": []any{"example.com"}}}}}
 	var refused error
-	if !waitFor(30*time.Second, func() bool {
+	if !testwait.For(30*time.Second, func() bool {
 		refused = create(probe)
 		return refused != nil && strings.Contains(refused.Error(), "denied the request")
 	}) {
