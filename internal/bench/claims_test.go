@@ -97,23 +97,43 @@ func kubeStore(env *kubetest.Env, ns string) StoreFunc {
 	}
 }
 
-// TestClaimsOnKubernetes runs 1,000 claims on four fake-backend nodes of
-// 25 warm sandboxes each, on a real kube-apiserver: every sandbox is
-// claimed about ten times, released and reset in between. No sandbox may
-// be bound to two agents at once, every agent completes, each in one
-// attempt.
+// guaranteedClaims is how many claims TestClaims and
+// TestClaimsOnKubernetes make: 10,000, or 1,000 under the race detector.
+func guaranteedClaims() int {
+	if raceOn {
+		return 1000
+	}
+	return 10000
+}
+
+// TestClaims runs guaranteedClaims claims on four fake-backend nodes of 25
+// warm sandboxes each, on SQLite: every sandbox is claimed a hundred
+// times, released and reset in between. No sandbox may be bound to two
+// agents at once, every agent completes, each in one attempt.
+func TestClaims(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 claims: not in -short")
+	}
+	testClaims(t, nil, "sqlite")
+}
+
+// TestClaimsOnKubernetes is TestClaims on a real kube-apiserver.
 func TestClaimsOnKubernetes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("1,000 claims: not in -short")
+		t.Skip("10,000 claims: not in -short")
 	}
 	env := kubetest.Start(t)
-	open := kubeStore(env, env.Namespace(t))
+	testClaims(t, kubeStore(env, env.Namespace(t)), "kubernetes")
+}
+
+func testClaims(t *testing.T, open StoreFunc, name string) {
+	claims := guaranteedClaims()
 	var out strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	start := time.Now()
-	rep, res, err := runClaims(ctx, ClaimsOptions{Nodes: 4, PerNode: 25, Claims: 1000, Parallel: 40,
-		HealthInterval: time.Hour, NodeResync: 10 * time.Minute, Store: open, StoreName: "kubernetes", Log: &out})
+	rep, res, err := runClaims(ctx, ClaimsOptions{Nodes: 4, PerNode: 25, Claims: claims, Parallel: 40,
+		HealthInterval: time.Hour, NodeResync: 10 * time.Minute, Store: open, StoreName: name, Log: &out})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -123,8 +143,8 @@ func TestClaimsOnKubernetes(t *testing.T) {
 	if res.doubleBinds != 0 || res.twoClaims != 0 {
 		t.Errorf("%d double binds, %d agents claimed on two sandboxes at once, want none", res.doubleBinds, res.twoClaims)
 	}
-	if res.completed != 1000 || res.failed != 0 {
-		t.Errorf("%d of 1000 agents completed, %d failed: %v", res.completed, res.failed, res.failures)
+	if res.completed != claims || res.failed != 0 {
+		t.Errorf("%d of %d agents completed, %d failed: %v", res.completed, claims, res.failed, res.failures)
 	}
 	// The agents as stored at the end: each Completed in one attempt
 	// (checkStore), no agent completed twice.

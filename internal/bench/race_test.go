@@ -1,0 +1,6 @@
+//go:build race
+
+package bench
+
+// raceOn: the race detector makes every write several times slower.
+const raceOn = true
