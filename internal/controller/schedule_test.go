@@ -594,3 +594,51 @@ func testNoDoubleBinds(t *testing.T, path claimPath, nManagers, nCallers int) {
 		t.Errorf("%d agents bound, want %d", got, want)
 	}
 }
+
+// TestSchedulerTakesAClaimedVersionAsSpent: once a claim is gone (its run
+// ended and its node released the sandbox), an agent the round still sees
+// at the version it claimed is not claimed again (its watch lags the
+// sandbox's); a later version of it is, and so is the same version once
+// claimMemory has passed.
+func TestSchedulerTakesAClaimedVersionAsSpent(t *testing.T) {
+	e := newSchedEnv(t, claimPaths[0])
+	e.createSandbox(testSandbox{name: "web-1", labels: map[string]string{"pool": "web"}, phase: api.SandboxPaused})
+	e.create(newAgent(t, "job", nil))
+	e.reconcile()
+	if got := e.binding("job"); got != "web-1" {
+		t.Fatalf("bound to %q, want web-1", got)
+	}
+	release := func() {
+		t.Helper()
+		if _, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindSandbox, "web-1", func(sb *api.Sandbox) bool {
+			sb.Status.CurrentAgent, sb.Status.Claim, sb.Status.ClaimedAt = "", nil, nil
+			sb.Status.Phase = api.SandboxPaused
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release()
+	e.reconcile()
+	if got := e.binding("job"); got != "" {
+		t.Fatalf("the version already claimed was claimed again, on %q", got)
+	}
+	e.clk.Advance(claimMemory)
+	e.reconcile()
+	if got := e.binding("job"); got != "web-1" {
+		t.Fatalf("after claimMemory: bound to %q, want web-1", got)
+	}
+	// A later version (an attempt that failed, with a retry left) is
+	// claimed at once.
+	release()
+	if _, err := reconcile.UpdateStatus(e.ctx, e.st, api.KindAgent, "job", func(a *api.Agent) bool {
+		a.Status.Attempts, a.Status.Failures, a.Status.Phase = 1, 1, api.AgentPending
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile()
+	if got := e.binding("job"); got != "web-1" {
+		t.Fatalf("a later version: bound to %q, want web-1", got)
+	}
+}

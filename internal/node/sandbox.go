@@ -307,38 +307,41 @@ func (n *Node) checkClaim(ctx context.Context, sb *api.Sandbox) error {
 			return nil
 		}
 	}
-	stale, final, err := n.staleClaim(sb, func() (api.Object, error) { return n.read(ctx, api.KindAgent, agent) })
+	stale, final, unstarted, err := n.staleClaim(sb, func() (api.Object, error) { return n.read(ctx, api.KindAgent, agent) })
 	if err == nil && stale != "" && !final {
 		// Confirmed on a fresh read before the claim is let go: an
 		// agent that is gone or finished stays so, but a binding may
 		// have changed since the watch spoke.
-		stale, _, err = n.staleClaim(sb, func() (api.Object, error) { return n.st.Get(ctx, api.KindAgent, agent) })
+		stale, _, unstarted, err = n.staleClaim(sb, func() (api.Object, error) { return n.st.Get(ctx, api.KindAgent, agent) })
 	}
 	if err != nil || stale == "" {
 		return err
 	}
 	n.log.Info("releasing a stale claim", "sandbox", sb.Metadata.Name, "agent", agent, "why", stale)
-	return n.release(ctx, sb.Metadata.Name, agent)
+	return n.releaseClaim(ctx, sb.Metadata.Name, agent, unstarted)
 }
 
 // staleClaim says why sb's claim by its current agent, as get returns the
-// agent, is stale, or "" if it stands.
-func (n *Node) staleClaim(sb *api.Sandbox, get func() (api.Object, error)) (stale string, final bool, err error) {
+// agent, is stale, or "" if it stands; and whether the attempt the claim
+// was made for never started (the agent's attempts are still short of
+// it): a claim let go of then has nothing to undo.
+func (n *Node) staleClaim(sb *api.Sandbox, get func() (api.Object, error)) (stale string, final, unstarted bool, err error) {
 	o, err := get()
 	switch {
 	case errors.Is(err, api.ErrNotFound):
-		return "it no longer exists", true, nil
+		return "it no longer exists", true, false, nil
 	case err != nil:
-		return "", false, err
+		return "", false, false, err
 	}
 	a := o.(*api.Agent)
+	unstarted = sb.Status.Claim != nil && a.Metadata.UID == sb.Status.Claim.UID && a.Status.Attempts < sb.Status.Claim.Attempt
 	switch {
 	case agentstate.Finished(a):
-		return "it has " + strings.ToLower(a.Status.Phase), true, nil
+		return "it has " + strings.ToLower(a.Status.Phase), true, unstarted, nil
 	case a.Status.Sandbox != sb.Metadata.Name && sb.Status.ClaimedAt != nil && n.now().Sub(*sb.Status.ClaimedAt) > agentstate.ClaimGrace:
-		return "it is not bound to this sandbox", false, nil
+		return "it is not bound to this sandbox", false, unstarted, nil
 	}
-	return "", false, nil
+	return "", false, false, nil
 }
 
 // checkLifetime enforces spec.lifecycle: a sandbox older than

@@ -608,3 +608,91 @@ func TestClaimMakesAWarmSandboxRunning(t *testing.T) {
 		t.Errorf("released: %s for %q, want Running for nobody", s.Phase, s.CurrentAgent)
 	}
 }
+
+// TestNodeStartsTheAgentItsClaimNames: the node starts the attempt a claim
+// names with one write of the agent conditioned on the version the claim
+// recorded, and no read: an agent written since (labelled) is read once
+// and started from its version; a claim whose agent was deleted or whose
+// spec changed is let go of unused, the sandbox as the claim found it (no
+// reset).
+func TestNodeStartsTheAgentItsClaimNames(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		between func(t *testing.T, d *directNode) // after the claim, before the node looks
+		started bool
+	}{
+		{"as claimed", nil, true},
+		{"labelled since", func(t *testing.T, d *directNode) {
+			a := d.agent("job")
+			a.Metadata.Labels = map[string]string{"team": "x"}
+			if _, _, err := d.st.Update(d.ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"spec changed since", func(t *testing.T, d *directNode) {
+			a := d.agent("job")
+			a.Spec.Completion.TimeoutMinutes = 7
+			if _, _, err := d.st.Update(d.ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"deleted since", func(t *testing.T, d *directNode) {
+			if _, _, err := d.st.Delete(d.ctx, api.KindAgent, "job", store.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDirectNode(t, clock.NewFake(time.Now()))
+			d.create(yamlObj(t, sandboxYAML("box", "  templateRef: desk\n")))
+			d.reconcile("box")
+			if err := d.nd.Pause(d.ctx, "box"); err != nil {
+				t.Fatal(err)
+			}
+			d.create(yamlObj(t, jobOnBoxYAML))
+			claim := agentstate.Claim(d.sandbox("box"), d.agent("job"), d.clk.Now())
+			if _, err := d.st.UpdateStatus(d.ctx, claim); err != nil {
+				t.Fatal(err)
+			}
+			if tt.between != nil {
+				tt.between(t, d)
+			}
+			resets := d.be.Count(fake.OpReset)
+			if _, err := d.nd.reconcileAgent(d.ctx, "job"); err != nil {
+				t.Fatal(err)
+			}
+			sb := d.sandbox("box")
+			if !tt.started {
+				if o, err := d.st.Get(d.ctx, api.KindAgent, "job"); err == nil && o.(*api.Agent).Status.Phase != "" {
+					t.Errorf("agent %s, want it not started", o.(*api.Agent).Status.Phase)
+				}
+				if s := sb.Status; s.CurrentAgent != "" || s.Claim != nil || s.Phase != api.SandboxPaused {
+					t.Errorf("sandbox %s for %q (claim %+v), want Paused for nobody: the claim let go of", s.Phase, s.CurrentAgent, s.Claim)
+				}
+				if got := d.be.Count(fake.OpReset); got != resets {
+					t.Errorf("%d resets of a sandbox no attempt ran on, want none", got-resets)
+				}
+				return
+			}
+			a := d.agent("job")
+			if s := a.Status; s.Phase != api.AgentRunning || s.Sandbox != "box" || s.Node != d.nd.Name() || s.Attempts != 1 || s.StartedAt == nil {
+				t.Fatalf("agent after the node's look: %+v, want Running on box, attempt 1", s)
+			}
+			if sb.Status.CurrentAgent != "job" {
+				t.Errorf("the claim went: %q", sb.Status.CurrentAgent)
+			}
+			if d.nd.stopRun("job") {
+				t.Fatal("the run did not end")
+			}
+		})
+	}
+}
+
+func (d *directNode) agent(name string) *api.Agent {
+	d.t.Helper()
+	o, err := d.st.Get(d.ctx, api.KindAgent, name)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return o.(*api.Agent)
+}
