@@ -564,20 +564,7 @@ func TestSandboxNoMemoryRetryWritesNothing(t *testing.T) {
 // it. The release resets it to Paused.
 func TestClaimMakesAWarmSandboxRunning(t *testing.T) {
 	d := newDirectNode(t, clock.NewFake(time.Now()))
-	d.create(yamlObj(t, sandboxYAML("box", "  templateRef: desk\n")))
-	d.reconcile("box")
-	if err := d.nd.Pause(d.ctx, "box"); err != nil {
-		t.Fatal(err)
-	}
-	d.create(yamlObj(t, jobOnBoxYAML))
-	o, err := d.st.Get(d.ctx, api.KindAgent, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	claim := agentstate.Claim(d.sandbox("box"), o.(*api.Agent), d.clk.Now())
-	if _, err := d.st.UpdateStatus(d.ctx, claim); err != nil {
-		t.Fatal(err)
-	}
+	d.claimPausedBox()
 	claimed := d.sandbox("box")
 	if s := claimed.Status; s.Phase != api.SandboxRunning || s.Reason != agentstate.ReasonClaimed || s.CurrentAgent != "job" {
 		t.Fatalf("claimed sandbox %s/%s for %q, want Running/%s for job", s.Phase, s.Reason, s.CurrentAgent, agentstate.ReasonClaimed)
@@ -644,16 +631,7 @@ func TestNodeStartsTheAgentItsClaimNames(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newDirectNode(t, clock.NewFake(time.Now()))
-			d.create(yamlObj(t, sandboxYAML("box", "  templateRef: desk\n")))
-			d.reconcile("box")
-			if err := d.nd.Pause(d.ctx, "box"); err != nil {
-				t.Fatal(err)
-			}
-			d.create(yamlObj(t, jobOnBoxYAML))
-			claim := agentstate.Claim(d.sandbox("box"), d.agent("job"), d.clk.Now())
-			if _, err := d.st.UpdateStatus(d.ctx, claim); err != nil {
-				t.Fatal(err)
-			}
+			d.claimPausedBox()
 			if tt.between != nil {
 				tt.between(t, d)
 			}
@@ -685,6 +663,21 @@ func TestNodeStartsTheAgentItsClaimNames(t *testing.T) {
 				t.Fatal("the run did not end")
 			}
 		})
+	}
+}
+
+// claimPausedBox makes sandbox box, pauses it, and claims it for agent job
+// (jobOnBoxYAML) as the scheduler does.
+func (d *directNode) claimPausedBox() {
+	d.t.Helper()
+	d.create(yamlObj(d.t, sandboxYAML("box", "  templateRef: desk\n")))
+	d.reconcile("box")
+	if err := d.nd.Pause(d.ctx, "box"); err != nil {
+		d.t.Fatal(err)
+	}
+	d.create(yamlObj(d.t, jobOnBoxYAML))
+	if _, err := d.st.UpdateStatus(d.ctx, agentstate.Claim(d.sandbox("box"), d.agent("job"), d.clk.Now())); err != nil {
+		d.t.Fatal(err)
 	}
 }
 
