@@ -698,6 +698,42 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 		_, err := reconcile.UpdateStatus(ctx, nd, api.KindAgent, objs[api.KindAgent].GetMeta().Name, onNode(peer.Metadata.Name))
 		return err
 	})
+	// A Pending agent bound to no node (claimed for one of this node's
+	// sandboxes): the node may only start it, Running on itself and a
+	// sandbox, as one write.
+	unbound, err := ctl.Create(ctx, example(t, "agent.yaml", suffix+"-unbound"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Delete(ctx, api.KindAgent, unbound.GetMeta().Name, store.DeleteOptions{})
+	startOn := func(node, sandbox, phase string) func(*api.Agent) bool {
+		return func(a *api.Agent) bool {
+			a.Status.Phase, a.Status.Node, a.Status.Sandbox, a.Status.Attempts = phase, node, sandbox, 1
+			return true
+		}
+	}
+	refused(t, "node: write an agent bound to no node without starting it", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindAgent, unbound.GetMeta().Name, func(a *api.Agent) bool {
+			a.Status.Message = "written by " + host
+			return true
+		})
+		return err
+	})
+	refused(t, "node: start an agent bound to no node on another node", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindAgent, unbound.GetMeta().Name, startOn(peer.Metadata.Name, "box", api.AgentRunning))
+		return err
+	})
+	refused(t, "node: start an agent bound to no node on no sandbox", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindAgent, unbound.GetMeta().Name, startOn(host, "", api.AgentRunning))
+		return err
+	})
+	refused(t, "node: finish an agent bound to no node", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindAgent, unbound.GetMeta().Name, startOn(host, "box", api.AgentCompleted))
+		return err
+	})
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindAgent, unbound.GetMeta().Name, startOn(host, "box", api.AgentRunning)); err != nil {
+		t.Errorf("node: start a Pending agent on itself: %v", err)
+	}
 	// The sandbox and the agent move to the peer: the node may no longer
 	// write them, nor take them back.
 	// (The node deletes its sandbox below: the peer gets one of its own.)
