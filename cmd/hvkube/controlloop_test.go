@@ -165,6 +165,23 @@ func TestControlLoopOnQEMU(t *testing.T) {
 
 	t.Run("RetryAfterQEMUKilled", func(t *testing.T) {
 		l.apply(poolYAML("retry", 2, ""))
+		// Both sandboxes are free before the agent comes, so that its
+		// retry has one to take other than the one its attempt failed on.
+		l.waitFor("the pool's two sandboxes are free", 3*time.Minute, func() (bool, string) {
+			objs, err := l.c.List(context.Background(), api.KindSandbox, "pool=retry")
+			if err != nil {
+				return false, err.Error()
+			}
+			free, seen := 0, []string{}
+			for _, o := range objs {
+				sb := o.(*api.Sandbox)
+				seen = append(seen, fmt.Sprintf("%s %s %q", sb.Metadata.Name, sb.Status.Phase, sb.Status.CurrentAgent))
+				if sb.Status.CurrentAgent == "" && (sb.Status.Phase == api.SandboxPaused || sb.Status.Phase == api.SandboxRunning) {
+					free++
+				}
+			}
+			return free == 2, strings.Join(seen, ", ")
+		})
 		l.apply(slowAgentYAML("survivor", "retry", 4, 1))
 		var sandbox string
 		l.waitFor("the agent runs", 2*time.Minute, func() (bool, string) {
@@ -196,7 +213,7 @@ func TestControlLoopOnQEMU(t *testing.T) {
 			return a.Status.Phase == api.AgentCompleted, fmt.Sprintf("%s %s %s", a.Status.Phase, a.Status.Reason, a.Status.Message)
 		})
 		a := l.agent("survivor")
-		if a.Status.Attempts != 2 || a.Status.Failures != 1 || a.Status.Sandbox == sandbox {
+		if a.Status.Attempts != 2 || a.Status.Failures != 1 || a.Status.Sandbox == sandbox || a.Status.FailedSandbox != sandbox {
 			t.Fatalf("attempts %d, failures %d, sandbox %s (the killed one was %s)", a.Status.Attempts, a.Status.Failures, a.Status.Sandbox, sandbox)
 		}
 		// The killed sandbox comes back: restored from the clean snapshot

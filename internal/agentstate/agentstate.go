@@ -86,6 +86,9 @@ func FailFinally(a *api.Agent, reason, msg string, now time.Time) {
 }
 
 func failAttempt(a *api.Agent, reason, msg string, now time.Time, retry bool) {
+	if a.Status.Sandbox != "" {
+		a.Status.FailedSandbox = a.Status.Sandbox
+	}
 	notRunning(a, reason, now)
 	a.Status.Failures++
 	a.Status.ObservedGeneration = a.Metadata.Generation

@@ -83,7 +83,7 @@ func TestClaimAndPhases(t *testing.T) {
 	}
 
 	FailAttempt(started, "SandboxLost", "gone", now)
-	if started.Status.Phase != api.AgentPending || started.Status.Sandbox != "" || !Pending(started) || Finished(started) {
+	if started.Status.Phase != api.AgentPending || started.Status.Sandbox != "" || started.Status.FailedSandbox != "desk-1" || !Pending(started) || Finished(started) {
 		t.Fatalf("a failed attempt with a retry left: %+v", started.Status)
 	}
 	Complete(started, &api.AgentResult{Success: true}, now)

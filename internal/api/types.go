@@ -755,11 +755,15 @@ type AgentStatus struct {
 	Node string `json:"node,omitempty"`
 	// Attempts counts the runs started; Failures the ones that failed (a
 	// run cut short by a restart of its node is not a failure).
-	Attempts    int        `json:"attempts,omitempty"`
-	Failures    int        `json:"failures,omitempty"`
-	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
-	StartedAt   *time.Time `json:"startedAt,omitempty"`
-	CompletedAt *time.Time `json:"completedAt,omitempty"`
+	Attempts int `json:"attempts,omitempty"`
+	Failures int `json:"failures,omitempty"`
+	// FailedSandbox is the sandbox its last failed attempt ran on. A retry
+	// takes another sandbox when one is free, and this one only when it is
+	// the only choice (it is restored to its clean snapshot first).
+	FailedSandbox string     `json:"failedSandbox,omitempty"`
+	ScheduledAt   *time.Time `json:"scheduledAt,omitempty"`
+	StartedAt     *time.Time `json:"startedAt,omitempty"`
+	CompletedAt   *time.Time `json:"completedAt,omitempty"`
 	// HeartbeatAt is the running attempt's last heartbeat
 	// (spec.completion.heartbeatSeconds).
 	HeartbeatAt *time.Time   `json:"heartbeatAt,omitempty"`

@@ -135,7 +135,8 @@ func (s *Scheduler) Reconcile(ctx context.Context, _ string) (reconcile.Result, 
 		if agentstate.Pending(a) && !claimed[a.Metadata.Name] && !s.spent(a, now) {
 			byName[a.Metadata.Name] = a
 			agents = append(agents, scheduler.Agent{Name: a.Metadata.Name, SandboxName: a.Spec.SandboxName,
-				Selector: agentstate.SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp})
+				Selector: agentstate.SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp,
+				Avoid: a.Status.FailedSandbox})
 		}
 		return true
 	})

@@ -35,14 +35,21 @@ func referencePlan(agents []Agent, sandboxes []Sandbox, now time.Time) []Binding
 		if left == 0 {
 			break
 		}
-		best, bestScore := -1, -1
+		best, bestScore, avoided := -1, -1, -1
 		for i, sb := range free {
 			if taken[i] || !Feasible(a, sb) {
+				continue
+			}
+			if sb.Name == a.Avoid && a.SandboxName == "" {
+				avoided = i
 				continue
 			}
 			if s := Score(a, sb, now); s > bestScore {
 				best, bestScore = i, s
 			}
+		}
+		if best < 0 && avoided >= 0 && Score(a, free[avoided], now) >= 0 {
+			best = avoided
 		}
 		if best >= 0 {
 			taken[best] = true
@@ -145,6 +152,9 @@ func (g gen) agents(n, nSandboxes int, now time.Time) []Agent {
 			a.SandboxName = fmt.Sprintf("s%03d", g.r.IntN(nSandboxes+2))
 		} else {
 			a.Selector = g.selector()
+		}
+		if g.chance(30) {
+			a.Avoid = fmt.Sprintf("s%03d", g.r.IntN(nSandboxes+2))
 		}
 		out[i] = a
 	}

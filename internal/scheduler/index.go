@@ -169,7 +169,11 @@ func (ix *index) take(a Agent) (string, bool) {
 	if a.SandboxName != "" {
 		e = ix.named(a)
 	} else {
-		e = ix.groupOf(a).best()
+		g := ix.groupOf(a)
+		e = g.best()
+		if e != nil && e.name == a.Avoid {
+			e = g.bestBut(a, e, ix.now)
+		}
 	}
 	// A sandbox idle since a time after now scores below zero; such a
 	// sandbox takes no agent.
@@ -287,6 +291,28 @@ func (g *group) best() *entry {
 		}
 	}
 	return nil
+}
+
+// bestBut returns the best member not yet taken, other than avoid, that
+// a can take as of now, or avoid when there is none. It looks at every
+// member of the group's classes: it serves only an agent whose best
+// sandbox is the one its last attempt failed on, which is rare.
+func (g *group) bestBut(a Agent, avoid *entry, now time.Time) *entry {
+	var best *entry
+	for _, it := range g.h {
+		for _, e := range it.c.members {
+			if e.taken || e == avoid || Score(a, *e.sb, now) < 0 {
+				continue
+			}
+			if best == nil || compareEntries(e, best) < 0 {
+				best = e
+			}
+		}
+	}
+	if best == nil {
+		return avoid
+	}
+	return best
 }
 
 // heapItem is a class in a group's heap, with the head it had when last

@@ -37,6 +37,9 @@ type Agent struct {
 	Selector    api.Selector
 	RequiresGPU bool
 	Created     time.Time
+	// Avoid is the sandbox its last failed attempt ran on: it takes that
+	// one only when no other sandbox it can take is free.
+	Avoid string
 }
 
 // Binding places Agent on Sandbox.

@@ -170,6 +170,14 @@ func TestPlanCases(t *testing.T) {
 			agent("a", "pool in (web,db),tier!=gpu", 0), agent("b", "pool in (web,db),tier!=gpu", 1),
 			agent("c", "pool in (web,db),tier!=gpu", 2), agent("d", "!pool", 3), agent("e", "tier", 4), agent("f", "pool notin (web)", 5),
 		}, "[{a d1} {b w1} {d n1} {e t1} {f x1}]"},
+		{"a retry takes another sandbox than the one it failed on", []Sandbox{
+			with(paused("w1", web), func(s *Sandbox) { s.Phase = api.SandboxRunning }), paused("w2", web),
+		}, []Agent{{Name: "r", Selector: sel("pool=web"), Avoid: "w1"}}, "[{r w2}]"},
+		{"a retry takes the one it failed on when it is the only one", []Sandbox{paused("w1", web), paused("d1", db)},
+			[]Agent{{Name: "r", Selector: sel("pool=web"), Avoid: "w1"}}, "[{r w1}]"},
+		{"a retry leaves the others their best", []Sandbox{
+			with(paused("w1", web), func(s *Sandbox) { s.Phase = api.SandboxRunning }), paused("w2", web), paused("w3", web),
+		}, []Agent{{Name: "r", Selector: sel("pool=web"), Avoid: "w1"}, {Name: "s", Selector: sel("pool=web"), Created: t0}}, "[{r w2} {s w1}]"},
 		{"empty selector takes any", []Sandbox{paused("w1", web), paused("d1", db)},
 			[]Agent{agent("a", "", 0), agent("b", "", 1), agent("c", "", 2)}, "[{a d1} {b w1}]"},
 		{"selectors alike as strings stay apart", []Sandbox{
