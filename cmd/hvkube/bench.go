@@ -236,7 +236,7 @@ var runClaimsBench = bench.Claims
 
 func newBenchClaimsCmd() *cobra.Command {
 	var o bench.ClaimsOptions
-	var write, kubeAssets string
+	var write, kubeAssets, profile string
 	var sc storeConfig
 	cmd := &cobra.Command{
 		Use:   "claims",
@@ -258,7 +258,10 @@ server (requests; with one started here, its CPU time and etcd's).
 With --store kubernetes (the default) the store is the API server
 --kubeconfig reaches (the objects are deleted at the end), or one started
 here on loopback from --kube-assets (env HVKUBE_KUBE_ASSETS), sharing this
-machine's cores. The benchmark's client is not rate limited.`,
+machine's cores. The benchmark's client is not rate limited.
+--apiserver-profile FILE profiles that API server's CPU while the claims
+run, in slices of 5 s written to FILE.1, FILE.2, …: read them together with
+go tool pprof -top FILE.*`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Nodes < 1 || o.PerNode < 1 || o.Claims < 1 || o.Parallel < 1 {
@@ -270,7 +273,8 @@ machine's cores. The benchmark's client is not rate limited.`,
 			case storeKubernetes:
 				counter := &requestCounter{}
 				var cpu func() (time.Duration, error)
-				o.Store, o.StoreName = benchUnlimitedKubeStore(sc, kubeAssets, counter, &cpu), storeKubernetes
+				var prof func(context.Context, string) error
+				o.Store, o.StoreName = benchUnlimitedKubeStore(sc, kubeAssets, counter, &cpu, &prof), storeKubernetes
 				o.Requests = counter.counts
 				o.ServerCPU = func() (time.Duration, error) {
 					if cpu == nil {
@@ -280,7 +284,18 @@ machine's cores. The benchmark's client is not rate limited.`,
 				}
 				o.Cleanup = sc.kubeconfig != ""
 				section = "claims-kubernetes"
+				if profile != "" {
+					o.ServerProfile = func(ctx context.Context) error {
+						if prof == nil {
+							return errors.New("the API server is not this benchmark's own (--kubeconfig)")
+						}
+						return prof(ctx, profile)
+					}
+				}
 			case storeSQLite:
+				if profile != "" {
+					return fmt.Errorf("--apiserver-profile: only with --store %s", storeKubernetes)
+				}
 				o.StoreName = storeSQLite
 			default:
 				return fmt.Errorf("--store %q: want %s or %s", sc.kind, storeSQLite, storeKubernetes)
@@ -310,15 +325,45 @@ machine's cores. The benchmark's client is not rate limited.`,
 	cmd.Flags().StringVar(&sc.kubeconfig, "kubeconfig", "", "with --store kubernetes: an API server to use (default: start one here)")
 	cmd.Flags().StringVar(&sc.namespace, "namespace", "", "with --store kubernetes: the namespace (default: a new one)")
 	cmd.Flags().StringVar(&kubeAssets, "kube-assets", os.Getenv("HVKUBE_KUBE_ASSETS"), "with --store kubernetes and no --kubeconfig: the directory of kube-apiserver and etcd (hack/kube/build.sh prints it)")
+	cmd.Flags().StringVar(&profile, "apiserver-profile", "", "with the API server started here: profile its CPU while the claims run, into FILE.1, FILE.2, … (5 s each)")
 	return cmd
+}
+
+// profileSlice is how long each CPU profile of the API server runs: a
+// profile is written only when it ends, so the claims' end loses at most
+// this much of the last.
+const profileSlice = 5 * time.Second
+
+// profileAPIServer writes CPU profiles of the API server cfg reaches as
+// an administrator, one per profileSlice, to path.1, path.2, … until ctx
+// ends.
+func profileAPIServer(ctx context.Context, cfg *rest.Config, path string) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for i := 1; ; i++ {
+		b, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", fmt.Sprint(int(profileSlice/time.Second))).DoRaw(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("profile the API server: %w", err)
+		}
+		if err := os.WriteFile(fmt.Sprintf("%s.%d", path, i), b, 0o644); err != nil {
+			return err
+		}
+	}
 }
 
 // benchUnlimitedKubeStore is benchKubeStore with no client-side rate
 // limit: one client stands in for the controllers and every node, which
 // would each have a limit of their own. counter, if not nil, counts its
 // requests; cpu, if not nil, is set to the CPU time of the API server it
-// starts (none with --kubeconfig).
-func benchUnlimitedKubeStore(sc storeConfig, assets string, counter *requestCounter, cpu *func() (time.Duration, error)) bench.StoreFunc {
+// starts (none with --kubeconfig), and prof, if not nil, to a function that
+// profiles it (profileAPIServer).
+func benchUnlimitedKubeStore(sc storeConfig, assets string, counter *requestCounter, cpu *func() (time.Duration, error), prof *func(context.Context, string) error) bench.StoreFunc {
 	return func(ctx context.Context, dataDir string, log *slog.Logger) (store.API, func() error, error) {
 		ns := sc.namespace
 		if ns == "" {
@@ -346,6 +391,10 @@ func benchUnlimitedKubeStore(sc storeConfig, assets string, counter *requestCoun
 			cfg, stop = srv.Config, srv.Stop
 			if cpu != nil {
 				*cpu = srv.CPUTime
+			}
+			if prof != nil {
+				admin := srv.Config
+				*prof = func(ctx context.Context, path string) error { return profileAPIServer(ctx, admin, path) }
 			}
 		}
 		if sc.namespace == "" {

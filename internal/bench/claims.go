@@ -53,6 +53,9 @@ type ClaimsOptions struct {
 	// etcd) has used so far: the report says how many claims one
 	// CPU-second of it buys.
 	ServerCPU func() (time.Duration, error)
+	// ServerProfile, when set, is started with the claims: it profiles
+	// the API server's CPU while they run (cancelled when they are done).
+	ServerProfile func(ctx context.Context) error
 
 	traceCalls bool
 }
@@ -243,6 +246,14 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	errc := make(chan error, o.Parallel)
 	start := time.Now()
 	chk.begin(start)
+	profiled := make(chan error, 1)
+	pctx, stopProfile := context.WithCancel(runCtx)
+	defer stopProfile()
+	if o.ServerProfile != nil {
+		go func() { profiled <- o.ServerProfile(pctx) }()
+	} else {
+		profiled <- nil
+	}
 	for w := 0; w < o.Parallel; w++ {
 		go func() {
 			errc <- func() error {
@@ -288,6 +299,10 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 			claimErr = err
 			next.Store(int64(o.Claims)) // stop the others
 		}
+	}
+	stopProfile()
+	if err := <-profiled; err != nil {
+		logf("API server profile: %v", err)
 	}
 	if claimErr != nil {
 		return nil, nil, claimErr
