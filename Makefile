@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps web examples build image image-browser image-osworld kube-assets crds run demo test test-python test-short bench vet tidy fmt clean windows
+.PHONY: all deps web examples build image image-browser image-osworld kube-assets crds deepcopy run demo test test-python test-short bench vet tidy fmt clean windows
 
 all: build
 
@@ -82,6 +82,10 @@ kube-assets:
 # (controller-tools' CRD generator); a test checks the files are current.
 crds:
 	$(GO) run ./internal/crd/crdgen -out deploy/crds
+
+# internal/api/zz_generated.deepcopy.go from the Go types of internal/api
+deepcopy:
+	$(GO) run ./internal/api/deepcopygen
 
 vet:
 	$(GO) vet ./...

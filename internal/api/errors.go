@@ -23,6 +23,8 @@ var (
 
 // FieldError is a validation error that names the offending field path, such
 // as spec.display.resolution.
+//
+// +kubebuilder:object:generate=false
 type FieldError struct {
 	Field  string
 	Detail string

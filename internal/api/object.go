@@ -10,6 +10,8 @@ import (
 )
 
 // Object is any stored resource.
+//
+// +kubebuilder:object:generate=false
 type Object interface {
 	GetTypeMeta() *TypeMeta
 	GetMeta() *ObjectMeta
@@ -64,6 +66,8 @@ func OwnerOf(o Object, kind string) string {
 }
 
 // KindInfo names a kind the way users type it.
+//
+// +kubebuilder:object:generate=false
 type KindInfo struct {
 	Kind     string
 	Plural   string
@@ -126,8 +130,34 @@ func CopyStatus(dst, src Object) {
 	reflect.ValueOf(dst.GetStatus()).Elem().Set(reflect.ValueOf(src.GetStatus()).Elem())
 }
 
-// DeepCopy returns an independent copy of o.
+// DeepCopy returns an independent copy of o, with the kind's generated
+// DeepCopy (zz_generated.deepcopy.go).
 func DeepCopy[T Object](o T) T {
+	var c Object
+	switch x := any(o).(type) {
+	case *Template:
+		c = x.DeepCopy()
+	case *Sandbox:
+		c = x.DeepCopy()
+	case *SandboxPool:
+		c = x.DeepCopy()
+	case *Agent:
+		c = x.DeepCopy()
+	case *DisplayService:
+		c = x.DeepCopy()
+	case *Node:
+		c = x.DeepCopy()
+	case *Event:
+		c = x.DeepCopy()
+	default:
+		return jsonCopy(o)
+	}
+	return c.(T)
+}
+
+// jsonCopy copies o through its JSON, for an Object of no kind of this
+// package.
+func jsonCopy[T Object](o T) T {
 	b, err := json.Marshal(o)
 	if err != nil {
 		panic(fmt.Sprintf("deep copy %T: %v", o, err))

@@ -9,6 +9,8 @@ import (
 // Selector is a parsed label selector: equality (k=v, k==v, k!=v), set
 // (k in (a,b), k notin (a,b)) and existence (k, !k) terms, all of which must
 // hold. The zero Selector matches everything.
+//
+// +kubebuilder:object:generate=false
 type Selector struct {
 	terms []selTerm
 }
