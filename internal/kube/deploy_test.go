@@ -734,6 +734,48 @@ func TestDeployRBACOnKubernetes(t *testing.T) {
 	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindAgent, unbound.GetMeta().Name, startOn(host, "box", api.AgentRunning)); err != nil {
 		t.Errorf("node: start a Pending agent on itself: %v", err)
 	}
+	// The claim is the scheduler's: the node may not claim its own
+	// sandbox for an agent (the API servers give a token only to an
+	// attempt on a claim), nor change a claim; it may clear one (its
+	// release).
+	sbName := objs[api.KindSandbox].GetMeta().Name
+	claimFor := func(agent, uid string) func(*api.Sandbox) bool {
+		return func(sb *api.Sandbox) bool {
+			sb.Status.CurrentAgent = agent
+			sb.Status.Claim = &api.AgentClaim{UID: uid, Attempt: 1}
+			return true
+		}
+	}
+	refused(t, "node: claim its sandbox for an agent", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindSandbox, sbName, claimFor(unbound.GetMeta().Name, unbound.GetMeta().UID))
+		return err
+	})
+	refused(t, "node: name an agent on its sandbox", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindSandbox, sbName, func(sb *api.Sandbox) bool {
+			sb.Status.CurrentAgent = unbound.GetMeta().Name
+			return true
+		})
+		return err
+	})
+	if _, err := reconcile.UpdateStatus(ctx, ctl, api.KindSandbox, sbName, claimFor("claimed-"+suffix, "uid-claimed")); err != nil {
+		t.Fatalf("controller: claim the node's sandbox: %v", err)
+	}
+	refused(t, "node: turn a claim to another agent", func() error {
+		_, err := reconcile.UpdateStatus(ctx, nd, api.KindSandbox, sbName, claimFor(unbound.GetMeta().Name, unbound.GetMeta().UID))
+		return err
+	})
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindSandbox, sbName, func(sb *api.Sandbox) bool {
+		sb.Status.Message = "kept the claim"
+		return true
+	}); err != nil {
+		t.Errorf("node: write its claimed sandbox's status, the claim kept: %v", err)
+	}
+	if _, err := reconcile.UpdateStatus(ctx, nd, api.KindSandbox, sbName, func(sb *api.Sandbox) bool {
+		sb.Status.CurrentAgent, sb.Status.Claim = "", nil
+		return true
+	}); err != nil {
+		t.Errorf("node: release its sandbox's claim: %v", err)
+	}
 	// The sandbox and the agent move to the peer: the node may no longer
 	// write them, nor take them back.
 	// (The node deletes its sandbox below: the peer gets one of its own.)

@@ -179,6 +179,13 @@ func (s *Server) nodeAgentToken(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusConflict, fmt.Errorf("agent %s is %s at attempt %d: attempt %d is not running, so it gets no token", a.Metadata.Name, orNone(string(a.Status.Phase)), a.Status.Attempts, req.Attempt))
 		return
 	}
+	if refusal, err := s.claimedFor(r.Context(), a, node); err != nil {
+		s.fail(w, r, err)
+		return
+	} else if refusal != nil {
+		refuse(w, http.StatusForbidden, refusal)
+		return
+	}
 	now := time.Now()
 	ttl := agentstate.Timeout(a)
 	tok := s.opts.ScopedKey.Mint(authtoken.ForAttempt(a, req.Attempt), now, ttl)
@@ -190,4 +197,41 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// claimedFor checks that a's attempt runs on a sandbox the scheduler
+// claimed for it on node: the sandbox is node's, it holds a, and its
+// claim (an older scheduler wrote none) names a's UID. A node writes an
+// agent Running when it starts the attempt, and could write any Pending
+// agent so; the claim it cannot write (deploy/admission-policy.yaml), so
+// an attempt it started on no claim gets no token. The sandbox is read
+// from the server's watch caches, and the store only to confirm a
+// refusal. It returns why it refuses, or err when the store could not
+// say.
+func (s *Server) claimedFor(ctx context.Context, a *api.Agent, node string) (refusal, err error) {
+	check := func(o api.Object) error {
+		sb := o.(*api.Sandbox)
+		switch {
+		case sb.Status.Node != node:
+			return fmt.Errorf("agent %s runs on sandbox %s, which is on node %q, not on node %s: its token is not yours to have", a.Metadata.Name, sb.Metadata.Name, sb.Status.Node, node)
+		case sb.Status.CurrentAgent != a.Metadata.Name:
+			return fmt.Errorf("sandbox %s was not claimed for agent %s (it holds %q): an attempt started on no claim gets no token", sb.Metadata.Name, a.Metadata.Name, sb.Status.CurrentAgent)
+		case sb.Status.Claim != nil && sb.Status.Claim.UID != a.Metadata.UID:
+			return fmt.Errorf("sandbox %s was claimed for another agent named %s (uid %s, not %s): an attempt started on no claim gets no token", sb.Metadata.Name, a.Metadata.Name, sb.Status.Claim.UID, a.Metadata.UID)
+		}
+		return nil
+	}
+	if s.opts.Cached != nil {
+		if o, ok := s.opts.Cached(api.KindSandbox, a.Status.Sandbox); ok && check(o) == nil {
+			return nil, nil
+		}
+	}
+	o, err := s.opts.Store.Get(ctx, api.KindSandbox, a.Status.Sandbox)
+	if errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("agent %s runs on sandbox %s, which does not exist: its token is not yours to have", a.Metadata.Name, a.Status.Sandbox), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return check(o), nil
 }

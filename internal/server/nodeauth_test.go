@@ -20,7 +20,11 @@ import (
 )
 
 // nodeServer is a server that takes nodes: identities minted under
-// testKey; loop1 runs attempt 1 on node-a, loop2 attempt 2 on node-b.
+// testKey; loop1 runs attempt 1 on node-a, on a sandbox claimed for it;
+// loop2 attempt 2 on node-b, bound as an older scheduler did (no claim);
+// loop3 and loop4 attempt 1 on node-a, started on no claim of theirs:
+// loop3 on a sandbox that holds nothing, loop4 on one claimed for
+// another agent of its name.
 func nodeServer(t *testing.T) *testServer {
 	t.Helper()
 	d := &recordingDesk{}
@@ -34,7 +38,7 @@ func nodeServer(t *testing.T) *testServer {
 			}
 			return testKey.VerifyNodeIdentity(tok, time.Now())
 		}})
-	for _, name := range []string{"desk", "spare"} {
+	for _, name := range []string{"desk", "spare", "free", "reused"} {
 		sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
 		sb.Metadata.Name = name
 		api.Default(sb)
@@ -45,10 +49,24 @@ func nodeServer(t *testing.T) *testServer {
 	for _, b := range []struct {
 		agent, sandbox, node string
 		attempt              int
-	}{{"loop1", "desk", "node-a", 1}, {"loop2", "spare", "node-b", 2}} {
-		bindAgent(t, ts.st, b.agent, b.sandbox, b.attempt)
+	}{{"loop1", "desk", "node-a", 1}, {"loop2", "spare", "node-b", 2}, {"loop3", "free", "node-a", 1}, {"loop4", "reused", "node-a", 1}} {
+		a := bindAgent(t, ts.st, b.agent, b.sandbox, b.attempt)
 		if _, err := reconcile.UpdateStatus(context.Background(), ts.st, api.KindAgent, b.agent, func(a *api.Agent) bool {
 			a.Status.Node = b.node
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reconcile.UpdateStatus(context.Background(), ts.st, api.KindSandbox, b.sandbox, func(sb *api.Sandbox) bool {
+			sb.Status.Node = b.node
+			switch b.agent {
+			case "loop1":
+				sb.Status.Claim = &api.AgentClaim{UID: a.Metadata.UID, Attempt: 1}
+			case "loop3":
+				sb.Status.CurrentAgent = ""
+			case "loop4":
+				sb.Status.Claim = &api.AgentClaim{UID: "an-earlier-loop4", Attempt: 1}
+			}
 			return true
 		}); err != nil {
 			t.Fatal(err)
@@ -86,6 +104,12 @@ func TestNodeGetsOnlyItsOwn(t *testing.T) {
 	}
 	if code, _, body := ts.doAuth(t, ans.Token, "GET", "/api/v1/sandboxes/spare", ""); code != http.StatusForbidden {
 		t.Errorf("its attempt's token on node-b's sandbox: %d %s", code, body)
+	}
+	// An attempt bound by an older scheduler (no claim on its sandbox,
+	// which holds it) gets its token too.
+	idB := testKey.MintNodeIdentity("node-b", now, time.Hour)
+	if code, _, body := ts.doAuth(t, idB, "POST", "/api/v1/nodes/node-b/agent-token", `{"agent":"loop2","attempt":2}`); code != http.StatusOK {
+		t.Errorf("an attempt bound with no claim: %d %s", code, body)
 	}
 
 	// When it joins it gets a certificate for its own name, whatever
@@ -141,6 +165,8 @@ func TestNodeGetsOnlyItsOwn(t *testing.T) {
 		{"a join with an oversized request", idA, "POST", "/api/v1/nodes/node-a/join", `{"csr":"` + strings.Repeat("A", 20000) + `"}`, http.StatusBadRequest},
 		{"another node's agent, as that node", idA, "POST", "/api/v1/nodes/node-b/agent-token", `{"agent":"loop2","attempt":2}`, http.StatusForbidden},
 		{"another node's agent, as itself", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop2","attempt":2}`, http.StatusForbidden},
+		{"an attempt it started on no claim", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop3","attempt":1}`, http.StatusForbidden},
+		{"an attempt it started on another agent's claim", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop4","attempt":1}`, http.StatusForbidden},
 		{"an attempt not running", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop1","attempt":2}`, http.StatusConflict},
 		{"a past attempt", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"agent":"loop1","attempt":0}`, http.StatusBadRequest},
 		{"no agent", idA, "POST", "/api/v1/nodes/node-a/agent-token", `{"attempt":1}`, http.StatusBadRequest},
