@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/hvkube
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all deps web examples build image image-browser image-osworld kube-assets crds deepcopy run demo test test-python test-short bench vet tidy fmt clean windows
+.PHONY: all deps web examples build image image-browser image-osworld kube-assets crds deepcopy run stop demo test test-python test-short bench vet tidy fmt clean windows
 
 all: build
 
@@ -72,6 +72,11 @@ image-osworld:
 # defaults and runs the demo; the server stays up until Ctrl-C.
 run: deps build image
 	scripts/run.sh
+
+# Stops the desktops a server left running in its data directory: saved to
+# disk, their memory freed; the next start finds them Saved.
+stop: build
+	bin/hvkube serve --stop-desktops
 
 # kube-apiserver and etcd for the Kubernetes tests, built once from the Go
 # module proxy into the cache (hack/kube); prints their directory.

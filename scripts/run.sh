@@ -19,7 +19,14 @@ data_dir="${HVKUBE_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/hvkube}"
 log="${TMPDIR:-/tmp}/hvkube-serve.log"
 "$bin" serve --addr "$addr" --data-dir "$data_dir" >"$log" 2>&1 &
 server=$!
-trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+# On the way out the server says which desktops it leaves running (the
+# next start takes them back); repeat that here, where it is seen.
+stop_server() {
+  kill "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+  grep -hE '^hvkube: [0-9]+ desktops? keeps? running' "$log" 2>/dev/null | tail -n 1 >&2 || true
+}
+trap stop_server EXIT
 trap 'exit 130' INT TERM
 
 for _ in $(seq 1 100); do
@@ -45,5 +52,5 @@ scripts/demo.sh
 echo
 echo "The server keeps running at ${HVKUBE_SERVER}; try 'bin/hvkube get sandboxes'."
 echo "    Dashboard: ${dashboard}"
-echo "Press Ctrl-C to stop it."
+echo "Press Ctrl-C to stop it; its desktops keep running for the next start ('make stop' stops them)."
 wait "$server"

@@ -105,6 +105,32 @@ func TestDesktopEndToEnd(t *testing.T) {
 	mustHV(t, p2, "pause", "browser-agent-1")
 	mustHV(t, p2, "resume", "browser-agent-1")
 
+	// Stopping the desktops a server left: refused while a server uses
+	// the data directory; after it stopped (saying what it left), they
+	// are saved to disk, no QEMU of theirs runs, and the next start
+	// brings the sandbox back.
+	if out, err := exec.Command(binary, "serve", "--stop-desktops", "--data-dir", dir).CombinedOutput(); err == nil || !strings.Contains(string(out), "in use") {
+		t.Fatalf("--stop-desktops beside a running server: %v\n%s", err, out)
+	}
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	<-p2.done
+	if !strings.Contains(p2.log(), "hvkube: 1 desktop keeps running without the server (1 running, 0 paused in memory)") {
+		t.Fatalf("the server did not say what it left running:\n%s", p2.log())
+	}
+	stopped, err := exec.Command(binary, "serve", "--stop-desktops", "--data-dir", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(stopped), "saving desktop browser-agent-1 to disk (1 of 1, Running)") || !strings.Contains(string(stopped), "stopped 1 desktops") {
+		t.Fatalf("--stop-desktops: %v\n%s", err, stopped)
+	}
+	if pids := qemusOf(dir); len(pids) != 0 {
+		t.Fatalf("QEMU still runs after --stop-desktops: %v", pids)
+	}
+	p2 = startServe(t, dir, nil)
+	mustHV(t, p2, "wait", "sandbox", "browser-agent-1", "--for", "phase=Saved", "--timeout", "1m")
+	mustHV(t, p2, "resume", "browser-agent-1")
+	if got, err := hv(t, p2, "exec", "browser-agent-1", "--", "cat", "/tmp/typed"); err != nil || got != "typed\n" {
+		t.Fatalf("after --stop-desktops and a start, the desktop as it was: %q %v", got, err)
+	}
+
 	mustHV(t, p2, "delete", "sandbox", "browser-agent-1")
 	for i := 0; ; i++ {
 		if _, err := hv(t, p2, "get", "sandbox", "browser-agent-1"); err != nil {

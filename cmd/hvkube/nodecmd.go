@@ -215,6 +215,11 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		return err
 	}
 	defer closeStore()
+	unlock, err := lockDataDir(cfg)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if ks, ok := st.(*kube.Store); ok {
 		// What holds a node to its host on Kubernetes is the admission
 		// policies; say so loudly when they are not in force.
@@ -232,6 +237,7 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 		return errors.New("no VM backend on this host: a node needs one (install QEMU, or run Hyper-V)")
 	}
 	defer be.Close()
+	defer sayDesktopsLeft(ctx, os.Stderr, be, cfg.dataDir, log)
 	ln, err := net.Listen("tcp", nc.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)

@@ -46,6 +46,7 @@ type serveConfig struct {
 	dataDir         string
 	tokenFile       string
 	insecureNoToken bool
+	stopDesktops    bool
 	logLevel        string
 	backend         string
 	imageDir        string
@@ -148,7 +149,10 @@ with the replicas. A node proves who it is with its own identity: a
 service-account token of its pod (checked with a TokenReview, the node
 named by the token), or one minted with hvkube node identity NAME. A node
 silent for --node-grace is marked lost.
-SIGINT or SIGTERM shuts the server down gracefully.`,
+SIGINT or SIGTERM shuts the server down gracefully. The desktops keep
+running without it, for the next start to take back (it says how many);
+hvkube serve --stop-desktops saves them all to disk and exits. One server
+at a time may use a data directory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return serve(cmd.Context(), cfg)
@@ -164,6 +168,7 @@ SIGINT or SIGTERM shuts the server down gracefully.`,
 	f.StringVar(&cfg.tlsAddr, "tls-addr", "", "also serve the API over TLS on this address, e.g. 0.0.0.0:8443, with a certificate from the key's authority (hvkube ca prints it; nodes join here); with --store kubernetes the admission webhook answers here too (hvkube webhook-config registers it)")
 	f.StringSliceVar(&cfg.tlsNames, "tls-names", nil, "the names (or IP addresses) the TLS certificate is for (default the Service hvkube: hvkube, hvkube.NAMESPACE, hvkube.NAMESPACE.svc, hvkube.NAMESPACE.svc.cluster.local)")
 	f.StringVar(&cfg.nodeServiceAccount, "node-service-account", "", "with --store kubernetes: NAMESPACE:NAME of the node agents' service account, whose pod-bound tokens of audience hvkube identify nodes (default: the store's namespace and hvkube-node)")
+	f.BoolVar(&cfg.stopDesktops, "stop-desktops", false, "do not serve: save the desktops an earlier server left running in --data-dir to disk, which frees their memory, and exit (the next start finds them Saved: a pool restores them as agents claim them, hvkube resume any)")
 	f.BoolVar(&cfg.leaderElect, "leader-elect", true, "with --store kubernetes: run the cluster controllers only while this replica holds the Lease hvkube-controllers")
 	f.DurationVar(&cfg.leaderLease, "leader-lease-duration", 15*time.Second, "with --leader-elect: how long the other replicas wait after the leader's last renewal before one takes over")
 	f.DurationVar(&cfg.nodeGrace, "node-grace", controller.DefaultNodeGrace, "with --store kubernetes: how long a node may go without writing its Node object before the cluster marks it lost, fails its agents' attempts and refills its pools elsewhere; more than the nodes' fence time plus their status interval")
@@ -407,11 +412,34 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := privateDataDir(cfg.dataDir, log); err != nil {
 		return err
 	}
+	if cfg.stopDesktops {
+		unlock, err := lockDataDir(cfg)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		be, err := openBackend(ctx, cfg, roots, log)
+		if err != nil {
+			return err
+		}
+		if be == nil {
+			return errors.New("--stop-desktops: no VM backend on this host")
+		}
+		defer be.Close()
+		return stopDesktops(ctx, os.Stderr, be)
+	}
 	st, closeStore, err := openStore(ctx, cfg.store, cfg.dataDir, "hvkube-server", log)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
+	// After the store, whose errors say more of a data directory that
+	// cannot be written.
+	unlock, err := lockDataDir(cfg)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	tok, err := resolveToken(cfg, envToken)
 	if err != nil {
 		return err
@@ -445,6 +473,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	if be != nil {
 		defer be.Close()
+		// Said last before the backend closes, once the node has stopped.
+		defer sayDesktopsLeft(ctx, os.Stderr, be, cfg.dataDir, log)
 	}
 	// On the way out the controllers stop and their workers return, then
 	// the node's agent attempts end, before the backend and the store

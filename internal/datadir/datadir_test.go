@@ -1,6 +1,8 @@
 package datadir
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -61,4 +63,26 @@ func TestReadTokenFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLock: a second lock of the same directory is refused, naming the
+// holder, until the first lets go.
+func TestLock(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no lock on Windows")
+	}
+	dir := t.TempDir()
+	unlock, err := Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Lock(dir); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+		t.Fatalf("a second lock: %v, want ErrInUse naming this process", err)
+	}
+	unlock()
+	again, err := Lock(dir)
+	if err != nil {
+		t.Fatalf("a lock after the first let go: %v", err)
+	}
+	again()
 }
