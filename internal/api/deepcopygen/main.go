@@ -24,11 +24,12 @@ import (
 	"path/filepath"
 	"regexp"
 
-	"golang.org/x/tools/go/packages"
 	"sigs.k8s.io/controller-tools/pkg/deepcopy"
 	"sigs.k8s.io/controller-tools/pkg/genall"
 	"sigs.k8s.io/controller-tools/pkg/loader"
 	"sigs.k8s.io/controller-tools/pkg/markers"
+
+	"github.com/hvkube/hvkube/internal/crd/apiload"
 )
 
 // File is where the methods go, in the api package's directory.
@@ -58,9 +59,9 @@ func Generate(root string) ([]byte, error) {
 	if err := markers.RegisterAll(reg, enable...); err != nil {
 		return nil, err
 	}
-	pkgs, err := loader.LoadRootsWithConfig(&packages.Config{Dir: root}, "./internal/api")
+	pkgs, err := apiload.Load(root)
 	if err != nil {
-		return nil, fmt.Errorf("load the api package: %w", err)
+		return nil, err
 	}
 	out := &captured{}
 	ctx := &genall.GenerationContext{
@@ -72,17 +73,7 @@ func Generate(root string) ([]byte, error) {
 	if err := (deepcopy.Generator{}).Generate(ctx); err != nil {
 		return nil, err
 	}
-	var errs []error
-	for _, pkg := range pkgs {
-		for _, e := range pkg.Errors {
-			// The type checker follows only what the types refer to, so
-			// the rest of the package is left unresolved on purpose.
-			if e.Kind != packages.TypeError {
-				errs = append(errs, e)
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := apiload.Errors(pkgs); err != nil {
 		return nil, fmt.Errorf("generate deep copies: %w", err)
 	}
 	if out.buf.Len() == 0 {

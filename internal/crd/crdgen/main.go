@@ -14,14 +14,12 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"go/ast"
 	"os"
 	"path/filepath"
 
-	"golang.org/x/tools/go/packages"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-tools/pkg/crd"
@@ -32,6 +30,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	hvcrd "github.com/hvkube/hvkube/internal/crd"
+	"github.com/hvkube/hvkube/internal/crd/apiload"
 )
 
 // apiPackage is the package the kinds are in.
@@ -63,9 +62,9 @@ func Generate(root string) (map[string][]byte, error) {
 	if err := crdmarkers.Register(reg); err != nil {
 		return nil, err
 	}
-	pkgs, err := loader.LoadRootsWithConfig(&packages.Config{Dir: root}, "./internal/api")
+	pkgs, err := apiload.Load(root)
 	if err != nil {
-		return nil, fmt.Errorf("load the api package: %w", err)
+		return nil, err
 	}
 	p := &crd.Parser{
 		Collector: &markers.Collector{Registry: reg},
@@ -110,18 +109,7 @@ func Generate(root string) (map[string][]byte, error) {
 		}
 		out[hvcrd.FileName(k)] = append([]byte(Header), b...)
 	}
-	var errs []error
-	for _, pkg := range pkgs {
-		for _, e := range pkg.Errors {
-			// The type checker follows only what the types refer to, so
-			// the rest of the package (function bodies, variables) is
-			// left unresolved on purpose.
-			if e.Kind != packages.TypeError {
-				errs = append(errs, e)
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := apiload.Errors(pkgs); err != nil {
 		return nil, fmt.Errorf("generate CRDs: %w", err)
 	}
 	return out, nil
