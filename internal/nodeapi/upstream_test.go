@@ -43,11 +43,30 @@ func TestUpstreamOnAServer(t *testing.T) {
 		a.Metadata.Name = b.agent
 		a.Spec.SandboxName, a.Spec.Type = "desk", "mcp-agent"
 		api.Default(a)
-		if _, err := st.Create(ctx, a); err != nil {
+		created, err := st.Create(ctx, a)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := reconcile.UpdateStatus(ctx, st, api.KindAgent, b.agent, func(a *api.Agent) bool {
 			a.Status.Phase, a.Status.Sandbox, a.Status.Attempts, a.Status.Node = api.AgentRunning, "desk", 1, b.node
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if b.agent != "mine" {
+			continue
+		}
+		// The sandbox the scheduler claimed for it on node-a: a node gets
+		// the token only of an attempt on a claim.
+		sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+		sb.Metadata.Name = "desk"
+		api.Default(sb)
+		if _, err := st.Create(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reconcile.UpdateStatus(ctx, st, api.KindSandbox, "desk", func(sb *api.Sandbox) bool {
+			sb.Status.Node, sb.Status.CurrentAgent = b.node, b.agent
+			sb.Status.Claim = &api.AgentClaim{UID: created.GetMeta().UID, Attempt: 1}
 			return true
 		}); err != nil {
 			t.Fatal(err)
