@@ -22,22 +22,21 @@ func lockDataDir(cfg serveConfig) (func(), error) {
 	return unlock, nil
 }
 
-// desktopsLeft counts be's desktops that still have a process (running
-// or paused), by state.
-func desktopsLeft(ctx context.Context, be backend.Backend) (running, paused int, err error) {
+// withProcess lists be's desktops that still have a process: running
+// (or stopped on a failed disk write) or paused.
+func withProcess(ctx context.Context, be backend.Backend) ([]backend.Info, error) {
 	infos, err := be.List(ctx)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
+	var out []backend.Info
 	for _, in := range infos {
 		switch in.State {
-		case backend.StateRunning, backend.StateIOError:
-			running++
-		case backend.StatePaused:
-			paused++
+		case backend.StateRunning, backend.StateIOError, backend.StatePaused:
+			out = append(out, in)
 		}
 	}
-	return running, paused, nil
+	return out, nil
 }
 
 // sayDesktopsLeft tells w, on the server's way out, which desktops keep
@@ -46,14 +45,21 @@ func desktopsLeft(ctx context.Context, be backend.Backend) (running, paused int,
 func sayDesktopsLeft(ctx context.Context, w io.Writer, be backend.Backend, dataDir string, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	running, paused, err := desktopsLeft(ctx, be)
+	left, err := withProcess(ctx, be)
 	if err != nil {
 		log.Warn("could not count the desktops left running", "err", err)
 		return
 	}
-	if running+paused == 0 {
+	if len(left) == 0 {
 		return
 	}
+	paused := 0
+	for _, in := range left {
+		if in.State == backend.StatePaused {
+			paused++
+		}
+	}
+	running := len(left) - paused
 	n := fmt.Sprintf("%d desktops keep", running+paused)
 	if running+paused == 1 {
 		n = "1 desktop keeps"
@@ -67,16 +73,9 @@ func sayDesktopsLeft(ctx context.Context, w io.Writer, be backend.Backend, dataD
 // objects are not touched: the next start finds them Saved, and restores
 // them as they are claimed or resumed.
 func stopDesktops(ctx context.Context, w io.Writer, be backend.Backend) error {
-	infos, err := be.List(ctx)
+	todo, err := withProcess(ctx, be)
 	if err != nil {
 		return err
-	}
-	var todo []backend.Info
-	for _, in := range infos {
-		switch in.State {
-		case backend.StateRunning, backend.StateIOError, backend.StatePaused:
-			todo = append(todo, in)
-		}
 	}
 	if len(todo) == 0 {
 		fmt.Fprintln(w, "no desktops are running")
