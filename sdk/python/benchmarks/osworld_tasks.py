@@ -111,9 +111,11 @@ def run_task(env: Any, example: dict[str, Any], result_dir: str, timeout: int) -
 
     def timed_reset(*args: Any, **kwargs: Any) -> Any:
         errors.records.clear()
-        obs = reset(*args, **kwargs)
+        try:
+            obs = reset(*args, **kwargs)
+        finally:  # a failed setup's logged errors often hold its cause
+            out["setup_logged_errors"] = list(errors.records)
         out["setup"] = "ok"
-        out["setup_logged_errors"] = list(errors.records)
         phase[0] = "run"
         return obs
 
@@ -168,13 +170,52 @@ def run_task(env: Any, example: dict[str, Any], result_dir: str, timeout: int) -
     return out
 
 
+# How a page of an outside site that never loaded looks to OSWorld's
+# Chrome getters: a tab still loading has no URL, or the page load times out.
+NO_PAGE = r"active_tab_url is not a string|Could not find target tab|Failed to get the url of active tab|Page\.goto: Timeout"
+
+# Hosts whose files OSWorld's cache holds (downloads), not sites a task opens.
+FILE_HOSTS = ("huggingface.co", "drive.google.com", "docs.google.com")
+
+
+def outside_sites(example: dict[str, Any]) -> list[str]:
+    """The outside web sites a task opens or checks (its setup's tabs, its
+    getters' pages), not the files it downloads ({"url", "path"} pairs,
+    which OSWorld's cache serves)."""
+    hosts: set[str] = set()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if not (k == "url" and "path" in v):
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif isinstance(v, str):
+            for m in re.finditer(r"https?://([A-Za-z0-9.-]+)", v):
+                h = m.group(1).lower()
+                if h != "localhost" and not h.startswith("127.") and not h.endswith(FILE_HOSTS):
+                    hosts.add(h)
+
+    walk([example.get("config"), example.get("evaluator")])
+    return sorted(hosts)
+
+
 def failure_cause(r: dict[str, Any]) -> str:
     """The cause of a task's failure: its error's, else that of the errors
-    OSWorld logged (where it often is: a page Chrome could not load)."""
+    OSWorld logged (where it often is: a page Chrome could not load). A
+    task that opens outside sites and fails for a page that never came
+    (DevTools had no URL for the tab, a page load or the task timed out)
+    failed for the network: the guest cannot reach those sites here."""
     err = r.get("setup_error") or r.get("evaluator_error") or r.get("run_error") or ""
-    if (c := cause(err)) != "other":
-        return c
-    return cause("\n".join(r.get("setup_logged_errors", []) + r.get("evaluator_logged_errors", [])))
+    logged = "\n".join(r.get("setup_logged_errors", []) + r.get("evaluator_logged_errors", []))
+    c = cause(err)
+    if c == "other":
+        c = cause(logged)
+    if r.get("sites") and (c in ("playwright", "timeout") or re.search(NO_PAGE, err + "\n" + logged)):
+        return "network: another site"
+    return c
 
 
 def die_with(parent: int) -> None:
@@ -206,7 +247,7 @@ def worker(n: int, args: argparse.Namespace, queue: Any, results: Any, parent: i
         example = json.loads(path.read_text())
         result_dir = os.path.join(args.results, domain, task_id)
         os.makedirs(result_dir, exist_ok=True)
-        rec: dict[str, Any] = {"domain": domain, "id": task_id, "env": n}
+        rec: dict[str, Any] = {"domain": domain, "id": task_id, "env": n, "sites": outside_sites(example)}
         try:
             if env is None:
                 env = DesktopEnv(provider_name="hvkube", path_to_vm=args.pool, action_space="pyautogui",
@@ -261,7 +302,7 @@ def normalized(r: dict[str, Any]) -> dict[str, Any]:
         r = dict(r, evaluator="ok", evaluator_notes=logged)
         r.pop("evaluator_error", None)
         r.pop("cause", None)
-    elif r.get("cause") == "other":  # a cause told apart since the line was written
+    elif r.get("cause"):  # causes told apart since the line was written
         r = dict(r, cause=failure_cause(r))
     return r
 
@@ -317,6 +358,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.summary:
         lines = [json.loads(l) for l in Path(args.out).read_text().splitlines() if l.strip()]
+        if args.osworld:  # the sites of tasks whose lines were written without them
+            for r in lines:
+                f = Path(args.osworld, "evaluation_examples", "examples", r["domain"], f"{r['id']}.json")
+                if "sites" not in r and f.is_file():
+                    r["sites"] = outside_sites(json.loads(f.read_text()))
         print(summary(lines))
         return 0
     if not args.osworld or not Path(args.osworld, "desktop_env").is_dir():

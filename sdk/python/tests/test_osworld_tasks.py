@@ -27,9 +27,40 @@ def test_failure_cause_looks_at_what_osworld_logged():
         # a setup download the host could not fetch, from any site
         ({"setup_error": "Exception: Setup step 2 failed: _download_setup - Failed to download https://arxiv.org/pdf/x.pdf. No retries left."},
          "network: another site"),
+        # a task that opens outside sites, whose tab never got a URL
+        ({"evaluator_error": "[DEBUG] active_tab_url is not a string, got <class 'NoneType'>: None",
+          "evaluator_logged_errors": ["BrowserType.connect_over_cdp: Unexpected status 502"],
+          "sites": ["www.united.com"]},
+         "network: another site"),
+        # the same with no outside site: DevTools' own failure
+        ({"evaluator_error": "[DEBUG] active_tab_url is not a string, got <class 'NoneType'>: None",
+          "evaluator_logged_errors": ["BrowserType.connect_over_cdp: Unexpected status 502"]},
+         "playwright"),
+        # a page load that timed out, on a task that opens outside sites
+        ({"evaluator_error": "[ACTIVE_TAB_INFO] Failed to go to the target URL page: Page.goto: Timeout 60000ms exceeded.",
+          "sites": ["mbta.com"]},
+         "network: another site"),
     ]
     for record, want in cases:
         assert tasks.failure_cause(record) == want, record
+
+
+def test_outside_sites_leave_out_downloads():
+    example = {
+        "config": [
+            {"type": "download", "parameters": {"files": [
+                {"url": "https://huggingface.co/x/y.xlsx", "path": "/home/user/y.xlsx"},
+                {"url": "https://arxiv.org/pdf/1.pdf", "path": "/home/user/1.pdf"}]}},
+            {"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["https://www.delta.com/"]}},
+            {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
+        ],
+        "evaluator": {"result": {"type": "active_tab_info", "goto_prefix": "https://"},
+                      "expected": {"type": "rule", "rules": {"url": "https://www.delta.com/flight-search"}},
+                      "func": "check_direct_json_object"},
+    }
+    assert tasks.outside_sites(example) == ["www.delta.com"]
+    assert tasks.outside_sites({"config": [{"type": "execute", "parameters": {
+        "command": ["curl", "http://localhost:5000/x", "http://127.0.0.1:9222"]}}]}) == []
 
 
 def test_summary_counts_network_failures_apart():
