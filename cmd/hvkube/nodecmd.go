@@ -24,6 +24,7 @@ import (
 	"github.com/hvkube/hvkube/internal/nodeapi"
 	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/server"
 )
 
@@ -263,6 +264,14 @@ func runNode(ctx context.Context, cfg serveConfig, nc nodeConfig) error {
 	}
 	nd := newNode(cfg, st, be, tokens, nc.serverURL, hostCommands, roots, mx, log, func(o *node.Options) {
 		o.WaitForPlacement, o.Address, o.ServerCAFile = true, addr, nc.serverCA
+		// The node holds no key: the API servers open the Secrets of
+		// its own claims for it.
+		o.Env = func(ctx context.Context, sb *api.Sandbox, a *api.Agent) (secrets.Env, error) {
+			if a == nil {
+				return up.Env(ctx, sb.Metadata.Name, "", 0)
+			}
+			return up.Env(ctx, sb.Metadata.Name, a.Metadata.Name, a.Status.Attempts)
+		}
 	})
 	up.Node = nd.Name()
 	// The node API's key is made here and never leaves: the API servers

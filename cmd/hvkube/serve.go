@@ -36,6 +36,7 @@ import (
 	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/secretenv"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -281,7 +282,15 @@ func nodeIdentities(key authtoken.Key, st store.Interface, serviceAccount string
 // be private), else DATA-DIR/token.key, made on the first start.
 func loadKey(cfg serveConfig) (authtoken.Key, error) {
 	if cfg.keyFile == "" {
-		return authtoken.LoadOrCreate(filepath.Join(cfg.dataDir, "token.key"))
+		// The key signs tokens and seals Secrets' values: a file others
+		// can read is refused, not used.
+		path := filepath.Join(cfg.dataDir, "token.key")
+		if fi, err := os.Stat(path); err == nil {
+			if err := checkSecretMode("the key file", path, fi); err != nil {
+				return nil, err
+			}
+		}
+		return authtoken.LoadOrCreate(path)
 	}
 	fi, err := os.Stat(cfg.keyFile)
 	if err != nil {
@@ -461,12 +470,16 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
+	sealer, err := secrets.NewSealer(key.SecretSeed())
+	if err != nil {
+		return err
+	}
 	mx := metrics.New(st)
 	if ks, ok := st.(*kube.Store); ok {
 		mx.CountEventDrops(ks.EventDrops)
 	}
 	opts := server.Options{Store: st, Logger: log, Token: token, Version: version, Hosts: hosts, AllowedRoots: roots, ShutdownGrace: cfg.shutdownGrace, ScopedKey: key, Metrics: mx,
-		Webhook: cfg.tlsAddr != "" && cfg.store.kind == storeKubernetes}
+		Webhook: cfg.tlsAddr != "" && cfg.store.kind == storeKubernetes, Sealer: sealer}
 	be, err := openBackend(ctx, cfg, roots, log)
 	if err != nil {
 		return err
@@ -500,6 +513,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			if lone {
 				o.FenceAfter = -1
 			}
+			o.Env = sealer.EnvFor(st.Get)
 		})
 		if err := nd.Start(ctx); err != nil {
 			return err

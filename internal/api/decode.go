@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -371,6 +372,16 @@ func checkValue(path string, v any, t reflect.Type) error {
 			}
 		}
 	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 { // []byte: base64, as encoding/json takes it
+			str, ok := v.(string)
+			if !ok {
+				return Invalid(path, "expected a base64 string, got %s", describe(v))
+			}
+			if _, err := base64.StdEncoding.DecodeString(str); err != nil {
+				return Invalid(path, "not base64 (give the value in stringData instead)")
+			}
+			return nil
+		}
 		arr, ok := v.([]any)
 		if !ok {
 			return Invalid(path, "expected a list, got %s", describe(v))

@@ -50,6 +50,11 @@ func (o *DisplayService) GetMeta() *ObjectMeta   { return &o.Metadata }
 func (o *DisplayService) GetSpec() any           { return &o.Spec }
 func (o *DisplayService) GetStatus() any         { return &o.Status }
 
+func (o *Secret) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
+func (o *Secret) GetMeta() *ObjectMeta   { return &o.Metadata }
+func (o *Secret) GetSpec() any           { return &o.Spec }
+func (o *Secret) GetStatus() any         { return &o.Status }
+
 func (o *Event) GetTypeMeta() *TypeMeta { return &o.TypeMeta }
 func (o *Event) GetMeta() *ObjectMeta   { return &o.Metadata }
 func (o *Event) GetSpec() any           { return nil }
@@ -84,6 +89,7 @@ var Kinds = []KindInfo{
 	{KindAgent, "agents", "agent", []string{"ag"}, func() Object { return &Agent{} }},
 	{KindDisplayService, "displayservices", "displayservice", []string{"ds"}, func() Object { return &DisplayService{} }},
 	{KindNode, "nodes", "node", []string{"no"}, func() Object { return &Node{} }},
+	{KindSecret, "secrets", "secret", nil, func() Object { return &Secret{} }},
 }
 
 // EventKind names the audit log, which can be read and watched but not
@@ -146,6 +152,8 @@ func DeepCopy[T Object](o T) T {
 	case *DisplayService:
 		c = x.DeepCopy()
 	case *Node:
+		c = x.DeepCopy()
+	case *Secret:
 		c = x.DeepCopy()
 	case *Event:
 		c = x.DeepCopy()

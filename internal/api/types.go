@@ -37,6 +37,7 @@ const (
 	KindAgent          = "Agent"
 	KindDisplayService = "DisplayService"
 	KindNode           = "Node"
+	KindSecret         = "Secret"
 	KindEvent          = "Event"
 )
 
@@ -268,6 +269,52 @@ type SandboxSpec struct {
 	Lifecycle   Lifecycle   `json:"lifecycle,omitzero"`
 	// Network replaces the template's mode and egress rules where set.
 	Network Network `json:"network,omitzero"`
+	// Env and EnvFrom are written into the desktop's session when it
+	// starts and when an agent claims it (below the agent's own), never
+	// into a template's snapshot (docs/secrets.md).
+	// +kubebuilder:validation:MaxItems=100
+	Env []EnvVar `json:"env,omitempty"`
+	// +kubebuilder:validation:MaxItems=10
+	EnvFrom []EnvFromSource `json:"envFrom,omitempty"`
+}
+
+// EnvVar is one variable of a desktop's session: a value, or a key of a
+// Secret.
+type EnvVar struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=32768
+	Value     string        `json:"value,omitempty"`
+	ValueFrom *EnvVarSource `json:"valueFrom,omitempty"`
+}
+
+// EnvVarSource names where a variable's value comes from.
+type EnvVarSource struct {
+	SecretKeyRef *SecretKeySelector `json:"secretKeyRef,omitempty"`
+}
+
+// SecretKeySelector is one key of a Secret.
+type SecretKeySelector struct {
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=128
+	Key string `json:"key"`
+}
+
+// EnvFromSource takes every key of a Secret as a variable, with Prefix
+// before its name.
+type EnvFromSource struct {
+	// +kubebuilder:validation:MaxLength=64
+	Prefix    string        `json:"prefix,omitempty"`
+	SecretRef *SecretRefSel `json:"secretRef,omitempty"`
+}
+
+// SecretRefSel names a Secret.
+type SecretRefSel struct {
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
 }
 
 // Display is a sandbox's screen and how it is served.
@@ -616,6 +663,14 @@ type AgentSpec struct {
 	Completion  Completion `json:"completion,omitzero"`
 	Output      Output     `json:"output,omitzero"`
 	RequiresGPU bool       `json:"requiresGpu,omitempty"`
+	// Env and EnvFrom are written into the desktop's session when the
+	// agent claims it, and given to a custom, playwright or selenium
+	// agent's command; the release takes them out again
+	// (docs/secrets.md).
+	// +kubebuilder:validation:MaxItems=100
+	Env []EnvVar `json:"env,omitempty"`
+	// +kubebuilder:validation:MaxItems=10
+	EnvFrom []EnvFromSource `json:"envFrom,omitempty"`
 	// TTLSecondsAfterFinished deletes the agent this long after it
 	// completed or failed, as a Kubernetes Job's does; unset keeps it.
 	// +kubebuilder:validation:Minimum=0
@@ -985,6 +1040,45 @@ type NodePressure struct {
 	// LastMoved is when the latest one was moved; LastReason why.
 	LastMoved  *time.Time `json:"lastMoved,omitempty"`
 	LastReason string     `json:"lastReason,omitempty"`
+}
+
+// ---- Secret ----
+
+// Secret holds values for desktops' sessions (env, envFrom). The API takes
+// them in spec.data (base64) or spec.stringData, seals them with the API
+// servers' key into spec.sealed, and serves neither back: a read shows
+// the keys (spec.keys) and nothing of the values.
+// +kubebuilder:resource:path=secrets,singular=secret,scope=Namespaced,categories=hvkube
+// +kubebuilder:printcolumn:name="Keys",type=string,JSONPath=`.spec.keys`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: not a DNS label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+type Secret struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta   `json:"metadata"`
+	Spec     SecretSpec   `json:"spec"`
+	Status   SecretStatus `json:"status,omitzero"`
+}
+
+// SecretStatus is empty: a Secret is all spec.
+type SecretStatus struct{}
+
+// SecretSpec is a Secret's values, as written (Data, StringData) and as
+// kept (Sealed, Keys).
+type SecretSpec struct {
+	// Data and StringData are write-only: the API seals them and clears
+	// them before the Secret is stored. An update with neither keeps the
+	// values stored.
+	// +kubebuilder:validation:MaxProperties=100
+	Data map[string][]byte `json:"data,omitempty"`
+	// +kubebuilder:validation:MaxProperties=100
+	StringData map[string]string `json:"stringData,omitempty"`
+	// Keys names the values, sorted (set by the API).
+	// +kubebuilder:validation:MaxItems=100
+	Keys []string `json:"keys,omitempty"`
+	// Sealed is the values, sealed with the API servers' key (AES-256-GCM,
+	// bound to the Secret's name); the API never serves it.
+	// +kubebuilder:validation:MaxLength=400000
+	Sealed string `json:"sealed,omitempty"`
 }
 
 // ---- Event ----

@@ -106,6 +106,8 @@ func Validate(o Object) error {
 		return validateDisplayService(&o.Spec)
 	case *Node:
 		return Invalid("kind", "a Node is written by the node that runs it: the API serves it read-only")
+	case *Secret:
+		return validateSecret(&o.Spec)
 	}
 	return Invalid("kind", "unknown kind %q", o.GetTypeMeta().Kind)
 }
@@ -430,7 +432,153 @@ func validateSandboxSpec(p string, s *SandboxSpec) error {
 	if err := inRange(p+".lifecycle.idlePauseSeconds", l.IdlePauseSeconds, MaxIdlePauseSeconds, "a day"); err != nil {
 		return err
 	}
-	return inRange(p+".lifecycle.idleSaveSeconds", l.IdleSaveSeconds, MaxIdleSaveSeconds, "a week")
+	if err := inRange(p+".lifecycle.idleSaveSeconds", l.IdleSaveSeconds, MaxIdleSaveSeconds, "a week"); err != nil {
+		return err
+	}
+	return validateEnv(p, s.Env, s.EnvFrom)
+}
+
+// Bounds on a session's variables and on Secrets.
+const (
+	MaxEnvVars        = 100
+	MaxEnvFrom        = 10
+	MaxEnvNameLength  = 128
+	MaxEnvValueBytes  = 32 << 10
+	MaxSecretKeys     = 100
+	MaxSecretValue    = 64 << 10
+	MaxSecretBytes    = 256 << 10
+	maxEnvPrefixBytes = 64
+)
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ValidateEnvName checks the name of a session variable (or of a Secret's
+// key, which envFrom makes one).
+func ValidateEnvName(field, name string) error {
+	switch {
+	case name == "":
+		return Invalid(field, "required")
+	case len(name) > MaxEnvNameLength:
+		return Invalid(field, "%.40q… is %d characters long: at most %d", name, len(name), MaxEnvNameLength)
+	case !envName.MatchString(name):
+		return Invalid(field, "%q is not a variable name: letters, digits and '_', not starting with a digit", name)
+	}
+	return nil
+}
+
+func validateEnv(p string, env []EnvVar, from []EnvFromSource) error {
+	if len(env) > MaxEnvVars {
+		return Invalid(p+".env", "%d variables: at most %d", len(env), MaxEnvVars)
+	}
+	seen := map[string]bool{}
+	for i, e := range env {
+		ep := fmt.Sprintf("%s.env[%d]", p, i)
+		if err := ValidateEnvName(ep+".name", e.Name); err != nil {
+			return err
+		}
+		if seen[e.Name] {
+			return Invalid(ep+".name", "%q is set twice", e.Name)
+		}
+		seen[e.Name] = true
+		if strings.HasPrefix(e.Name, "HVKUBE_") {
+			return Invalid(ep+".name", "%q: HVKUBE_ names are hvkube's own (the agent, its sandbox and token)", e.Name)
+		}
+		if len(e.Value) > MaxEnvValueBytes {
+			return Invalid(ep+".value", "%d bytes: at most %d", len(e.Value), MaxEnvValueBytes)
+		}
+		if strings.IndexByte(e.Value, 0) >= 0 {
+			return Invalid(ep+".value", "holds a NUL byte, which no environment can carry")
+		}
+		if e.ValueFrom == nil {
+			continue
+		}
+		if e.Value != "" {
+			return Invalid(ep+".valueFrom", "set either value or valueFrom, not both")
+		}
+		ref := e.ValueFrom.SecretKeyRef
+		if ref == nil {
+			return Invalid(ep+".valueFrom.secretKeyRef", "required: the Secret and key the value comes from")
+		}
+		if err := ValidateName(ep+".valueFrom.secretKeyRef.name", ref.Name); err != nil {
+			return err
+		}
+		if err := ValidateEnvName(ep+".valueFrom.secretKeyRef.key", ref.Key); err != nil {
+			return err
+		}
+	}
+	if len(from) > MaxEnvFrom {
+		return Invalid(p+".envFrom", "%d sources: at most %d", len(from), MaxEnvFrom)
+	}
+	for i, f := range from {
+		fp := fmt.Sprintf("%s.envFrom[%d]", p, i)
+		if f.SecretRef == nil {
+			return Invalid(fp+".secretRef", "required: the Secret whose keys become variables")
+		}
+		if err := ValidateName(fp+".secretRef.name", f.SecretRef.Name); err != nil {
+			return err
+		}
+		if f.Prefix != "" {
+			if len(f.Prefix) > maxEnvPrefixBytes || !envName.MatchString(f.Prefix) {
+				return Invalid(fp+".prefix", "%.70q is not the start of a variable name of at most %d characters", f.Prefix, maxEnvPrefixBytes)
+			}
+			if strings.HasPrefix(f.Prefix, "HVKUBE_") {
+				return Invalid(fp+".prefix", "%q: HVKUBE_ names are hvkube's own", f.Prefix)
+			}
+		}
+	}
+	return nil
+}
+
+// validateSecret checks a Secret's values as written. None is an update
+// that keeps the values stored (internal/secrets says whether there are).
+func validateSecret(s *SecretSpec) error {
+	total := 0
+	check := func(field, k string, v []byte) error {
+		if err := ValidateEnvName(field+"."+k, k); err != nil {
+			return err
+		}
+		if len(v) > MaxSecretValue {
+			return Invalid(field+"."+k, "%d bytes: at most %d", len(v), MaxSecretValue)
+		}
+		if bytesHasNUL(v) {
+			return Invalid(field+"."+k, "holds a NUL byte, which no environment can carry")
+		}
+		total += len(v)
+		return nil
+	}
+	for _, k := range sortedStringKeys(s.Data) {
+		if err := check("spec.data", k, s.Data[k]); err != nil {
+			return err
+		}
+	}
+	for _, k := range sortedStringKeys(s.StringData) {
+		if err := check("spec.stringData", k, []byte(s.StringData[k])); err != nil {
+			return err
+		}
+	}
+	keys := map[string]bool{}
+	for k := range s.Data {
+		keys[k] = true
+	}
+	for k := range s.StringData {
+		keys[k] = true
+	}
+	if len(keys) > MaxSecretKeys {
+		return Invalid("spec.data", "%d keys: at most %d", len(keys), MaxSecretKeys)
+	}
+	if total > MaxSecretBytes {
+		return Invalid("spec.data", "%d bytes in all: at most %d", total, MaxSecretBytes)
+	}
+	return nil
+}
+
+func bytesHasNUL(b []byte) bool {
+	for _, c := range b {
+		if c == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func validatePool(s *SandboxPoolSpec) error {
@@ -579,7 +727,7 @@ func validateAgent(s *AgentSpec) error {
 			return Invalid(fmt.Sprintf("spec.output.artifacts[%d]", i), "empty")
 		}
 	}
-	return nil
+	return validateEnv("spec", s.Env, s.EnvFrom)
 }
 
 func validateDisplayService(s *DisplayServiceSpec) error {
@@ -620,7 +768,7 @@ func validateDisplayService(s *DisplayServiceSpec) error {
 	return nil
 }
 
-func sortedStringKeys(m map[string]string) []string {
+func sortedStringKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

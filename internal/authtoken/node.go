@@ -221,3 +221,12 @@ func (k Key) APICASeed() []byte {
 	m.Write([]byte("hvkube API servers CA v1"))
 	return m.Sum(nil)
 }
+
+// SecretSeed is the key that seals the values of hvkube's Secrets
+// (internal/secrets), derived from k: the same on every API server that
+// holds k, and nothing a node or the store can compute.
+func (k Key) SecretSeed() []byte {
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte("hvkube Secret values v1"))
+	return m.Sum(nil)
+}

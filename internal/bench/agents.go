@@ -27,6 +27,7 @@ import (
 	"github.com/hvkube/hvkube/internal/drivers/fake"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/server"
 	"github.com/hvkube/hvkube/internal/store"
 )
@@ -276,11 +277,18 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, open Stor
 		return nil, err
 	}
 	url := "http://" + ln.Addr().String()
+	sealer, err := secrets.NewSealer(key.SecretSeed())
+	if err != nil {
+		ln.Close()
+		closeStore()
+		return nil, err
+	}
 	mgr := reconcile.NewManager(st, log, 0)
 	nd := node.New(node.Options{Store: st, Backend: be, Name: "bench", Logger: log, DataDir: dataDir, ServerURL: url,
 		Tokens: func(_ context.Context, a *api.Agent, ttl time.Duration) (string, error) {
 			return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl), nil
-		}})
+		},
+		Env: sealer.EnvFor(st.Get)})
 	if err := nd.Start(ctx); err != nil {
 		ln.Close()
 		closeStore()
@@ -298,7 +306,7 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, open Stor
 		closeStore()
 		return nil, err
 	}
-	srv := server.New(server.Options{Store: st, Logger: log, ScopedKey: key, Sandboxes: nd, Actions: nd.Actions(), Agents: nd, Ready: mgr.Ready})
+	srv := server.New(server.Options{Store: st, Logger: log, ScopedKey: key, Sealer: sealer, Sandboxes: nd, Actions: nd.Actions(), Agents: nd, Ready: mgr.Ready})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

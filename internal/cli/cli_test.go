@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/reconcile"
 	"github.com/hvkube/hvkube/internal/server"
@@ -41,7 +42,9 @@ func startServer(t *testing.T) string {
 	if err := mgr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(server.Options{Store: st, Version: "test"}).Handler())
+	// A key: the server seals Secrets with one derived from it.
+	key := authtoken.Key(strings.Repeat("k", 32))
+	srv := httptest.NewServer(server.New(server.Options{Store: st, Version: "test", ScopedKey: key}).Handler())
 	t.Cleanup(func() {
 		srv.Close()
 		mgr.Stop()

@@ -111,7 +111,7 @@ func splitKindArgs(args []string) (api.KindInfo, []string, error) {
 	}
 	k, ok := api.LookupKind(kindName)
 	if !ok {
-		return api.KindInfo{}, nil, fmt.Errorf("unknown resource type %q: want templates, sandboxes, sandboxpools, agents, displayservices or events", kindName)
+		return api.KindInfo{}, nil, fmt.Errorf("unknown resource type %q: want templates, sandboxes, sandboxpools, agents, displayservices, nodes, secrets or events", kindName)
 	}
 	return k, names, nil
 }

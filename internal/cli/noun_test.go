@@ -383,3 +383,40 @@ func TestAgentSubmitWait(t *testing.T) {
 		})
 	}
 }
+
+// TestSecretCreate: secret create takes values from the command line, a
+// file and an env file; list shows the keys, and no read shows a value.
+func TestSecretCreate(t *testing.T) {
+	url := startServer(t)
+	file := writeFile(t, "password", "pa55-from-file\n")
+	envFile := writeFile(t, "login.env", "# a comment\n\nSITE_USER=ann-from-env\n")
+	mustRun(t, url, "secret", "create", "login", "--from-literal", "TOKEN=tok-literal-1", "--from-file", "PASSWORD="+file, "--from-env-file", envFile)
+	out := mustRun(t, url, "secret", "list")
+	if !strings.Contains(out, "login") || !strings.Contains(out, "PASSWORD,SITE_USER,TOKEN") {
+		t.Errorf("secret list:\n%s", out)
+	}
+	for _, args := range [][]string{{"get", "secret", "login", "-o", "yaml"}, {"get", "secrets", "-o", "json"}, {"describe", "secret", "login"}} {
+		out := mustRun(t, url, args...)
+		for _, v := range []string{"tok-literal-1", "pa55-from-file", "ann-from-env", "sealed"} {
+			if strings.Contains(out, v) {
+				t.Errorf("hvkube %s shows %q:\n%s", strings.Join(args, " "), v, out)
+			}
+		}
+	}
+	for _, tt := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"secret", "create", "x"}, "needs values"},
+		{[]string{"secret", "create", "x", "--from-literal", "novalue"}, "want KEY=VALUE"},
+		{[]string{"secret", "create", "x", "--from-literal", "bad-key=v"}, "--from-literal"},
+		{[]string{"secret", "create", "x", "--from-literal", "A=1", "--from-literal", "A=2"}, "given twice"},
+		{[]string{"secret", "create", "x", "--from-file", "A=/no/such/file"}, "--from-file A"},
+		{[]string{"secret", "create", "login", "--from-literal", "A=1"}, "login"},
+	} {
+		_, errOut, code := run(t, url, tt.args...)
+		if code != 1 || !strings.Contains(errOut, tt.wantErr) {
+			t.Errorf("hvkube %v: exit %d, %q; want an error with %q", tt.args, code, errOut, tt.wantErr)
+		}
+	}
+}

@@ -109,6 +109,14 @@ func tableFor(kind string) table {
 					[]string{gw, strconv.Itoa(len(d.Status.Endpoints))}
 			},
 		}
+	case api.KindSecret:
+		return table{
+			headers: []string{"NAME", "KEYS", "AGE"},
+			row: func(o api.Object, now time.Time) ([]string, []string) {
+				s := o.(*api.Secret)
+				return []string{s.Metadata.Name, orDash(strings.Join(s.Spec.Keys, ",")), age(s.Metadata.CreationTimestamp, now)}, nil
+			},
+		}
 	case api.KindNode:
 		return table{
 			headers: []string{"NAME", "STATUS", "MEMORY USED", "RESERVED", "FREE", "RUNNING", "PAUSED", "SAVED", "FITS", "HEARTBEAT"},

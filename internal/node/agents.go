@@ -309,7 +309,13 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 	err := n.acquire(ctx, sandbox, name)
 	if err == nil {
 		lg.printf("sandbox %s acquired in %s", sandbox, n.now().Sub(start).Round(time.Millisecond))
+		err = n.claimSession(ctx, a, lg)
+	}
+	if err == nil {
 		res, err = n.execute(ctx, a, dir, lg)
+	}
+	if err != nil {
+		err = maskedError{err, n.maskText(sandbox, err.Error())}
 	}
 	if res == nil {
 		res = &api.AgentResult{}

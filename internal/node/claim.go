@@ -10,6 +10,7 @@ import (
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -120,6 +121,38 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 	})
 }
 
+// claimSession writes the session variables of a's claim (its sandbox's
+// and its own) into the sandbox it acquired, and has its log mask the
+// values that came from Secrets.
+func (n *Node) claimSession(ctx context.Context, a *api.Agent, lg *runLog) error {
+	o, err := n.read(ctx, api.KindSandbox, a.Status.Sandbox)
+	if err != nil {
+		return err
+	}
+	sb := o.(*api.Sandbox)
+	if !secrets.Wants(sb, a) && !n.holdsSession(sb.Metadata.Name) {
+		return nil
+	}
+	start := n.now()
+	if err := n.writeSession(ctx, sb, a); err != nil {
+		return fmt.Errorf("the session's variables: %w", err)
+	}
+	name := sb.Metadata.Name
+	lg.setMask(func(s string) string { return n.maskText(name, s) })
+	lg.printf("%d session variables written in %s", len(n.sessionVars(name)), n.now().Sub(start).Round(time.Millisecond))
+	return nil
+}
+
+// maskedError is an error whose message has the Secret values of its
+// sandbox's session masked; it unwraps to the error it masks.
+type maskedError struct {
+	err error
+	msg string
+}
+
+func (e maskedError) Error() string { return e.msg }
+func (e maskedError) Unwrap() error { return e.err }
+
 // recreate deletes the sandbox's VM and clones it again from its template,
 // running. The caller holds the sandbox's lock.
 func (n *Node) recreate(ctx context.Context, sb *api.Sandbox) error {
@@ -208,6 +241,14 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 	// claim (the agent may have paused or saved it since, through the API).
 	used := !unstarted && (sb.Status.Phase == api.SandboxRunning || resumedSinceClaim(sb))
 	phase := sb.Status.Phase
+	// The claim's variables go: a reset takes them with the rest of what
+	// ran; otherwise the file is deleted before the sandbox is kept,
+	// saved or put back.
+	if policy == "destroy" || (policy == "reset" && used) {
+		n.sessions.forget(name)
+	} else if err := n.scrubSession(ctx, name); err != nil {
+		return fmt.Errorf("release %s: %w", name, err)
+	}
 	var msg string
 	switch {
 	case policy == "destroy":

@@ -22,6 +22,7 @@ import (
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -51,6 +52,11 @@ type Options struct {
 	// (minted in this process, or asked of the API servers by a node
 	// that holds no key); nil gives none.
 	Tokens func(ctx context.Context, a *api.Agent, ttl time.Duration) (string, error)
+	// Env resolves the session variables of a sandbox (spec.env and
+	// spec.envFrom), and of an agent's claim of it when a is not nil
+	// (env.go): in this process where the key is, or asked of the API
+	// servers by a node that holds none. Nil refuses them.
+	Env func(ctx context.Context, sb *api.Sandbox, a *api.Agent) (secrets.Env, error)
 	// HostCommands lets custom agents run commands on this host, as it
 	// says; nil refuses them (spec.task.in: guest is unaffected).
 	HostCommands *HostCommands
@@ -128,6 +134,8 @@ type Node struct {
 	actions *display.Actions
 	// idle is when each sandbox was last used (idle.go).
 	idle idleBook
+	// sessions are the variables written into each sandbox (env.go).
+	sessions sessions
 	// captures are the snapshots captured lately (snapshot.go).
 	captures captureBook
 }

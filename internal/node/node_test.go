@@ -19,6 +19,7 @@ import (
 	"github.com/hvkube/hvkube/internal/controller"
 	"github.com/hvkube/hvkube/internal/drivers/fake"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -39,6 +40,7 @@ type cluster struct {
 	pressure       Pressure
 	// nodeStore wraps the store the node is given (clusterOptions).
 	nodeStore func(store.API) store.API
+	env       func(context.Context, *api.Sandbox, *api.Agent) (secrets.Env, error)
 }
 
 // clusterOptions change what newClusterWith builds.
@@ -56,6 +58,8 @@ type clusterOptions struct {
 	// nodeStore, when set, wraps the store the node is given (the
 	// controllers and the test use the store itself).
 	nodeStore func(store.API) store.API
+	// env is the node's Options.Env.
+	env func(context.Context, *api.Sandbox, *api.Agent) (secrets.Env, error)
 }
 
 // testStore, when set, opens the store of each cluster instead of SQLite
@@ -83,7 +87,7 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands, statusInterval: opts.statusInterval, pressure: opts.pressure,
-		nodeStore: opts.nodeStore}
+		nodeStore: opts.nodeStore, env: opts.env}
 	c.nd, c.mgr = c.startNode(t)
 	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
 kind: Template
@@ -105,7 +109,7 @@ func (c *cluster) startNode(t *testing.T) (*Node, *reconcile.Manager) {
 		nst = c.nodeStore(c.st)
 	}
 	nd := New(Options{Store: nst, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands,
-		StatusInterval: c.statusInterval, Pressure: c.pressure})
+		StatusInterval: c.statusInterval, Pressure: c.pressure, Env: c.env})
 	if err := nd.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

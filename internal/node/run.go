@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,7 +71,10 @@ func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *ru
 		name := st.Describe()
 		sr := api.StepResult{Action: name}
 		out, shot, err := n.step(ctx, a, st, dir, i+1)
-		sr.Output = truncate(out, maxStepOutput)
+		if err != nil {
+			err = maskedError{err, n.maskText(sandbox, err.Error())}
+		}
+		sr.Output = truncate(n.maskText(sandbox, out), maxStepOutput)
 		if shot != "" {
 			sr.Screenshot = shot
 			res.Screenshots = append(res.Screenshots, shot)
@@ -278,13 +282,13 @@ func (n *Node) runCommand(ctx context.Context, a *api.Agent, env []string, lg *r
 			return nil, n.refuseHostCommand(ctx, a, lg)
 		}
 		var err error
-		stdout, code, err = n.runHostEnv(ctx, a, env, lg)
+		stdout, code, err = n.runHostEnv(ctx, a, append(slices.Clip(env), n.sessionVars(a.Status.Sandbox)...), lg)
 		if err != nil {
 			return nil, err
 		}
 	}
 	res := &api.AgentResult{Success: code == 0, ExitCode: &code}
-	if out := bytes.TrimSpace(stdout); len(out) > 0 {
+	if out := bytes.TrimSpace([]byte(n.maskText(a.Status.Sandbox, string(stdout)))); len(out) > 0 {
 		if json.Valid(out) {
 			res.Output = json.RawMessage(out)
 		} else {
@@ -474,8 +478,16 @@ func copyOut(ctx context.Context, g backend.Guest, sandbox, from, to string) err
 
 // runLog is an attempt's log file.
 type runLog struct {
-	mu sync.Mutex
-	f  *os.File
+	mu   sync.Mutex
+	f    *os.File
+	mask func(string) string // hides Secret values (env.go); nil: none
+}
+
+// setMask has every later line of the log pass through mask.
+func (l *runLog) setMask(mask func(string) string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mask = mask
 }
 
 func newRunLog(dir string) *runLog {
@@ -490,7 +502,11 @@ func (l *runLog) printf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f != nil {
-		fmt.Fprintf(l.f, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+		line := fmt.Sprintf(format, args...)
+		if l.mask != nil {
+			line = l.mask(line)
+		}
+		fmt.Fprintf(l.f, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), line)
 	}
 }
 

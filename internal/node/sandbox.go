@@ -13,6 +13,7 @@ import (
 	"github.com/hvkube/hvkube/internal/backend"
 	"github.com/hvkube/hvkube/internal/guest"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -563,6 +564,11 @@ func (n *Node) prepare(ctx context.Context, sb *api.Sandbox) error {
 	if err := n.copyVolumes(ctx, sb); err != nil {
 		return err
 	}
+	if secrets.Wants(sb, nil) {
+		if err := n.writeSession(ctx, sb, nil); err != nil {
+			return err
+		}
+	}
 	return n.startup(ctx, sb)
 }
 
@@ -577,7 +583,7 @@ func (n *Node) startup(ctx context.Context, sb *api.Sandbox) error {
 		return fmt.Errorf("spec.startup: the %s backend cannot run programs in the guest", n.be.Name())
 	}
 	for i, c := range sb.Spec.Startup {
-		if _, err := g.Exec(ctx, sb.Metadata.Name, backend.ExecRequest{Path: c.Command, Args: c.Args, Detach: true}); err != nil {
+		if _, err := g.Exec(ctx, sb.Metadata.Name, n.withSession(sb.Metadata.Name, backend.ExecRequest{Path: c.Command, Args: c.Args, Detach: true})); err != nil {
 			return fmt.Errorf("spec.startup[%d] (%s): %w", i, c.Command, err)
 		}
 		n.event(ctx, sb, api.EventNormal, "Startup", fmt.Sprintf("started %s %s", c.Command, strings.Join(c.Args, " ")))

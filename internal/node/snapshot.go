@@ -21,6 +21,13 @@ const ReasonCaptured = "Captured"
 // the user who asked: a node creates no templates). The sandbox stops
 // for the copy, then runs (or stays paused) as it was.
 func (n *Node) Capture(ctx context.Context, sandbox, template string) (backend.TemplateInfo, error) {
+	if s, ok := n.sessions.get(sandbox); ok {
+		who := "its own spec.env"
+		if s.agent != "" {
+			who = "agent " + s.agent + "'s spec.env"
+		}
+		return backend.TemplateInfo{}, fmt.Errorf("sandbox %s holds session variables (%s): a template of it would keep them; take the snapshot once it is released: %w", sandbox, who, api.ErrConflict)
+	}
 	c, ok := n.be.(backend.Capturer)
 	if !ok {
 		return backend.TemplateInfo{}, fmt.Errorf("snapshots of sandboxes: the %s backend %w: %w", n.be.Name(), errNoAbility, api.ErrUnsupported)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/authtoken"
 	"github.com/hvkube/hvkube/internal/nodeca"
+	"github.com/hvkube/hvkube/internal/secrets"
 )
 
 // Upstream is a node agent's way to the API servers (hvkube serve's
@@ -206,4 +207,13 @@ func (u *Upstream) AgentToken(ctx context.Context, agent string, attempt int) (s
 		return "", err
 	}
 	return ans.Token, nil
+}
+
+// Env asks the API servers for the session variables of sandbox, and of
+// the claim of it by attempt of agent when agent is not "" (they answer
+// only for a sandbox on this node, and an attempt that runs on it).
+func (u *Upstream) Env(ctx context.Context, sandbox, agent string, attempt int) (secrets.Env, error) {
+	var ans secrets.Env
+	err := u.post(ctx, "env", map[string]any{"sandbox": sandbox, "agent": agent, "attempt": attempt}, &ans)
+	return ans, err
 }

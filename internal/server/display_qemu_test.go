@@ -26,6 +26,7 @@ import (
 	"github.com/hvkube/hvkube/internal/gateway"
 	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -53,7 +54,7 @@ func startQEMUDesk(t *testing.T) *qemuDesk {
 // startOnQEMU runs a server over a real QEMU backend (no spares) with the
 // template tpl, of a guest image the tests need, and the sandbox sb, and
 // returns once sb runs, within wait (which includes the template's build).
-func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Duration) *qemuDesk {
+func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Duration, more ...func(*reconcile.Manager, *store.Store)) *qemuDesk {
 	t.Helper()
 	imageDir := qemutest.RequireImage(t, tpl.Spec.QEMU.Image)
 	ctx := context.Background()
@@ -68,8 +69,15 @@ func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Dur
 		t.Fatal(err)
 	}
 	mgr := reconcile.NewManager(st, log, 0)
-	nd := node.New(node.Options{Store: st, Backend: be, Logger: log})
+	sealer, err := secrets.NewSealer(testKey.SecretSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := node.New(node.Options{Store: st, Backend: be, Logger: log, DataDir: dir, Env: sealer.EnvFor(st.Get)})
 	nd.Register(mgr)
+	for _, f := range more {
+		f(mgr, st)
+	}
 	t.Cleanup(func() {
 		mgr.Stop()
 		nd.Stop()
@@ -80,7 +88,7 @@ func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Dur
 		be.Close()
 		st.Close()
 	})
-	srv := New(Options{Store: st, Sandboxes: nd, Actions: nd.Actions(), Token: "admin", ScopedKey: testKey, Logger: log})
+	srv := New(Options{Store: st, Sandboxes: nd, Actions: nd.Actions(), Agents: nd, Token: "admin", ScopedKey: testKey, Logger: log})
 	for _, o := range []api.Object{tpl, sb} {
 		if err := srv.admit(o); err != nil {
 			t.Fatal(err)

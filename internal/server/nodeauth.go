@@ -36,12 +36,13 @@ func isNodePath(r *http.Request) bool {
 		return false
 	}
 	_, op, ok := strings.Cut(rest, "/")
-	return ok && (op == "join" || op == "agent-token")
+	return ok && (op == "join" || op == "agent-token" || op == "env")
 }
 
 func (s *Server) nodeRoutes() {
 	s.mux.HandleFunc("POST "+nodePathPrefix+"{name}/join", s.nodeJoin)
 	s.mux.HandleFunc("POST "+nodePathPrefix+"{name}/agent-token", s.nodeAgentToken)
+	s.mux.HandleFunc("POST "+nodePathPrefix+"{name}/env", s.nodeEnv)
 }
 
 // nodeOf authenticates the request as node name: its bearer credential
@@ -190,6 +191,82 @@ func (s *Server) nodeAgentToken(w http.ResponseWriter, r *http.Request) {
 	ttl := agentstate.Timeout(a)
 	tok := s.opts.ScopedKey.Mint(authtoken.ForAttempt(a, req.Attempt), now, ttl)
 	writeJSON(w, http.StatusOK, agentTokenAnswer{Token: tok, Expires: now.Add(ttl).UTC()})
+}
+
+type envRequest struct {
+	Sandbox string `json:"sandbox"`
+	Agent   string `json:"agent,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
+}
+
+// nodeEnv opens the session variables of a sandbox on the asking node,
+// and of the claim of it by the running attempt of an agent on it (what
+// the node writes into the desktop when the sandbox starts and when the
+// agent acquires it): the node holds no key and reads no Secret; it
+// gets the values of its own claims, while they run, and nothing else.
+func (s *Server) nodeEnv(w http.ResponseWriter, r *http.Request) {
+	node, ok := s.nodeOf(w, r)
+	if !ok {
+		return
+	}
+	if s.opts.Sealer == nil {
+		refuse(w, http.StatusNotImplemented, errors.New("this server keeps no Secrets"))
+		return
+	}
+	var req envRequest
+	if err := s.decodeStrict(w, r, &req); err != nil {
+		s.failBody(w, r, err)
+		return
+	}
+	if err := api.ValidateName("sandbox", req.Sandbox); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	o, err := s.opts.Store.Get(r.Context(), api.KindSandbox, req.Sandbox)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Status.Node != node {
+		refuse(w, http.StatusForbidden, fmt.Errorf("sandbox %s is on node %q, not on node %s: its variables are not yours to have", sb.Metadata.Name, sb.Status.Node, node))
+		return
+	}
+	var a *api.Agent
+	if req.Agent != "" {
+		if req.Attempt < 1 {
+			s.fail(w, r, api.Invalid("attempt", "%d: attempts count from 1", req.Attempt))
+			return
+		}
+		o, err := s.opts.Store.Get(r.Context(), api.KindAgent, req.Agent)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		a = o.(*api.Agent)
+		switch {
+		case a.Status.Node != node || a.Status.Sandbox != sb.Metadata.Name:
+			refuse(w, http.StatusForbidden, fmt.Errorf("agent %s runs on sandbox %q of node %q, not on sandbox %s of node %s: its variables are not yours to have", a.Metadata.Name, a.Status.Sandbox, a.Status.Node, sb.Metadata.Name, node))
+			return
+		case a.Status.Phase != api.AgentRunning || a.Status.Attempts != req.Attempt:
+			refuse(w, http.StatusConflict, fmt.Errorf("agent %s is %s at attempt %d: attempt %d is not running, so it gets no variables", a.Metadata.Name, orNone(string(a.Status.Phase)), a.Status.Attempts, req.Attempt))
+			return
+		}
+		if refusal, err := s.claimedFor(r.Context(), a, node); err != nil {
+			s.fail(w, r, err)
+			return
+		} else if refusal != nil {
+			refuse(w, http.StatusForbidden, refusal)
+			return
+		}
+	}
+	env, err := s.opts.Sealer.Resolve(r.Context(), s.opts.Store.Get, sb, a)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, env)
 }
 
 func orNone(s string) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/hvkube/hvkube/internal/guestnet"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/mcptools"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -160,7 +161,30 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if k.Kind == api.KindSecret {
+		if items, err = redactRaw(items); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	writeRawList(w, k.Kind+"List", cur, encodeContinue(next), items)
+}
+
+// redactRaw returns the store's JSON of Secrets without their values.
+func redactRaw(items []json.RawMessage) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		var sec api.Secret
+		if err := json.Unmarshal(it, &sec); err != nil {
+			return nil, fmt.Errorf("a stored Secret: %w", err)
+		}
+		b, err := json.Marshal(secrets.Redacted(&sec))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
 }
 
 // scaleTries bounds scale's retries when a controller writes the pool
@@ -238,6 +262,13 @@ func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, k api.KindInf
 	}
 	if got := o.GetTypeMeta().Kind; got != k.Kind {
 		return nil, api.Invalid("kind", "%s does not belong at /api/v1/%s (want %s)", got, k.Plural, k.Kind)
+	}
+	if sec, ok := o.(*api.Secret); ok {
+		if s.opts.Sealer == nil {
+			return nil, fmt.Errorf("this server keeps no Secrets: it has no key to seal them with: %w", api.ErrUnsupported)
+		}
+		// What is stored of the values, the server writes.
+		sec.Spec.Sealed, sec.Spec.Keys = "", nil
 	}
 	if err := s.admit(o); err != nil {
 		return nil, err
@@ -344,6 +375,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.GetMeta().ResourceVersion = ""
+	if sec, ok := o.(*api.Secret); ok {
+		if err := s.opts.Sealer.Prepare(sec, nil); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	out, err := s.opts.Store.Create(r.Context(), o)
 	if err != nil {
 		s.fail(w, r, err)
@@ -370,6 +407,21 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request) {
 	if name := r.PathValue("name"); o.GetMeta().Name != name {
 		s.fail(w, r, api.Invalid("metadata.name", "%q does not match the name in the URL (%q)", o.GetMeta().Name, name))
 		return
+	}
+	if sec, ok := o.(*api.Secret); ok {
+		var prev *api.Secret
+		cur, err := s.opts.Store.Get(r.Context(), api.KindSecret, sec.Metadata.Name)
+		switch {
+		case err == nil:
+			prev = cur.(*api.Secret)
+		case !errors.Is(err, api.ErrNotFound):
+			s.fail(w, r, err)
+			return
+		}
+		if err := s.opts.Sealer.Prepare(sec, prev); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 	}
 	out, res, err := store.Apply(r.Context(), s.opts.Store, o)
 	if err != nil {

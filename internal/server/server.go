@@ -24,6 +24,7 @@ import (
 	"github.com/hvkube/hvkube/internal/metrics"
 	"github.com/hvkube/hvkube/internal/nodeca"
 	"github.com/hvkube/hvkube/internal/osworld"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -89,6 +90,10 @@ type Options struct {
 	// listeners: with the Kubernetes store, whose API server sends it
 	// writes of hvkube's kinds.
 	Webhook bool
+	// Sealer seals Secrets' values and opens them for the nodes that run
+	// a claim; by default one of a key derived from ScopedKey. Nil keeps
+	// no Secrets (their routes answer 501).
+	Sealer *secrets.Sealer
 }
 
 // BackendInfo describes the server's VM backend.
@@ -139,6 +144,9 @@ func New(opts Options) *Server {
 	}
 	if opts.ControlToken == nil && opts.ScopedKey != nil {
 		opts.ControlToken = controlToken(opts.ScopedKey)
+	}
+	if opts.Sealer == nil && opts.ScopedKey != nil {
+		opts.Sealer, _ = secrets.NewSealer(opts.ScopedKey.SecretSeed())
 	}
 	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux(), hosts: opts.Hosts}
 	if s.hosts.names == nil {
@@ -340,6 +348,9 @@ func writeError(w http.ResponseWriter, code int, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	if o, ok := v.(api.Object); ok {
+		v = secrets.Redacted(o) // a Secret's values never leave
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/secrets"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -48,6 +49,9 @@ func newStream(w http.ResponseWriter, r *http.Request) *streamWriter {
 }
 
 func (sw *streamWriter) send(typ string, obj any, flush bool) error {
+	if o, ok := obj.(api.Object); ok {
+		obj = secrets.Redacted(o) // a Secret's values never leave
+	}
 	line, err := json.Marshal(struct {
 		Type   string `json:"type"`
 		Object any    `json:"object"`

@@ -91,6 +91,10 @@ func (s *Server) review(req *admissionv1.AdmissionRequest) error {
 	if o.GetMeta().DeletionTimestamp != nil && !specChanged {
 		return nil // going: what changes is its finalizers
 	}
+	if sec, ok := o.(*api.Secret); ok && (len(sec.Spec.Data) > 0 || len(sec.Spec.StringData) > 0) {
+		// Written here, the values would be stored as they are.
+		return api.Invalid("spec.stringData", "write a Secret's values through hvkube's API (hvkube create secret, or hvkube apply), which seals them: written to the Kubernetes API they would be stored in the clear")
+	}
 	next := api.DeepCopy(o)
 	if err := s.admit(next); err != nil {
 		return err
@@ -144,7 +148,7 @@ func WebhookConfig(ns, url string, caPEM []byte) map[string]any {
 				"apiGroups":   []any{"hvkube.io"},
 				"apiVersions": []any{"*"},
 				"operations":  []any{"CREATE", "UPDATE"},
-				"resources":   []any{"templates", "sandboxes", "sandboxpools", "agents", "displayservices"},
+				"resources":   []any{"templates", "sandboxes", "sandboxpools", "agents", "displayservices", "secrets"},
 				"scope":       "Namespaced",
 			}},
 			"matchConditions": []any{map[string]any{

@@ -1,0 +1,103 @@
+//go:build linux
+
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/controller"
+	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/store"
+)
+
+// TestSessionEnvOnQEMU: a Secret's value, named by an agent's spec.env,
+// reaches the programs its workflow runs in a real desktop and the
+// session's file (the desktop user's, 0600), and nothing else: not the
+// Secret's own reads, not the agent, its result, its log or the events
+// (the step that prints it shows ***). Once the agent is done, the next
+// agent on the same desktop finds neither the file nor the variable.
+func TestSessionEnvOnQEMU(t *testing.T) {
+	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
+	tpl.Metadata.Name = "desk-tpl"
+	tpl.Spec.QEMU = &api.QEMUImage{Image: "linux-desktop"}
+	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+	sb.Metadata.Name = "desk"
+	sb.Spec.TemplateRef = "desk-tpl"
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d := startOnQEMU(t, tpl, sb, 10*time.Minute, func(m *reconcile.Manager, st *store.Store) {
+		controller.RegisterAll(m, st, log, time.Now)
+	})
+
+	var created api.Secret
+	d.call(t, "POST", "/api/v1/secrets", `{"apiVersion":"hvkube/v1","kind":"Secret","metadata":{"name":"site"},"spec":{"stringData":{"API_KEY":"`+secretValue+`"}}}`, &created)
+	if strings.Join(created.Spec.Keys, ",") != "API_KEY" || created.Spec.Sealed != "" {
+		t.Fatalf("created Secret: %+v", created.Spec)
+	}
+	agent := func(name, env, steps string) {
+		t.Helper()
+		d.call(t, "POST", "/api/v1/agents", `{"apiVersion":"hvkube/v1","kind":"Agent","metadata":{"name":"`+name+`"},
+			"spec":{"type":"workflow","sandboxName":"desk","env":`+env+`,"task":{"steps":`+steps+`}}}`, nil)
+	}
+	wait := func(name string) *api.Agent {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
+			o, err := d.st.Get(context.Background(), api.KindAgent, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := o.(*api.Agent)
+			if a.Status.Phase == api.AgentCompleted {
+				return a
+			}
+			if a.Status.Phase == api.AgentFailed || time.Now().After(deadline) {
+				b, _ := json.Marshal(a.Status)
+				t.Fatalf("agent %s: %s", name, b)
+			}
+		}
+	}
+	agent("reader", `[{"name":"API_KEY","valueFrom":{"secretKeyRef":{"name":"site","key":"API_KEY"}}},{"name":"PLAIN","value":"visible"}]`,
+		`[{"action":"exec","command":["sh","-c","printenv API_KEY"]},
+		  {"action":"exec","command":["sh","-c","test \"$PLAIN\" = visible && test -n \"$API_KEY\" && (unset API_KEY; . /run/hvkube/env && test -n \"$API_KEY\") && stat -c %U:%a /run/hvkube/env"]},
+		  {"action":"assert","fileContains":{"path":"/run/hvkube/env","text":"export API_KEY="}}]`)
+	a := wait("reader")
+	steps := a.Status.Result.Steps
+	if got := strings.TrimSpace(steps[0].Output); got != "***" {
+		t.Errorf("the step that prints the secret shows %q, want ***", got)
+	}
+	if got := strings.TrimSpace(steps[1].Output); got != "agent:600" {
+		t.Errorf("the session file is %q, want the desktop user's, mode 600", got)
+	}
+
+	// Every answer of the API that could carry it.
+	for _, path := range []string{
+		"/api/v1/secrets", "/api/v1/secrets/site", "/api/v1/agents/reader", "/api/v1/agents/reader/result",
+		"/api/v1/agents/reader/logs", "/api/v1/events", "/api/v1/sandboxes/desk", "/api/v1/agents",
+	} {
+		code, body := d.get(t, path, nil)
+		if code != http.StatusOK {
+			t.Errorf("GET %s: %d %.300s", path, code, body)
+		}
+		if strings.Contains(body, secretValue) {
+			t.Errorf("GET %s shows the secret: %.300s", path, body)
+		}
+	}
+	stored, err := d.st.Get(context.Background(), api.KindSecret, "site")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(stored); strings.Contains(string(b), secretValue) {
+		t.Errorf("the store holds the value in the clear: %s", b)
+	}
+
+	// The next agent on the desktop: no file, no variable.
+	agent("after", `[]`, `[{"action":"exec","command":["sh","-c","test ! -e /run/hvkube/env && test -z \"$API_KEY\""]}]`)
+	wait("after")
+}
