@@ -21,7 +21,7 @@ const result = await esbuild.build({
   minify: true,
   sourcemap: false,
   legalComments: 'eof',
-  banner: { js: `/*! hvkube dashboard. Bundles noVNC ${novncVersion} (MPL-2.0, source: https://github.com/novnc/noVNC) with pako (MIT). */` },
+  banner: { js: `/*! hvkube dashboard. Bundles noVNC ${novncVersion} (MPL-2.0, source: https://github.com/novnc/noVNC) with pako (MIT), and xterm.js (MIT, source: https://github.com/xtermjs/xterm.js). */` },
   outdir: path.join(out, 'ui'),
   entryNames: '[name]-[hash]',
   assetNames: '[name]-[hash]',

@@ -19,7 +19,8 @@ import (
 
 // TestDashboardOnQEMU drives the dashboard in headless Chromium against
 // `hvkube serve` with a real desktop, with a token set: the sandbox page
-// takes a screenshot, pauses, resumes and resets the sandbox; the live view
+// takes a screenshot, pauses, resumes and resets the sandbox; its terminal
+// tab runs a shell in the guest; the live view
 // shows the desktop (a canvas that is not blank), view-only until the page
 // takes control, and a live-view link shows it without the server's token;
 // and an agent's question is answered from the page.
@@ -42,6 +43,10 @@ func TestDashboardOnQEMU(t *testing.T) {
 
 	cfg := webtest.Config{URL: p.url(), Token: token, Chromium: browser, Sandbox: "browser-agent-1", LongTimeoutMS: 300_000, Control: true}
 	webtest.MustRun(t, "sandbox", cfg, 15*time.Minute)
+
+	t.Run("terminal", func(t *testing.T) {
+		webtest.MustRun(t, "terminal", cfg, 10*time.Minute)
+	})
 
 	t.Run("live view", func(t *testing.T) {
 		webtest.MustRun(t, "live", cfg, 15*time.Minute)

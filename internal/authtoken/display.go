@@ -92,8 +92,13 @@ func (k Key) MintDisplay(c DisplayClaims, now time.Time, ttl time.Duration) (str
 	if ttl <= 0 {
 		ttl = DefaultDisplayTTL
 	}
+	return k.mintJWT(DisplayAudience, c, now, ttl)
+}
+
+// mintJWT signs c for audience aud, valid for ttl from now.
+func (k Key) mintJWT(aud string, c DisplayClaims, now time.Time, ttl time.Duration) (string, time.Time) {
 	exp := now.Add(ttl).Truncate(time.Second)
-	c.Audience, c.IssuedAt, c.ExpiresAt = DisplayAudience, now.Unix(), exp.Unix()
+	c.Audience, c.IssuedAt, c.ExpiresAt = aud, now.Unix(), exp.Unix()
 	body, _ := json.Marshal(c)
 	signing := jwtHeader + "." + base64.RawURLEncoding.EncodeToString(body)
 	return signing + "." + base64.RawURLEncoding.EncodeToString(k.signDisplay(signing)), exp
@@ -110,6 +115,34 @@ func (k Key) signDisplay(signing string) []byte {
 // not for the display or signed with another key; ErrExpired for one whose
 // time is up. It does not check which sandbox the token is for.
 func (k Key) VerifyDisplay(tok string, now time.Time) (DisplayClaims, error) {
+	return k.verifyJWT(DisplayAudience, tok, now)
+}
+
+// TerminalAudience is the aud claim of terminal tokens: what a browser
+// opens a sandbox's terminal WebSocket with (it cannot set the header).
+// A display token, which a live-view link carries and which may be
+// shared, never opens a terminal, nor a terminal token a display.
+const TerminalAudience = "terminal"
+
+// TerminalTTL is a terminal token's life: long enough to open the
+// WebSocket it was minted for.
+const TerminalTTL = time.Minute
+
+// MintTerminal returns a token that opens sandbox's terminal for
+// TerminalTTL, and its expiry.
+func (k Key) MintTerminal(sandbox string, now time.Time) (string, time.Time) {
+	return k.mintJWT(TerminalAudience, DisplayClaims{Sandbox: sandbox}, now, TerminalTTL)
+}
+
+// VerifyTerminal checks a terminal token as VerifyDisplay checks a
+// display token, and returns the sandbox it opens.
+func (k Key) VerifyTerminal(tok string, now time.Time) (string, error) {
+	c, err := k.verifyJWT(TerminalAudience, tok, now)
+	return c.Sandbox, err
+}
+
+// verifyJWT checks tok as a token of audience aud.
+func (k Key) verifyJWT(aud, tok string, now time.Time) (DisplayClaims, error) {
 	if len(tok) > maxDisplayToken {
 		return DisplayClaims{}, ErrInvalid
 	}
@@ -132,7 +165,7 @@ func (k Key) VerifyDisplay(tok string, now time.Time) (DisplayClaims, error) {
 	}
 	body, err := base64.RawURLEncoding.DecodeString(parts[1])
 	var c DisplayClaims
-	if err != nil || json.Unmarshal(body, &c) != nil || c.Audience != DisplayAudience || c.Sandbox == "" || c.ExpiresAt == 0 {
+	if err != nil || json.Unmarshal(body, &c) != nil || c.Audience != aud || c.Sandbox == "" || c.ExpiresAt == 0 {
 		return DisplayClaims{}, ErrInvalid
 	}
 	if now.Unix() >= c.ExpiresAt {

@@ -299,21 +299,31 @@ func ParseXY(flag, s string) ([]int, error) {
 }
 
 func newExecCmd(e *env) *cobra.Command {
-	var stdin bool
+	var stdin, tty bool
 	cmd := &cobra.Command{
-		Use:   "exec SANDBOX [-i] -- COMMAND [ARG...]",
+		Use:   "exec SANDBOX [-i] [-t] -- COMMAND [ARG...]",
 		Short: "Run a command in a sandbox's guest",
 		Long: `Run a command in a running sandbox's guest (as root, with the desktop's
 DISPLAY). The command and its arguments are passed as a list: no shell is
 involved unless you run one. Prints the command's output and exits with its
-exit code.`,
+exit code.
+
+With -t (usually -it) the command runs on a pseudo-terminal as the desktop's
+user, interactively, over a WebSocket through the API: input is raw (Ctrl-C
+goes to the command), the window's size follows this terminal's, and it
+exits with the command's exit status. A Linux guest with python3 and its
+network is needed. hvkube attach SANDBOX opens the user's login shell.`,
 		Example: `  hvkube exec browser-agent-1 -- cat /etc/hostname
   hvkube exec browser-agent-1 -- sh -c 'ls /tmp | wc -l'
-  echo hello | hvkube exec browser-agent-1 -i -- tee /tmp/hello`,
+  echo hello | hvkube exec browser-agent-1 -i -- tee /tmp/hello
+  hvkube exec -it browser-agent-1 -- bash`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
-				return fmt.Errorf("usage: hvkube exec SANDBOX -- COMMAND [ARG...]")
+				return errNoCommand
+			}
+			if tty {
+				return e.runTerminal(cmd.Context(), args[0], args[1:])
 			}
 			input := ""
 			if stdin {
@@ -344,6 +354,7 @@ exit code.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "pass standard input to the command")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal, interactively (with -i: hvkube exec -it)")
 	return cmd
 }
 

@@ -22,7 +22,8 @@ import (
 //     read the object, the screen, the accessibility tree and the live
 //     view; send input, run programs, read and write guest files, use the
 //     clipboard, OSWorld's guest API (guestapi.go), reach the guest's TCP
-//     ports (port forwards, ports.go) — unless a person holds the sandbox;
+//     ports (port forwards, ports.go), open a terminal (terminal.go) —
+//     unless a person holds the sandbox;
 //   - MCP, whose tools apply the same rules per call.
 //
 // It never creates, replaces, patches or deletes an object, never mints a
@@ -69,6 +70,8 @@ func scopedNeed(method, path string, sc authtoken.Scope) need {
 			return needSandboxAct // what a person copies while they hold it is theirs
 		case rest == "/files" && (get || method == http.MethodPut):
 			return needSandboxAct // the guest's files are as much as exec
+		case get && rest == "/terminal":
+			return needSandboxAct // a shell in the guest is exec
 		case strings.HasPrefix(rest, "/osworld/"):
 			return needSandboxAct // OSWorld's guest API runs programs, as exec does
 		case strings.HasPrefix(rest, "/ports/"):

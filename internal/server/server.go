@@ -196,6 +196,7 @@ func (s *Server) routes() {
 	s.hitlRoutes()
 	s.mcpRoutes()
 	s.nodeRoutes()
+	s.terminalRoutes()
 	if s.opts.Metrics != nil {
 		m.Handle("GET /metrics", s.opts.Metrics.Handler())
 	}
@@ -217,6 +218,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		case isDisplayPath(r): // authorizes itself (display.go)
+			next.ServeHTTP(w, r)
+			return
+		case isTerminalTicket(r): // authorizes itself (terminal.go)
 			next.ServeHTTP(w, r)
 			return
 		case isNodePath(r): // only a node's identity (nodeauth.go)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/base64"
 	"io/fs"
 	"net/http"
 	"path"
@@ -31,21 +33,32 @@ func (s *Server) webRoutes() {
 	}
 	assets := http.FileServerFS(files)
 	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		setPageHeaders(w, r)
+		// The terminal (xterm.js) writes its styles into <style> elements:
+		// the page's own nonce lets those in, and no other inline style.
+		nonce := styleNonce()
+		setPageHeaders(w, r, nonce)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		http.ServeContent(w, r, "index.html", time.Time{}, bytes.NewReader(index))
+		page := bytes.Replace(index, []byte("<head>"), []byte(`<head><meta name="hvkube-style-nonce" content="`+nonce+`">`), 1)
+		http.ServeContent(w, r, "index.html", time.Time{}, bytes.NewReader(page))
 	})
 	s.mux.HandleFunc("GET /ui/", func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/") {
 			http.NotFound(w, r) // no directory listings
 			return
 		}
-		setPageHeaders(w, r)
+		setPageHeaders(w, r, "")
 		// Asset names carry a hash of their content.
 		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 		assets.ServeHTTP(w, r)
 	})
+}
+
+// styleNonce is a fresh CSP nonce: 128 random bits.
+func styleNonce() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 // plainHost matches a Host header that is safe to repeat in a header.
@@ -54,7 +67,7 @@ var plainHost = regexp.MustCompile(`^[A-Za-z0-9.\-]+(:[0-9]+)?$|^\[[0-9A-Fa-f:.]
 // setPageHeaders limits what the dashboard's pages may load and do: their
 // own scripts and styles only, connections to this server only (its API
 // and its display WebSocket), no framing by other pages.
-func setPageHeaders(w http.ResponseWriter, r *http.Request) {
+func setPageHeaders(w http.ResponseWriter, r *http.Request, nonce string) {
 	h := w.Header()
 	// 'self' covers ws: of the same host in current browsers; naming the
 	// host covers the others.
@@ -62,10 +75,14 @@ func setPageHeaders(w http.ResponseWriter, r *http.Request) {
 	if plainHost.MatchString(r.Host) {
 		connect += " ws://" + r.Host + " wss://" + r.Host
 	}
+	style := "style-src 'self'"
+	if nonce != "" {
+		style += " 'nonce-" + nonce + "'"
+	}
 	h.Set("Content-Security-Policy", strings.Join([]string{
 		"default-src 'none'",
 		"script-src 'self'",
-		"style-src 'self'",
+		style,
 		"img-src 'self' blob: data:",
 		"media-src 'self' blob:",
 		connect,

@@ -4,6 +4,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -105,5 +106,34 @@ func TestDashboardServing(t *testing.T) {
 	}
 	if resp, _ := get("/", map[string]string{"Host": "evil.example"}); resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Errorf("GET / with a foreign Host: %d, want 421", resp.StatusCode)
+	}
+}
+
+// TestDashboardStyleNonce: each load of the page has a style nonce of its
+// own, in its policy and in the page (for the terminal's <style>
+// elements), and the policy lets in no other inline style.
+func TestDashboardStyleNonce(t *testing.T) {
+	ts := start(t, Options{})
+	seen := map[string]bool{}
+	for range 2 {
+		code, hdr, body := ts.do(t, "GET", "/", "", "")
+		if code != 200 {
+			t.Fatalf("GET /: %d", code)
+		}
+		csp := hdr.Get("Content-Security-Policy")
+		m := regexp.MustCompile(`style-src 'self' 'nonce-([A-Za-z0-9+/=]{24})'(;|$)`).FindStringSubmatch(csp)
+		if m == nil {
+			t.Fatalf("policy %q: want style-src 'self' and a nonce", csp)
+		}
+		if strings.Contains(csp, "unsafe-inline") {
+			t.Errorf("policy %q allows inline styles", csp)
+		}
+		if !strings.Contains(string(body), `<meta name="hvkube-style-nonce" content="`+m[1]+`">`) {
+			t.Error("the page does not carry its policy's nonce")
+		}
+		if seen[m[1]] {
+			t.Error("two loads of the page had the same nonce")
+		}
+		seen[m[1]] = true
 	}
 }

@@ -203,6 +203,23 @@ const scenarios = {
     }
   },
 
+  // The terminal tab opens a shell in the guest: typed input runs, its
+  // output shows, exit ends it.
+  async terminal(page) {
+    await page.goto(`${cfg.url}/#/sandboxes/${encodeURIComponent(cfg.sandbox)}`);
+    await signIn(page);
+    await expectText(page.locator('.page-head .badge'), /Running/, T.long);
+    await page.click('button[data-act="terminal"]');
+    await expectText(page.locator('#terminal-status'), /Connected/, T.long);
+    const rows = page.locator('#terminal .xterm-rows');
+    await expectText(rows, /\$/, T.long); // the shell's prompt
+    await page.locator('#terminal').click();
+    await page.keyboard.type('echo hv-$((6*7)) $(id -un)\n');
+    notes.output = await expectText(rows, /hv-42\s\w+/, T.long);
+    await page.keyboard.type('exit 4\n');
+    notes.status = await expectText(page.locator('#terminal-status'), /Exited with 4/, T.long);
+  },
+
   // The live view shows the desktop, view-only; taking control switches
   // input on, handing it back switches it off.
   async live(page) {

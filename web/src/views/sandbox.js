@@ -3,6 +3,7 @@
 import { blobURL, enc, postJSON } from '../api.js';
 import { agentHref, badge, fill, h, sync, when } from '../dom.js';
 import { LiveView } from '../live.js';
+import { TerminalPane } from '../terminal.js';
 import { eventsFor, pendingRequests, poolOf, state } from '../store.js';
 import { nameInput, person, RequestForms } from './hitl.js';
 import { conditionsTable, details, eventsBlock } from './common.js';
@@ -16,6 +17,7 @@ export function sandboxView(main, name) {
   const urls = new Set();
   let busy = false;
   let mine = null; // the take-over this page holds: {id}
+  let term = null; // the open terminal pane
 
   const title = h('h1', {}, name, ' ');
   const phase = h('span');
@@ -26,6 +28,7 @@ export function sandboxView(main, name) {
     resume: button('Resume', 'resume'),
     reset: button('Reset', 'reset'),
     screenshot: button('Screenshot', 'screenshot'),
+    terminal: button('Terminal', 'terminal'),
     take: button('Take control', 'take', 'primary'),
     release: button('Hand back control', 'release', 'primary'),
   };
@@ -36,6 +39,7 @@ export function sandboxView(main, name) {
   const events = h('div');
   const shot = h('div', { class: 'screenshot', id: 'screenshot', hidden: true });
   const missing = h('p', { class: 'card error', hidden: true }, `Sandbox ${name} does not exist (any more).`);
+  const termSlot = h('div');
 
   main.append(
     h('div', { class: 'crumbs' }, h('a', { href: '#/' }, 'Overview'), ' / sandboxes'),
@@ -48,6 +52,7 @@ export function sandboxView(main, name) {
       buttons.resume,
       buttons.reset,
       buttons.screenshot,
+      buttons.terminal,
       h('span', { class: 'spacer' }),
       nameInput(),
       buttons.take,
@@ -57,7 +62,7 @@ export function sandboxView(main, name) {
     h(
       'div',
       { class: 'split' },
-      h('div', { class: 'main-col' }, live.el, shot),
+      h('div', { class: 'main-col' }, live.el, shot, termSlot),
       h(
         'div',
         { class: 'side-col' },
@@ -76,6 +81,17 @@ export function sandboxView(main, name) {
   }
 
   async function run(act) {
+    if (act === 'terminal') {
+      if (term) return term.term?.focus();
+      term = new TerminalPane(name, () => {
+        term = null;
+        update();
+      });
+      termSlot.append(term.el);
+      update();
+      term.open();
+      return;
+    }
     if (busy) return;
     busy = true;
     update();
@@ -142,6 +158,7 @@ export function sandboxView(main, name) {
     buttons.resume.disabled = busy || !['Paused', 'Saved'].includes(st.phase);
     buttons.reset.disabled = busy || !['Running', 'Paused', 'Saved'].includes(st.phase);
     buttons.screenshot.disabled = busy || !SHOWS_SCREEN.includes(st.phase);
+    buttons.terminal.disabled = !!term || st.phase !== 'Running';
     buttons.take.hidden = !!held;
     buttons.take.disabled = busy || st.phase !== 'Running';
     buttons.release.hidden = !held;
@@ -180,6 +197,7 @@ export function sandboxView(main, name) {
     update,
     destroy() {
       live.destroy();
+      term?.destroy();
       urls.forEach((u) => URL.revokeObjectURL(u));
     },
   };

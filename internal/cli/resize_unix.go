@@ -1,0 +1,11 @@
+//go:build !windows
+
+package cli
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func notifyResize(ch chan os.Signal) { signal.Notify(ch, syscall.SIGWINCH) }
