@@ -321,3 +321,18 @@ func TestWatchSurvivesRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusesAnOpenKeyFile: the key signs tokens and seals Secrets'
+// values: a data directory's key file that group or others may read is
+// refused, and serve says how to fix it.
+func TestServeRefusesAnOpenKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "token.key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--backend", "none").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), key+" is accessible by group or others") || !strings.Contains(string(out), "chmod 600") {
+		t.Fatalf("serve with an open key file: err %v, output %s", err, out)
+	}
+}

@@ -29,6 +29,11 @@ const (
 	KubeVersion = "hvkube.io/v1"
 )
 
+// LabelForkOf labels a fork (POST /api/v1/sandboxes/NAME/fork), and the
+// template made for it, with the sandbox it was forked from; the fork's
+// template goes when its sandboxes have (internal/controller).
+const LabelForkOf = "hvkube.io/fork-of"
+
 // Kinds.
 const (
 	KindTemplate       = "Template"

@@ -41,6 +41,7 @@ func Register(m *reconcile.Manager, st store.Interface, log *slog.Logger, opts O
 	NewPools(m, st, log, now)
 	NewPlacement(m, st, log, now)
 	NewDisplayServices(m, st, log, now, opts.Display)
+	NewForkTemplates(m, st, log, now)
 	if opts.NodeGrace >= 0 {
 		NewLostNodes(m, st, log, now, opts.NodeGrace)
 	}

@@ -513,8 +513,9 @@ type ForkResponse struct {
 // MaxForks bounds a fork's count.
 const MaxForks = 100
 
-// LabelForkOf labels a fork with the sandbox it was forked from.
-const LabelForkOf = "hvkube.io/fork-of"
+// LabelForkOf labels a fork, and its template, with the sandbox it was
+// forked from.
+const LabelForkOf = api.LabelForkOf
 
 // fork makes count sandboxes of the sandbox as it is now: a snapshot
 // (as the snapshot route takes) to a template of its own,
