@@ -29,7 +29,7 @@ type ForkTemplates struct {
 	now       func() time.Time
 	sandboxes *reconcile.Cache
 	templates *reconcile.Cache
-	mu sync.Mutex // guards gone
+	mu        sync.Mutex // guards gone
 	// gone is when each fork template was first seen with no sandbox.
 	gone map[string]time.Time
 }

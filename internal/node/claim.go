@@ -139,7 +139,7 @@ func (n *Node) claimSession(ctx context.Context, a *api.Agent, lg *runLog) error
 	}
 	name := sb.Metadata.Name
 	lg.setMask(func(s string) string { return n.maskText(name, s) })
-	lg.printf("%d session variables written in %s", len(n.sessionVars(name)), n.now().Sub(start).Round(time.Millisecond))
+	lg.printf("%d session variables resolved in %s; the guest's file is written before anything runs there", len(n.sessionVars(name)), n.now().Sub(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -245,6 +245,10 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 	// ran; otherwise the file is deleted before the sandbox is kept,
 	// saved or put back.
 	if policy == "destroy" || (policy == "reset" && used) {
+		// A write still under way would land in the clean desktop.
+		if err := n.settleSession(ctx, name); err != nil {
+			return fmt.Errorf("release %s: %w", name, err)
+		}
 		n.sessions.forget(name)
 	} else if err := n.scrubSession(ctx, name); err != nil {
 		return fmt.Errorf("release %s: %w", name, err)

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/secrets"
 )
 
@@ -31,10 +33,7 @@ import (
 // steps' output and errors, its result's output and its events.
 
 // sessionEnvFile is where a Linux guest keeps its session's variables.
-const (
-	sessionEnvDir  = "/run/hvkube"
-	sessionEnvFile = sessionEnvDir + "/env"
-)
+const sessionEnvFile = "/run/hvkube/env"
 
 // minMasked is the shortest Secret value masked: shorter ones would mask
 // every "1" and "on" of a log, and say little of the secret.
@@ -50,7 +49,20 @@ type session struct {
 	vars  []string
 	agent string // the claim they were written for; "" for the sandbox's own
 	mask  *strings.Replacer
+	// file is the write of the guest's file, under way in the background
+	// after the resume; the programs the node runs there, and the
+	// release, wait for it.
+	file *fileWrite
 }
+
+// fileWrite is one write of a guest's session file.
+type fileWrite struct {
+	done chan struct{} // closed when it is over
+	err  error         // set before done closes
+}
+
+// sessionWriteTimeout bounds a write of the session file.
+const sessionWriteTimeout = 2 * time.Minute
 
 func (s *sessions) get(name string) (session, bool) {
 	s.mu.Lock()
@@ -131,22 +143,62 @@ func (n *Node) writeSession(ctx context.Context, sb *api.Sandbox, a *api.Agent) 
 			pairs = append(pairs, v, "***")
 		}
 	}
-	s := session{vars: env.Vars, agent: agent}
+	s := session{vars: env.Vars, agent: agent, file: &fileWrite{done: make(chan struct{})}}
 	if len(pairs) > 0 {
 		s.mask = strings.NewReplacer(pairs...)
 	}
-	if g := n.guestInfo(ctx, sb); g.OS == "linux" {
-		if err := n.writeEnvFile(ctx, sb, g.User, env.Vars); err != nil {
-			return err
-		}
-	}
+	prev, _ := n.sessions.get(name)
 	n.sessions.set(name, s)
+	g := n.guestInfo(ctx, sb)
+	if g.OS != "linux" {
+		close(s.file.done)
+		return nil
+	}
+	// The file is written in the background: a program in the guest costs
+	// a fork and an exec there (hundreds of milliseconds under emulation),
+	// which the claim need not wait for. Whatever the node runs in the
+	// guest waits for it (withSession), and so does the release.
+	go func() {
+		defer close(s.file.done)
+		if prev.file != nil {
+			<-prev.file.done
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionWriteTimeout)
+		defer cancel()
+		// A guest agent that just resumed may drop a request or two.
+		for try := 1; ; try++ {
+			s.file.err = n.writeEnvFile(wctx, sb, g.User, env.Vars)
+			if s.file.err == nil || try == 3 || clock.Sleep(wctx, time.Duration(try)*500*time.Millisecond) != nil {
+				break
+			}
+		}
+		if s.file.err != nil {
+			n.log.Warn("session file", "sandbox", name, "err", s.file.err)
+			n.event(wctx, sb, api.EventWarning, "SessionFileFailed", s.file.err.Error())
+		}
+	}()
 	return nil
+}
+
+// settleSession waits until the write of sandbox name's session file (if
+// one is under way) is over, or ctx ends.
+func (n *Node) settleSession(ctx context.Context, name string) error {
+	s, ok := n.sessions.get(name)
+	if !ok || s.file == nil {
+		return nil
+	}
+	select {
+	case <-s.file.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the session's variables to be written: %w", context.Cause(ctx))
+	}
 }
 
 // writeEnvFile writes vars into the guest's session file, owned by the
 // desktop's user, mode 0600. The values reach the guest on the program's
-// standard input; its arguments are fixed but for the user's name.
+// standard input; its arguments are fixed but for the user's name (the
+// template's, checked as a name by the API).
 func (n *Node) writeEnvFile(ctx context.Context, sb *api.Sandbox, user string, vars []string) error {
 	g, ok := n.be.(backend.Guest)
 	if !ok {
@@ -158,9 +210,10 @@ func (n *Node) writeEnvFile(ctx context.Context, sb *api.Sandbox, user string, v
 		k, v, _ := strings.Cut(kv, "=")
 		b.WriteString("export " + k + "=" + shellQuote(v) + "\n")
 	}
-	const script = `umask 077 && mkdir -p ` + sessionEnvDir + ` && chmod 711 ` + sessionEnvDir +
-		` && cat > ` + sessionEnvFile + `.new && chown "$1" ` + sessionEnvFile + `.new && mv -f ` + sessionEnvFile + `.new ` + sessionEnvFile
-	res, err := g.Exec(ctx, sb.Metadata.Name, backend.ExecRequest{Path: "/bin/sh", Args: []string{"-c", script, "sh", user}, Stdin: []byte(b.String())})
+	// One program (each costs a fork and an exec in the guest, much under
+	// emulation): install makes the directory and the file, mode 0600,
+	// owned by the user, from its standard input.
+	res, err := g.Exec(ctx, sb.Metadata.Name, backend.ExecRequest{Path: "install", Args: []string{"-D", "-m", "600", "-o", user, "/proc/self/fd/0", sessionEnvFile}, Stdin: []byte(b.String())})
 	if err != nil {
 		return fmt.Errorf("write the session's variables into the guest: %w", err)
 	}
@@ -176,6 +229,9 @@ func (n *Node) writeEnvFile(ctx context.Context, sb *api.Sandbox, user string, v
 func (n *Node) scrubSession(ctx context.Context, name string) error {
 	if !n.holdsSession(name) {
 		return nil
+	}
+	if err := n.settleSession(ctx, name); err != nil {
+		return err
 	}
 	if g, ok := n.be.(backend.Guest); ok {
 		if info, err := n.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning {
@@ -219,10 +275,14 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// withSession adds the session's variables of sandbox name to req's.
-func (n *Node) withSession(name string, req backend.ExecRequest) backend.ExecRequest {
+// withSession adds the session's variables of sandbox name to req's, once
+// their file is written.
+func (n *Node) withSession(ctx context.Context, name string, req backend.ExecRequest) (backend.ExecRequest, error) {
+	if err := n.settleSession(ctx, name); err != nil {
+		return req, err
+	}
 	if vars := n.sessionVars(name); len(vars) > 0 {
 		req.Env = append(slices.Clip(req.Env), vars...)
 	}
-	return req
+	return req, nil
 }

@@ -17,13 +17,13 @@ import (
 
 const sessionSecret = "s3ss10n-v4lue"
 
-// envShell is guestShell with what writing a session needs: the node's
-// script that writes the file (its standard input), rm, and printenv.
+// envShell is guestShell with what writing a session needs: install of
+// standard input, rm, and printenv.
 func envShell(id string, fs fake.FS, req backend.ExecRequest) (backend.ExecResult, error) {
 	switch path.Base(req.Path) {
-	case "sh":
-		if len(req.Args) > 1 && strings.Contains(req.Args[1], sessionEnvFile+".new") {
-			fs.WriteFile(sessionEnvFile, req.Stdin)
+	case "install":
+		if n := len(req.Args); n > 0 && req.Args[n-2] == "/proc/self/fd/0" {
+			fs.WriteFile(req.Args[n-1], req.Stdin)
 			return backend.ExecResult{}, nil
 		}
 	case "rm":
@@ -105,7 +105,7 @@ spec:
 		t.Errorf("the session file, as the step shows it: %q", steps[2].Output)
 	}
 	log, _ := os.ReadFile(filepath.Join(c.attemptDir("reader", 1), "agent.log"))
-	if strings.Contains(string(log), sessionSecret) || !strings.Contains(string(log), "session variables written") {
+	if strings.Contains(string(log), sessionSecret) || !strings.Contains(string(log), "session variables resolved") {
 		t.Errorf("the attempt's log:\n%s", log)
 	}
 	c.waitReleased(t, "box", api.SandboxRunning)

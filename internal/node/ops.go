@@ -341,7 +341,11 @@ func (n *Node) Exec(ctx context.Context, name string, req backend.ExecRequest) (
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
-	return g.Exec(ctx, name, n.withSession(name, req))
+	req, err = n.withSession(ctx, name, req)
+	if err != nil {
+		return backend.ExecResult{}, err
+	}
+	return g.Exec(ctx, name, req)
 }
 
 // ClipboardGet reads a running sandbox's clipboard.

@@ -583,7 +583,11 @@ func (n *Node) startup(ctx context.Context, sb *api.Sandbox) error {
 		return fmt.Errorf("spec.startup: the %s backend cannot run programs in the guest", n.be.Name())
 	}
 	for i, c := range sb.Spec.Startup {
-		if _, err := g.Exec(ctx, sb.Metadata.Name, n.withSession(sb.Metadata.Name, backend.ExecRequest{Path: c.Command, Args: c.Args, Detach: true})); err != nil {
+		req, err := n.withSession(ctx, sb.Metadata.Name, backend.ExecRequest{Path: c.Command, Args: c.Args, Detach: true})
+		if err != nil {
+			return fmt.Errorf("spec.startup[%d] (%s): %w", i, c.Command, err)
+		}
+		if _, err := g.Exec(ctx, sb.Metadata.Name, req); err != nil {
 			return fmt.Errorf("spec.startup[%d] (%s): %w", i, c.Command, err)
 		}
 		n.event(ctx, sb, api.EventNormal, "Startup", fmt.Sprintf("started %s %s", c.Command, strings.Join(c.Args, " ")))

@@ -54,6 +54,22 @@ func startQEMUDesk(t *testing.T) *qemuDesk {
 // startOnQEMU runs a server over a real QEMU backend (no spares) with the
 // template tpl, of a guest image the tests need, and the sandbox sb, and
 // returns once sb runs, within wait (which includes the template's build).
+// deskOnQEMU is startOnQEMU with the sandbox desk of template desk-tpl
+// (the linux-desktop image), edit changing desk's spec first.
+func deskOnQEMU(t *testing.T, edit func(*api.SandboxSpec), more ...func(*reconcile.Manager, *store.Store)) *qemuDesk {
+	t.Helper()
+	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
+	tpl.Metadata.Name = "desk-tpl"
+	tpl.Spec.QEMU = &api.QEMUImage{Image: "linux-desktop"}
+	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+	sb.Metadata.Name = "desk"
+	sb.Spec.TemplateRef = "desk-tpl"
+	if edit != nil {
+		edit(&sb.Spec)
+	}
+	return startOnQEMU(t, tpl, sb, 10*time.Minute, more...)
+}
+
 func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Duration, more ...func(*reconcile.Manager, *store.Store)) *qemuDesk {
 	t.Helper()
 	imageDir := qemutest.RequireImage(t, tpl.Spec.QEMU.Image)

@@ -17,14 +17,7 @@ import (
 // the next exec through the API resumes it and runs: the caller sees only
 // the resume's time.
 func TestIdlePauseOnQEMU(t *testing.T) {
-	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
-	tpl.Metadata.Name = "desk-tpl"
-	tpl.Spec.QEMU = &api.QEMUImage{Image: "linux-desktop"}
-	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
-	sb.Metadata.Name = "desk"
-	sb.Spec.TemplateRef = "desk-tpl"
-	sb.Spec.Lifecycle.IdlePauseSeconds = 2
-	d := startOnQEMU(t, tpl, sb, 10*time.Minute)
+	d := deskOnQEMU(t, func(s *api.SandboxSpec) { s.Lifecycle.IdlePauseSeconds = 2 })
 	// The node's status round (every 5 s) pauses idle desktops.
 	if err := d.nd.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -158,33 +158,8 @@ func (s *Server) nodeAgentToken(w http.ResponseWriter, r *http.Request) {
 		s.failBody(w, r, err)
 		return
 	}
-	switch {
-	case req.Agent == "":
-		s.fail(w, r, api.Invalid("agent", "required"))
-		return
-	case req.Attempt < 1:
-		s.fail(w, r, api.Invalid("attempt", "%d: attempts count from 1", req.Attempt))
-		return
-	}
-	o, err := s.opts.Store.Get(r.Context(), api.KindAgent, req.Agent)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	a := o.(*api.Agent)
-	switch {
-	case a.Status.Node != node:
-		refuse(w, http.StatusForbidden, fmt.Errorf("agent %s runs on node %q, not on node %s: its token is not yours to have", a.Metadata.Name, a.Status.Node, node))
-		return
-	case a.Status.Phase != api.AgentRunning || a.Status.Attempts != req.Attempt || a.Status.Sandbox == "":
-		refuse(w, http.StatusConflict, fmt.Errorf("agent %s is %s at attempt %d: attempt %d is not running, so it gets no token", a.Metadata.Name, orNone(string(a.Status.Phase)), a.Status.Attempts, req.Attempt))
-		return
-	}
-	if refusal, err := s.claimedFor(r.Context(), a, node); err != nil {
-		s.fail(w, r, err)
-		return
-	} else if refusal != nil {
-		refuse(w, http.StatusForbidden, refusal)
+	a, ok := s.attemptOn(w, r, node, req.Agent, req.Attempt, "token")
+	if !ok {
 		return
 	}
 	now := time.Now()
@@ -234,29 +209,11 @@ func (s *Server) nodeEnv(w http.ResponseWriter, r *http.Request) {
 	}
 	var a *api.Agent
 	if req.Agent != "" {
-		if req.Attempt < 1 {
-			s.fail(w, r, api.Invalid("attempt", "%d: attempts count from 1", req.Attempt))
+		if a, ok = s.attemptOn(w, r, node, req.Agent, req.Attempt, "variables"); !ok {
 			return
 		}
-		o, err := s.opts.Store.Get(r.Context(), api.KindAgent, req.Agent)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		a = o.(*api.Agent)
-		switch {
-		case a.Status.Node != node || a.Status.Sandbox != sb.Metadata.Name:
-			refuse(w, http.StatusForbidden, fmt.Errorf("agent %s runs on sandbox %q of node %q, not on sandbox %s of node %s: its variables are not yours to have", a.Metadata.Name, a.Status.Sandbox, a.Status.Node, sb.Metadata.Name, node))
-			return
-		case a.Status.Phase != api.AgentRunning || a.Status.Attempts != req.Attempt:
-			refuse(w, http.StatusConflict, fmt.Errorf("agent %s is %s at attempt %d: attempt %d is not running, so it gets no variables", a.Metadata.Name, orNone(string(a.Status.Phase)), a.Status.Attempts, req.Attempt))
-			return
-		}
-		if refusal, err := s.claimedFor(r.Context(), a, node); err != nil {
-			s.fail(w, r, err)
-			return
-		} else if refusal != nil {
-			refuse(w, http.StatusForbidden, refusal)
+		if a.Status.Sandbox != sb.Metadata.Name {
+			refuse(w, http.StatusForbidden, fmt.Errorf("agent %s runs on sandbox %s, not on %s: its variables are not that sandbox's", a.Metadata.Name, a.Status.Sandbox, sb.Metadata.Name))
 			return
 		}
 	}
@@ -267,6 +224,43 @@ func (s *Server) nodeEnv(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, env)
+}
+
+// attemptOn reads agent and checks that its running attempt is attempt,
+// on node, on a sandbox claimed for it there: what a node gets an
+// attempt's token or variables for. It answers the refusal itself
+// (what: what is refused) and returns false.
+func (s *Server) attemptOn(w http.ResponseWriter, r *http.Request, node, agent string, attempt int, what string) (*api.Agent, bool) {
+	switch {
+	case agent == "":
+		s.fail(w, r, api.Invalid("agent", "required"))
+		return nil, false
+	case attempt < 1:
+		s.fail(w, r, api.Invalid("attempt", "%d: attempts count from 1", attempt))
+		return nil, false
+	}
+	o, err := s.opts.Store.Get(r.Context(), api.KindAgent, agent)
+	if err != nil {
+		s.fail(w, r, err)
+		return nil, false
+	}
+	a := o.(*api.Agent)
+	switch {
+	case a.Status.Node != node:
+		refuse(w, http.StatusForbidden, fmt.Errorf("agent %s runs on node %q, not on node %s: its %s is not yours to have", a.Metadata.Name, a.Status.Node, node, what))
+		return nil, false
+	case a.Status.Phase != api.AgentRunning || a.Status.Attempts != attempt || a.Status.Sandbox == "":
+		refuse(w, http.StatusConflict, fmt.Errorf("agent %s is %s at attempt %d: attempt %d is not running, so it gets no %s", a.Metadata.Name, orNone(string(a.Status.Phase)), a.Status.Attempts, attempt, what))
+		return nil, false
+	}
+	if refusal, err := s.claimedFor(r.Context(), a, node); err != nil {
+		s.fail(w, r, err)
+		return nil, false
+	} else if refusal != nil {
+		refuse(w, http.StatusForbidden, refusal)
+		return nil, false
+	}
+	return a, true
 }
 
 func orNone(s string) string {

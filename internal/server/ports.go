@@ -70,32 +70,41 @@ const forwardCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals 
 
 // portForwards serves the port forwards of a Server.
 type portForwards struct {
-	s *Server
-
-	mu   sync.Mutex     // guards the following fields
-	open map[string]int // forwarded connections by sandbox
+	s    *Server
+	open connLimit // forwarded connections by sandbox
 }
 
 func (s *Server) portRoutes() {
-	f := &portForwards{s: s, open: map[string]int{}}
+	f := &portForwards{s: s, open: connLimit{max: maxPortConns}}
 	s.mux.HandleFunc("/api/v1/sandboxes/{name}/ports/{port}", f.serve)
 	s.mux.HandleFunc("/api/v1/sandboxes/{name}/ports/{port}/{path...}", f.serve)
 }
 
-// acquire takes one of sandbox's forwarded connections, or reports that
-// it has them all.
-func (f *portForwards) acquire(sandbox string) (release func(), ok bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.open[sandbox] >= maxPortConns {
+// connLimit counts long-lived connections (port forwards, terminals) by
+// sandbox, up to max each.
+type connLimit struct {
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// acquire takes one of sandbox's connections, or reports that it has
+// them all.
+func (l *connLimit) acquire(sandbox string) (release func(), ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[sandbox] >= l.max {
 		return nil, false
 	}
-	f.open[sandbox]++
+	if l.open == nil {
+		l.open = map[string]int{}
+	}
+	l.open[sandbox]++
 	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.open[sandbox]--; f.open[sandbox] <= 0 {
-			delete(f.open, sandbox)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.open[sandbox]--; l.open[sandbox] <= 0 {
+			delete(l.open, sandbox)
 		}
 	}, true
 }
@@ -146,7 +155,7 @@ func (f *portForwards) serve(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotImplemented, errors.New("port forwards need a backend that reaches guest ports, and this server's has none"))
 			return
 		}
-		release, ok := f.acquire(name)
+		release, ok := f.open.acquire(name)
 		if !ok {
 			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("sandbox %s has %d forwarded connections open, the most it may: close one first", name, maxPortConns))
 			return

@@ -25,14 +25,8 @@ import (
 // (the step that prints it shows ***). Once the agent is done, the next
 // agent on the same desktop finds neither the file nor the variable.
 func TestSessionEnvOnQEMU(t *testing.T) {
-	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
-	tpl.Metadata.Name = "desk-tpl"
-	tpl.Spec.QEMU = &api.QEMUImage{Image: "linux-desktop"}
-	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
-	sb.Metadata.Name = "desk"
-	sb.Spec.TemplateRef = "desk-tpl"
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d := startOnQEMU(t, tpl, sb, 10*time.Minute, func(m *reconcile.Manager, st *store.Store) {
+	d := deskOnQEMU(t, nil, func(m *reconcile.Manager, st *store.Store) {
 		controller.RegisterAll(m, st, log, time.Now)
 	})
 
@@ -88,6 +82,13 @@ func TestSessionEnvOnQEMU(t *testing.T) {
 		if strings.Contains(body, secretValue) {
 			t.Errorf("GET %s shows the secret: %.300s", path, body)
 		}
+		if path == "/api/v1/agents/reader/logs" {
+			for _, l := range strings.Split(body, "\n") {
+				if strings.Contains(l, "acquired in") || strings.Contains(l, "session variables resolved") || strings.Contains(l, "step 1") {
+					t.Log(l)
+				}
+			}
+		}
 	}
 	stored, err := d.st.Get(context.Background(), api.KindSecret, "site")
 	if err != nil {
@@ -100,4 +101,10 @@ func TestSessionEnvOnQEMU(t *testing.T) {
 	// The next agent on the desktop: no file, no variable.
 	agent("after", `[]`, `[{"action":"exec","command":["sh","-c","test ! -e /run/hvkube/env && test -z \"$API_KEY\""]}]`)
 	wait("after")
+	_, logs := d.get(t, "/api/v1/agents/after/logs", nil)
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "acquired in") || strings.Contains(l, "step 1") {
+			t.Log(l)
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -44,12 +43,11 @@ const terminalIdle = time.Hour
 
 type terminals struct {
 	s    *Server
-	mu   sync.Mutex
-	open map[string]int
+	open connLimit
 }
 
 func (s *Server) terminalRoutes() {
-	t := &terminals{s: s, open: map[string]int{}}
+	t := &terminals{s: s, open: connLimit{max: maxTerminals}}
 	serve := s.withSandboxes(t.serve)
 	s.mux.HandleFunc("GET /api/v1/sandboxes/{name}/terminal", func(w http.ResponseWriter, r *http.Request) {
 		// A token in the query is checked before anything is looked up.
@@ -113,22 +111,6 @@ func (s *Server) checkTicket(r *http.Request) error {
 	return nil
 }
 
-func (t *terminals) acquire(sandbox string) (func(), bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.open[sandbox] >= maxTerminals {
-		return nil, false
-	}
-	t.open[sandbox]++
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.open[sandbox]--; t.open[sandbox] <= 0 {
-			delete(t.open, sandbox)
-		}
-	}, true
-}
-
 // guestTerminal joins the server's sandboxes and their ports into what
 // terminal.Open needs.
 type guestTerminal struct {
@@ -176,7 +158,7 @@ func (t *terminals) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, errors.New("a terminal needs a backend that reaches guest ports, and this server's has none"))
 		return
 	}
-	release, ok := t.acquire(name)
+	release, ok := t.open.acquire(name)
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("sandbox %s has %d terminals open, the most it may: close one first", name, maxTerminals))
 		return

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/client"
 )
 
@@ -39,13 +38,7 @@ func (s *syncBuffer) String() string {
 // agent's token opens its attempt's terminal, and is refused while a
 // person holds the sandbox.
 func TestTerminalOnQEMU(t *testing.T) {
-	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
-	tpl.Metadata.Name = "desk-tpl"
-	tpl.Spec.QEMU = &api.QEMUImage{Image: "linux-desktop"}
-	sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
-	sb.Metadata.Name = "desk"
-	sb.Spec.TemplateRef = "desk-tpl"
-	d := startOnQEMU(t, tpl, sb, 10*time.Minute)
+	d := deskOnQEMU(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := client.New(d.url, "admin")
