@@ -75,15 +75,15 @@ type portForwards struct {
 }
 
 func (s *Server) portRoutes() {
-	f := &portForwards{s: s, open: connLimit{max: maxPortConns}}
+	f := &portForwards{s: s, open: connLimit{max: func() int { return maxPortConns }}}
 	s.mux.HandleFunc("/api/v1/sandboxes/{name}/ports/{port}", f.serve)
 	s.mux.HandleFunc("/api/v1/sandboxes/{name}/ports/{port}/{path...}", f.serve)
 }
 
 // connLimit counts long-lived connections (port forwards, terminals) by
-// sandbox, up to max each.
+// sandbox, up to max() each.
 type connLimit struct {
-	max  int
+	max  func() int
 	mu   sync.Mutex
 	open map[string]int
 }
@@ -93,7 +93,7 @@ type connLimit struct {
 func (l *connLimit) acquire(sandbox string) (release func(), ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open[sandbox] >= l.max {
+	if l.open[sandbox] >= l.max() {
 		return nil, false
 	}
 	if l.open == nil {

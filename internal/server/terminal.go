@@ -47,7 +47,7 @@ type terminals struct {
 }
 
 func (s *Server) terminalRoutes() {
-	t := &terminals{s: s, open: connLimit{max: maxTerminals}}
+	t := &terminals{s: s, open: connLimit{max: func() int { return maxTerminals }}}
 	serve := s.withSandboxes(t.serve)
 	s.mux.HandleFunc("GET /api/v1/sandboxes/{name}/terminal", func(w http.ResponseWriter, r *http.Request) {
 		// A token in the query is checked before anything is looked up.
