@@ -143,6 +143,14 @@ func (n *Node) claimSession(ctx context.Context, a *api.Agent, lg *runLog) error
 	return nil
 }
 
+// agentWantsEnv reports whether agent names session variables: its
+// release deletes the guest's file even when this node, restarted since,
+// does not remember writing it.
+func (n *Node) agentWantsEnv(ctx context.Context, agent string) bool {
+	o, err := n.read(ctx, api.KindAgent, agent)
+	return err == nil && secrets.Wants(nil, o.(*api.Agent))
+}
+
 // maskedError is an error whose message has the Secret values of its
 // sandbox's session masked; it unwraps to the error it masks.
 type maskedError struct {
@@ -250,7 +258,7 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 			return fmt.Errorf("release %s: %w", name, err)
 		}
 		n.sessions.forget(name)
-	} else if err := n.scrubSession(ctx, name); err != nil {
+	} else if err := n.scrubSessionOf(ctx, name, n.agentWantsEnv(ctx, agent)); err != nil {
 		return fmt.Errorf("release %s: %w", name, err)
 	}
 	var msg string

@@ -227,7 +227,14 @@ func (n *Node) writeEnvFile(ctx context.Context, sb *api.Sandbox, user string, v
 // file goes from a running guest, and programs run there no longer get
 // them. Programs that already run keep what they were started with.
 func (n *Node) scrubSession(ctx context.Context, name string) error {
-	if !n.holdsSession(name) {
+	return n.scrubSessionOf(ctx, name, false)
+}
+
+// scrubSessionOf is scrubSession; with force it deletes the guest's file
+// even when this node wrote none (a node that restarted forgot what it
+// wrote before).
+func (n *Node) scrubSessionOf(ctx context.Context, name string, force bool) error {
+	if !n.holdsSession(name) && !force {
 		return nil
 	}
 	if err := n.settleSession(ctx, name); err != nil {

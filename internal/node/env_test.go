@@ -185,3 +185,27 @@ func TestSnapshotRefusesASession(t *testing.T) {
 		t.Errorf("the refusal: %v", err)
 	}
 }
+
+// TestScrubAfterRestart: a node that restarted does not remember writing
+// a session file; the release of an agent that names variables deletes it
+// all the same.
+func TestScrubAfterRestart(t *testing.T) {
+	c := newClusterWith(t, clusterOptions{fake: fake.Options{Exec: envShell}, env: fakeEnv})
+	c.runningBox(t)
+	c.be.WriteFile("box", sessionEnvFile, []byte("export API_KEY='"+sessionSecret+"'\n"))
+	if c.nd.holdsSession("box") {
+		t.Fatal("the node holds a session it never wrote")
+	}
+	if err := c.nd.scrubSessionOf(context.Background(), "box", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.be.ReadFile("box", sessionEnvFile); !ok {
+		t.Fatal("scrubbed a file with nothing to say it should")
+	}
+	if err := c.nd.scrubSessionOf(context.Background(), "box", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.be.ReadFile("box", sessionEnvFile); ok {
+		t.Error("the forced scrub left the file")
+	}
+}
