@@ -240,7 +240,12 @@ func (n *Node) scrubSessionOf(ctx context.Context, name string, force bool) erro
 	if err := n.settleSession(ctx, name); err != nil {
 		return err
 	}
-	if g, ok := n.be.(backend.Guest); ok {
+	// The file is a Linux guest's only (writeSession).
+	linux := false
+	if o, err := n.read(ctx, api.KindSandbox, name); err == nil {
+		linux = n.guestInfo(ctx, o.(*api.Sandbox)).OS == "linux"
+	}
+	if g, ok := n.be.(backend.Guest); ok && linux {
 		if info, err := n.be.Inspect(ctx, name); err == nil && info.State == backend.StateRunning {
 			res, err := g.Exec(ctx, name, backend.ExecRequest{Path: "/bin/rm", Args: []string{"-f", sessionEnvFile}})
 			if err != nil {

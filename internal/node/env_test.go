@@ -209,3 +209,24 @@ func TestScrubAfterRestart(t *testing.T) {
 		t.Error("the forced scrub left the file")
 	}
 }
+
+// TestScrubLeavesOtherGuestsAlone: only a Linux guest has the session
+// file: the release of a Windows sandbox runs nothing in it for that.
+func TestScrubLeavesOtherGuestsAlone(t *testing.T) {
+	c := newClusterWith(t, clusterOptions{fake: fake.Options{Exec: envShell}, env: fakeEnv})
+	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
+kind: Template
+metadata: {name: win}
+spec:
+  qemu: {image: linux-desktop}
+  guest: {os: windows}
+`))
+	c.runningBoxOf(t, "win")
+	before := len(c.be.Execs("box"))
+	if err := c.nd.scrubSessionOf(context.Background(), "box", true); err != nil {
+		t.Fatalf("scrub of a Windows sandbox: %v", err)
+	}
+	if n := len(c.be.Execs("box")); n != before {
+		t.Errorf("the scrub ran %d programs in a Windows guest", n-before)
+	}
+}
