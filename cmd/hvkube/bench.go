@@ -26,6 +26,7 @@ import (
 	"github.com/hvkube/hvkube/internal/drivers/qemu"
 	"github.com/hvkube/hvkube/internal/kube"
 	"github.com/hvkube/hvkube/internal/kube/local"
+	"github.com/hvkube/hvkube/internal/node"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -580,6 +581,8 @@ than linux-desktop writes its own section (density-IMAGE), and a run with
 				return fmt.Errorf("--resumes, --burst, --pressure and --ksm-running cannot be negative")
 			case o.MemoryLimitPercent < 1 || o.MemoryLimitPercent > 100:
 				return fmt.Errorf("--memory-limit-percent must be between 1 and 100")
+			case o.ReadyAhead < -1:
+				return fmt.Errorf("--ready-ahead must be 0 or more, or -1 (every clone)")
 			}
 			o.Log = cmd.ErrOrStderr()
 			rep, err := runDensityBench(cmd.Context(), o)
@@ -600,6 +603,7 @@ than linux-desktop writes its own section (density-IMAGE), and a run with
 	cmd.Flags().IntVar(&o.Pressure, "pressure", 0, "desktops of a second pool for the pressure step (0 skips it)")
 	cmd.Flags().IntVar(&o.KSMRunning, "ksm-running", 0, "running desktops for the KSM off/on step (0 skips it)")
 	cmd.Flags().IntVar(&o.MemoryLimitPercent, "memory-limit-percent", capacity.DefaultLimitPercent, "the most of host memory the VMs may use, in percent")
+	cmd.Flags().IntVar(&o.ReadyAhead, "ready-ahead", node.DefaultReadyAhead, "as hvkube serve's: the fewest idle desktops of the pool readied ahead of a claim (the others stay as cloned); -1 readies every clone")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
 	return cmd
 }

@@ -64,6 +64,7 @@ type serveConfig struct {
 	runningReserveMB   int
 	pressurePercent    int
 	noWarmClones       bool
+	readyAhead         int
 	// allowHostCommands lets custom agents run commands on this host, as
 	// hostCommandUser ("" is nobody).
 	allowHostCommands bool
@@ -198,6 +199,7 @@ func hostFlags(cmd *cobra.Command, cfg *serveConfig) {
 	f.IntVar(&cfg.memoryLimitPercent, "memory-limit-percent", capacity.DefaultLimitPercent, "share of host memory the desktops may use, measured as they use it (reserves included); the rest stays free")
 	f.IntVar(&cfg.runningReserveMB, "memory-running-reserve-mb", 0, "room kept for each running desktop to grow in, MiB; 0 learns it per template (the working set its desktops reach)")
 	f.BoolVar(&cfg.noWarmClones, "no-warm-clones", false, "qemu: leave clones started on demand as cloned instead of readying them in the background: about half the memory each under TCG, but their first resume is slow there (docs/capacity.md)")
+	f.IntVar(&cfg.readyAhead, "ready-ahead", node.DefaultReadyAhead, "qemu: the fewest idle desktops of each pool readied ahead of their claim (more when the pool was busier in the last 15 minutes); the others stay as cloned, about half the memory each under TCG, and their first resume is slower there; -1 readies every clone (docs/capacity.md)")
 	f.IntVar(&cfg.pressurePercent, "memory-pressure-percent", node.DefaultPressurePercent, "when less than this share of host memory is available, idle paused desktops of pools move to disk, least recently used first; -1 turns it off")
 	f.StringVar(&cfg.credentialFile, "guest-credential-file", "", "hyperv: JSON file {\"user\", \"password\"} of the guest account PowerShell Direct logs on with (readable only by the server's account)")
 }
@@ -213,6 +215,9 @@ func hostSetup(cfg serveConfig) (*slog.Logger, *node.HostCommands, hostpath.Root
 	}
 	if cfg.runningReserveMB < 0 {
 		return nil, nil, hostpath.Roots{}, fmt.Errorf("--memory-running-reserve-mb: %d is negative", cfg.runningReserveMB)
+	}
+	if cfg.readyAhead < -1 {
+		return nil, nil, hostpath.Roots{}, fmt.Errorf("--ready-ahead: %d is not 0 or more (or -1, every clone)", cfg.readyAhead)
 	}
 	level, err := parseLevel(cfg.logLevel)
 	if err != nil {
@@ -248,7 +253,7 @@ func newNode(cfg serveConfig, st store.Interface, be backend.Backend, tokens fun
 	opts := node.Options{Store: st, Backend: be, Name: cfg.nodeName, DefaultTemplate: cfg.defaultTemplate, Logger: log,
 		DataDir: cfg.dataDir, ServerURL: serverURL,
 		Tokens: tokens, HostCommands: hostCommands, AllowedRoots: roots,
-		Pressure: node.Pressure{Percent: cfg.pressurePercent}}
+		Pressure: node.Pressure{Percent: cfg.pressurePercent}, ReadyAhead: node.ReadyAheadFlag(cfg.readyAhead)}
 	if mx != nil {
 		opts.ObserveAcquire = mx.ObserveAcquire
 	}
@@ -348,7 +353,8 @@ func openBackend(ctx context.Context, cfg serveConfig, roots hostpath.Roots, log
 			return be, err
 		}
 		be, err := qemu.New(ctx, qemu.Config{Dir: filepath.Join(cfg.dataDir, "qemu"), ImageDir: cfg.imageDir, AllowedRoots: roots, Logger: log,
-			MemoryLimitPercent: cfg.memoryLimitPercent, RunningReserveMB: cfg.runningReserveMB, NoWarm: cfg.noWarmClones})
+			MemoryLimitPercent: cfg.memoryLimitPercent, RunningReserveMB: cfg.runningReserveMB, NoWarm: cfg.noWarmClones,
+			WarmOnRequest: cfg.readyAhead >= 0})
 		if err != nil && cfg.backend == "auto" && errors.Is(err, api.ErrUnavailable) {
 			log.Warn("running without a VM backend", "err", err)
 			return nil, nil

@@ -1028,10 +1028,13 @@ type NodeTemplate struct {
 	// Name is the Template object; Snapshot the build its clones come from.
 	Name     string `json:"name"`
 	Snapshot string `json:"snapshot"`
-	// GuestMB is its guest memory; CloneMB what a fresh clone uses;
+	// GuestMB is its guest memory; CloneMB what a readied clone uses
+	// (run once, paused); ColdMB what one as cloned uses, where clones
+	// stay so until the node readies them (docs/capacity.md);
 	// WorkingSetMB the most a running one was seen to use.
 	GuestMB      int `json:"guestMB"`
 	CloneMB      int `json:"cloneMB,omitempty"`
+	ColdMB       int `json:"coldMB,omitempty"`
 	WorkingSetMB int `json:"workingSetMB,omitempty"`
 	// Fit is how many more clones fit now.
 	Fit int `json:"fit"`

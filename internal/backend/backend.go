@@ -171,10 +171,11 @@ type Capacity struct {
 // TemplateCapacity is one template's share of Capacity.
 type TemplateCapacity struct {
 	ID string
-	// GuestMB is its guest memory; CloneMB what a fresh clone uses;
-	// WorkingSetMB the most a running clone was seen to use (0: not
-	// measured).
-	GuestMB, CloneMB, WorkingSetMB int
+	// GuestMB is its guest memory; CloneMB what a readied clone uses;
+	// ColdMB what one as cloned uses, where clones stay so until readied
+	// (backend.Readier); WorkingSetMB the most a running clone was seen
+	// to use (0: not measured).
+	GuestMB, CloneMB, ColdMB, WorkingSetMB int
 	// Fit is how many more clones fit now.
 	Fit int
 }
@@ -189,7 +190,7 @@ func CapacityOf(a capacity.Account, book *capacity.Book, templates []string) Cap
 	sort.Strings(templates)
 	for _, id := range templates {
 		p := book.Profile(id)
-		c.Templates = append(c.Templates, TemplateCapacity{ID: id, GuestMB: p.GuestMB, CloneMB: p.CloneMB, WorkingSetMB: p.WorkingSetMB, Fit: a.More(p.Expect())})
+		c.Templates = append(c.Templates, TemplateCapacity{ID: id, GuestMB: p.GuestMB, CloneMB: p.CloneMB, ColdMB: p.ColdMB, WorkingSetMB: p.WorkingSetMB, Fit: a.More(p.Expect())})
 	}
 	return c
 }
@@ -270,6 +271,24 @@ type Capturer interface {
 	// was. An id that exists is ErrConflict; a sandbox without a process,
 	// ErrConflict.
 	CaptureTemplate(ctx context.Context, sandboxID, id string, progress Progress) (TemplateInfo, error)
+}
+
+// Readier is the optional ability of a backend whose fresh clones pay on
+// their first resume for work that can be done ahead (QEMU under TCG: the
+// guest's code translated anew in the clone's process, its identity
+// written), at a cost in memory (the translated code: about twice a cold
+// clone's footprint). Such a backend leaves clones as cloned until asked;
+// the node asks for the idle desktops next in line for a claim, so that
+// memory goes to the desktops about to be used rather than to every one.
+type Readier interface {
+	// Unreadied lists the sandboxes still as cloned and not queued to be
+	// readied.
+	Unreadied(ctx context.Context) []string
+	// ReadyAhead queues a sandbox to be readied in the background: run,
+	// given its identity and clock, paused again. A sandbox readied,
+	// running, gone or already queued is left alone; one whose readying
+	// would not fit in the host's memory is refused with ErrUnavailable.
+	ReadyAhead(ctx context.Context, id string) error
 }
 
 // ScreenshotOptions shape a screenshot.

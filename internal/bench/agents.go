@@ -253,7 +253,7 @@ func openSQLite(ctx context.Context, dataDir string, log *slog.Logger) (store.AP
 // startCluster starts a cluster with its data in dir. stop ends the
 // server, the controllers and the node's runs, then closes the store; the
 // backend is the caller's to close.
-func startCluster(ctx context.Context, dir string, be backend.Backend, open StoreFunc, log *slog.Logger) (*cluster, error) {
+func startCluster(ctx context.Context, dir string, be backend.Backend, open StoreFunc, log *slog.Logger, more ...func(*node.Options)) (*cluster, error) {
 	dataDir := filepath.Join(dir, "data")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
@@ -284,11 +284,15 @@ func startCluster(ctx context.Context, dir string, be backend.Backend, open Stor
 		return nil, err
 	}
 	mgr := reconcile.NewManager(st, log, 0)
-	nd := node.New(node.Options{Store: st, Backend: be, Name: "bench", Logger: log, DataDir: dataDir, ServerURL: url,
+	opts := node.Options{Store: st, Backend: be, Name: "bench", Logger: log, DataDir: dataDir, ServerURL: url,
 		Tokens: func(_ context.Context, a *api.Agent, ttl time.Duration) (string, error) {
 			return key.Mint(authtoken.ForAttempt(a, a.Status.Attempts), time.Now(), ttl), nil
 		},
-		Env: sealer.EnvFor(st.Get)})
+		Env: sealer.EnvFor(st.Get)}
+	for _, f := range more {
+		f(&opts)
+	}
+	nd := node.New(opts)
 	if err := nd.Start(ctx); err != nil {
 		ln.Close()
 		closeStore()

@@ -14,6 +14,7 @@ import (
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/client"
 	"github.com/hvkube/hvkube/internal/drivers/qemu"
+	"github.com/hvkube/hvkube/internal/node"
 )
 
 // qemuBench is a QEMU backend in a temporary directory, a server over it
@@ -29,7 +30,7 @@ type qemuBench struct {
 }
 
 // startQEMUBench starts a qemuBench; cfg's Dir and Logger are set here.
-func startQEMUBench(ctx context.Context, prefix string, cfg qemu.Config, open StoreFunc, logw io.Writer) (_ *qemuBench, err error) {
+func startQEMUBench(ctx context.Context, prefix string, cfg qemu.Config, open StoreFunc, logw io.Writer, more ...func(*node.Options)) (_ *qemuBench, err error) {
 	qb := &qemuBench{}
 	defer func() {
 		if err != nil {
@@ -48,7 +49,7 @@ func startQEMUBench(ctx context.Context, prefix string, cfg qemu.Config, open St
 	}
 	// VMs outlive a backend: end them, even on failure.
 	qb.undo = append(qb.undo, func() { qb.be.Close() }, func() { deleteSandboxes(ctx, qb.be) })
-	cl, err := startCluster(ctx, dir, qb.be, open, log)
+	cl, err := startCluster(ctx, dir, qb.be, open, log, more...)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/hvkube/hvkube/internal/clock"
 	"github.com/hvkube/hvkube/internal/drivers/qemu"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/scheduler"
 )
 
 // DensityOptions size the density benchmark on QEMU.
@@ -40,7 +42,10 @@ type DensityOptions struct {
 	// MemoryLimitPercent is the backend's qemu.Config.MemoryLimitPercent;
 	// 0 is the backend's default.
 	MemoryLimitPercent int
-	Log                io.Writer
+	// ReadyAhead is hvkube serve's --ready-ahead: the fewest idle
+	// desktops of the pool readied ahead (0 none), or -1 for every clone.
+	ReadyAhead int
+	Log        io.Writer
 }
 
 // Key is the benchmarks.md section of a run: "density" for linux-desktop,
@@ -60,7 +65,7 @@ func (o DensityOptions) command() string {
 	if o.MemoryLimitPercent != 0 {
 		s += fmt.Sprintf(" --memory-limit-percent %d", o.MemoryLimitPercent)
 	}
-	return s
+	return s + fmt.Sprintf(" --ready-ahead %d", o.ReadyAhead)
 }
 
 // Names of what the benchmark creates, and its bounds.
@@ -94,7 +99,8 @@ const (
 // holds what was measured so far.
 func Density(ctx context.Context, o DensityOptions) (rep *Report, err error) {
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
-	qb, err := startQEMUBench(ctx, "hvkube-bench-density-", qemu.Config{ImageDir: o.ImageDir, MemoryLimitPercent: o.MemoryLimitPercent}, nil, o.Log)
+	qb, err := startQEMUBench(ctx, "hvkube-bench-density-", qemu.Config{ImageDir: o.ImageDir, MemoryLimitPercent: o.MemoryLimitPercent, WarmOnRequest: o.ReadyAhead >= 0}, nil, o.Log,
+		func(no *node.Options) { no.ReadyAhead = node.ReadyAheadFlag(o.ReadyAhead) })
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +224,9 @@ func (d *densityRun) fill(ctx context.Context) error {
 	if err := d.waitReadied(ctx); err != nil {
 		return err
 	}
+	if err := d.waitAhead(ctx); err != nil {
+		return err
+	}
 	self1 := selfCPUTicks()
 	memAfter, err := readMeminfo()
 	if err != nil {
@@ -269,6 +278,71 @@ func (d *densityRun) waitReadied(ctx context.Context) error {
 		d.fact("fill: the last clones were readied %s after the fill ended", took.Round(time.Second))
 	}
 	return nil
+}
+
+// waitAhead waits, where the node readies desktops ahead, until it has
+// readied those next in line for a claim, and records how many of the
+// held desktops are readied.
+func (d *densityRun) waitAhead(ctx context.Context) error {
+	if d.o.ReadyAhead < 0 {
+		return nil
+	}
+	start := time.Now()
+	for {
+		cold := d.unreadied(ctx)
+		next := d.nextInLine(d.heldDesktops(), d.o.ReadyAhead)
+		waiting := 0
+		for _, sb := range next {
+			if cold[sb.Status.BackendID] {
+				waiting++
+			}
+		}
+		if waiting == 0 && d.be.Readying() == 0 {
+			held := d.heldDesktops()
+			ready := 0
+			for _, sb := range held {
+				if !cold[sb.Status.BackendID] {
+					ready++
+				}
+			}
+			d.fact("fill: %d of the %d held desktops readied (the node readies the %d next in line for a claim, --ready-ahead), the others as cloned", ready, len(held), d.o.ReadyAhead)
+			return nil
+		}
+		if time.Since(start) > readyTimeout {
+			return fmt.Errorf("fill: %d of the desktops next in line still to ready after %s", waiting, readyTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// unreadied is the backend's clones still as cloned, by backend ID.
+func (d *densityRun) unreadied(ctx context.Context) map[string]bool {
+	cold := map[string]bool{}
+	for _, id := range d.be.Unreadied(ctx) {
+		cold[id] = true
+	}
+	return cold
+}
+
+// nextInLine is the first n of sbs in the order the scheduler hands them
+// out.
+func (d *densityRun) nextInLine(sbs []*api.Sandbox, n int) []*api.Sandbox {
+	views := make([]scheduler.Sandbox, len(sbs))
+	byName := make(map[string]*api.Sandbox, len(sbs))
+	for i, sb := range sbs {
+		views[i] = scheduler.ViewOf(sb)
+		byName[sb.Metadata.Name] = sb
+	}
+	scheduler.SortForClaim(views, time.Now())
+	out := make([]*api.Sandbox, 0, min(n, len(views)))
+	for _, v := range views[:min(n, len(views))] {
+		out = append(out, byName[v.Name])
+	}
+	return out
 }
 
 // readyTimeout bounds the wait for clones to be readied after the fill.
@@ -379,6 +453,28 @@ func (d *densityRun) footprints(held []*api.Sandbox) {
 	}
 	d.fact("footprint per held desktop (Pss of its QEMU, smaps_rollup): p50 %.1f MiB, p95 %.1f MiB, max %.1f MiB; %.0f MiB for all %d",
 		kibToMiB(percentile(pss, 50)), kibToMiB(percentile(pss, 95)), kibToMiB(percentile(pss, 100)), kibToMiB(sum), len(pss))
+	if d.o.ReadyAhead < 0 {
+		return
+	}
+	cold := d.unreadied(context.Background())
+	var ready, asCloned []int64
+	for _, sb := range held {
+		if kb, err := readPssKB(sb.Status.PID); err == nil {
+			if cold[sb.Status.BackendID] {
+				asCloned = append(asCloned, kb)
+			} else {
+				ready = append(ready, kb)
+			}
+		}
+	}
+	for _, g := range []struct {
+		what string
+		kb   []int64
+	}{{"readied", ready}, {"as cloned", asCloned}} {
+		if len(g.kb) > 0 {
+			d.fact("footprint of a desktop %s: p50 %.1f MiB, p95 %.1f MiB (%d desktops)", g.what, kibToMiB(percentile(g.kb, 50)), kibToMiB(percentile(g.kb, 95)), len(g.kb))
+		}
+	}
 }
 
 // checkHeld checks, through the API, that every held desktop still exists
@@ -440,21 +536,61 @@ func (d *densityRun) op(ctx context.Context, name, op string) error {
 	return nil
 }
 
-// resumes resumes o.Resumes random held desktops one at a time, timing
-// each, and pauses each again (untimed) so that it stays warm.
+// resumes resumes o.Resumes held desktops one at a time, timing each,
+// and pauses each again (untimed) so that it stays warm: first those next
+// in line for a claim (readied ahead where the node readies some), then
+// as many picked at random among the others (as cloned unless readied).
 func (d *densityRun) resumes(ctx context.Context) error {
 	if d.o.Resumes <= 0 {
 		return nil
 	}
-	d.logf("resume: %d random held desktops, one at a time…", d.o.Resumes)
-	r := Result{Name: "resume a held (paused) desktop via the API, after the fill"}
+	held := d.heldDesktops()
+	n := min(d.o.Resumes, len(held))
+	if d.o.ReadyAhead >= 0 {
+		n = min(n, d.o.ReadyAhead)
+	}
+	next := d.nextInLine(held, n)
+	taken := map[string]bool{}
+	var first []string
+	for _, sb := range next {
+		first = append(first, sb.Metadata.Name)
+		taken[sb.Metadata.Name] = true
+	}
+	r := Result{Name: "resume a held (paused) desktop via the API, after the fill, next in line for a claim"}
 	if d.o.Image == "" || d.o.Image == "linux-desktop" {
 		r.Target = "p50 ≤ 10 ms" // the target is set for linux desktops
 	}
 	own := Result{Name: "↳ the backend's own resume (cont, guest answers), from its Resumed event"}
-	order := rand.Perm(len(d.held))
-	for i := 0; i < d.o.Resumes; i++ {
-		name := d.held[order[i%len(order)]]
+	d.logf("resume: %d held desktops next in line for a claim, one at a time…", len(first))
+	if err := d.resumeEach(ctx, first, &r, &own); err != nil {
+		return err
+	}
+	if d.o.ReadyAhead < 0 {
+		return nil
+	}
+	var others []string
+	for _, i := range rand.Perm(len(held)) {
+		if name := held[i].Metadata.Name; !taken[name] && len(others) < d.o.Resumes {
+			others = append(others, name)
+		}
+	}
+	d.logf("resume: %d other held desktops picked at random, one at a time…", len(others))
+	cold := d.unreadied(ctx)
+	asCloned := 0
+	for _, sb := range held {
+		if slices.Contains(others, sb.Metadata.Name) && cold[sb.Status.BackendID] {
+			asCloned++
+		}
+	}
+	r2 := Result{Name: fmt.Sprintf("resume a held desktop picked at random (%d of %d as cloned, first resume)", asCloned, len(others))}
+	own2 := Result{Name: "↳ the backend's own resume, from its Resumed event"}
+	return d.resumeEach(ctx, others, &r2, &own2)
+}
+
+// resumeEach resumes names one at a time, timing each into r (and the
+// backend's own share into own), pauses each again, and records both.
+func (d *densityRun) resumeEach(ctx context.Context, names []string, r, own *Result) error {
+	for _, name := range names {
 		t := time.Now()
 		if err := d.op(ctx, name, "resume"); err != nil {
 			return err
@@ -471,9 +607,11 @@ func (d *densityRun) resumes(ctx context.Context) error {
 			return err
 		}
 	}
-	d.rep.Results = append(d.rep.Results, r)
+	if len(r.Samples) > 0 {
+		d.rep.Results = append(d.rep.Results, *r)
+	}
 	if len(own.Samples) > 0 {
-		d.rep.Results = append(d.rep.Results, own)
+		d.rep.Results = append(d.rep.Results, *own)
 	}
 	return nil
 }

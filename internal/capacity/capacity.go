@@ -9,6 +9,7 @@ package capacity
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Host is the host's memory, in MiB.
@@ -34,6 +35,9 @@ type Reader interface {
 const (
 	DefaultLimitPercent    = 80
 	DefaultPressurePercent = 10
+	// MaxKeepPercent is the most of host memory kept available beside
+	// the limit (see Count): the pressure threshold and room above it.
+	MaxKeepPercent = 15
 )
 
 // Policy is how much of the host desktops may use.
@@ -42,7 +46,7 @@ type Policy struct {
 	// reserves included (default DefaultLimitPercent). The rest is kept
 	// for the host, and whatever else uses memory beside the desktops
 	// counts against it too: Free never passes what the host really has
-	// available beyond that share.
+	// available beyond that share (at most MaxKeepPercent; see Count).
 	LimitPercent int
 	// RunningReserveMB is the room kept for each running desktop to grow
 	// in. 0 (the default) learns it per template: the working set its
@@ -90,11 +94,12 @@ type Account struct {
 	// UsedMB is what the desktops' processes use, measured.
 	UsedMB int
 	// ReservedMB is room held for desktops being made or not measured yet
-	// (at their expected size) and for running desktops to grow in.
+	// (at their expected size), for running desktops to grow in, and for
+	// paused ones to run as many at once as lately did.
 	ReservedMB int
 	// FreeMB is what a new desktop may still take: the limit less used
 	// and reserved, and never more than the host has available beyond
-	// its own share (100 - LimitPercent).
+	// the share it keeps (see Count).
 	FreeMB int
 	// Running and Paused count the desktops with a process.
 	Running, Paused int
@@ -102,13 +107,22 @@ type Account struct {
 	PressureAvg10 float64
 }
 
-// Count sums the desktops against the host.
+// Count sums the desktops against the host. Free is what is left under
+// the limit after what the desktops use and the reserves, and never more
+// than the host has available beyond a share it keeps: 100 - LimitPercent,
+// at most MaxKeepPercent. The host's own use thus counts too, while a
+// host of paused desktops is not held back by a share meant for desktops
+// that run: those have reserves of their own, for the desktops running
+// now (their working set) and for as many more of a template as ran at
+// once lately (Book.ObserveBusy).
 func Count(h Host, p Policy, book *Book, ds []Desktop) Account {
 	p = p.WithDefaults()
 	a := Account{TotalMB: h.TotalMB, AvailableMB: h.AvailableMB, LimitMB: h.TotalMB * p.LimitPercent / 100, PressureAvg10: h.PressureAvg10}
+	running := map[string]int{}
 	for _, d := range ds {
 		if d.Running {
 			a.Running++
+			running[d.Template]++
 		} else {
 			a.Paused++
 		}
@@ -121,7 +135,11 @@ func Count(h Host, p Policy, book *Book, ds []Desktop) Account {
 			a.ReservedMB += runningReserve(p, book, d)
 		}
 	}
-	a.FreeMB = min(a.LimitMB-a.UsedMB-a.ReservedMB, h.AvailableMB-(h.TotalMB-a.LimitMB)-a.ReservedMB)
+	if book != nil {
+		a.ReservedMB += book.busyReserve(running)
+	}
+	keep := min(100-p.LimitPercent, MaxKeepPercent)
+	a.FreeMB = min(a.LimitMB-a.UsedMB-a.ReservedMB, h.AvailableMB-h.TotalMB*keep/100-a.ReservedMB)
 	return a
 }
 
@@ -171,16 +189,30 @@ type Profile struct {
 	// GuestMB is the guest memory: what a desktop counts at until
 	// something was measured.
 	GuestMB int
-	// CloneMB is a fresh clone's footprint (paused, never run).
+	// CloneMB is a readied clone's footprint: paused after it ran once
+	// (its identity written, and under TCG its guest's code translated).
 	CloneMB int
+	// ColdMB is a fresh clone's footprint as cloned, never run; measured
+	// only where clones stay so until they are readied on request (0
+	// where every clone is readied).
+	ColdMB int
 	// WorkingSetMB is the largest footprint a running desktop of the
 	// template was seen to reach (first measured on the template's own
 	// VM when it was built).
 	WorkingSetMB int
 }
 
-// Expect is what a new clone of the template is expected to use.
+// Expect is what a new clone of the template is expected to use: as
+// cloned where clones stay so (ColdMB), else readied.
 func (p Profile) Expect() int {
+	if p.ColdMB > 0 {
+		return p.ColdMB
+	}
+	return p.Readied()
+}
+
+// Readied is what a readied clone of the template is expected to use.
+func (p Profile) Readied() int {
 	if p.CloneMB > 0 {
 		return p.CloneMB
 	}
@@ -192,10 +224,55 @@ func (p Profile) Expect() int {
 type Book struct {
 	mu sync.Mutex
 	m  map[string]Profile
+	// busy is, per template, how many of its desktops ran at once lately.
+	busy map[string]*Peak
+	// Now is the clock of the busy peaks (time.Now when nil).
+	Now func() time.Time
 }
 
 // NewBook returns an empty book.
-func NewBook() *Book { return &Book{m: map[string]Profile{}} }
+func NewBook() *Book { return &Book{m: map[string]Profile{}, busy: map[string]*Peak{}} }
+
+// BusyWindow is how far back a template's most desktops running at once
+// count for its reserve.
+const BusyWindow = 15 * time.Minute
+
+// ObserveBusy records how many desktops of each template run now: those
+// in running, and none of the others.
+func (b *Book) ObserveBusy(running map[string]int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if b.Now != nil {
+		now = b.Now()
+	}
+	for tpl, n := range running {
+		if b.busy[tpl] == nil && n > 0 {
+			b.busy[tpl] = &Peak{Window: BusyWindow}
+		}
+	}
+	for tpl, pk := range b.busy {
+		if pk.Observe(running[tpl], now) == 0 {
+			delete(b.busy, tpl)
+		}
+	}
+}
+
+// busyReserve is the room for the paused desktops of each template to run
+// as many at once as ran lately, beyond the running counted in running:
+// each grows from a readied clone to the working set.
+func (b *Book) busyReserve(running map[string]int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	mb := 0
+	for tpl, pk := range b.busy {
+		p := b.m[tpl]
+		if more := pk.Max() - running[tpl]; more > 0 && p.WorkingSetMB > p.Readied() {
+			mb += more * (p.WorkingSetMB - p.Readied())
+		}
+	}
+	return mb
+}
 
 // Set records what is known of a template (from when it was built).
 // Fields left zero keep what the book has.
@@ -208,6 +285,9 @@ func (b *Book) Set(tpl string, p Profile) {
 	}
 	if p.CloneMB > 0 {
 		cur.CloneMB = p.CloneMB
+	}
+	if p.ColdMB > 0 {
+		cur.ColdMB = p.ColdMB
 	}
 	cur.WorkingSetMB = max(cur.WorkingSetMB, p.WorkingSetMB)
 	b.m[tpl] = cur
@@ -224,6 +304,7 @@ func (b *Book) Profile(tpl string) Profile {
 func (b *Book) Forget(tpl string) {
 	b.mu.Lock()
 	delete(b.m, tpl)
+	delete(b.busy, tpl)
 	b.mu.Unlock()
 }
 
@@ -232,16 +313,27 @@ func (b *Book) Forget(tpl string) {
 // down by an eighth of the difference (one small clone does not make the
 // next ones small).
 func (b *Book) ObserveClone(tpl string, mb int) {
+	b.observe(tpl, mb, func(p *Profile) *int { return &p.CloneMB })
+}
+
+// ObserveCold refines a template's cold size (ColdMB) the same way, from
+// a fresh clone that stays as cloned.
+func (b *Book) ObserveCold(tpl string, mb int) {
+	b.observe(tpl, mb, func(p *Profile) *int { return &p.ColdMB })
+}
+
+func (b *Book) observe(tpl string, mb int, field func(*Profile) *int) {
 	if mb <= 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.m[tpl]
-	if mb >= p.CloneMB || p.CloneMB == 0 {
-		p.CloneMB = mb
+	f := field(&p)
+	if mb >= *f || *f == 0 {
+		*f = mb
 	} else {
-		p.CloneMB -= (p.CloneMB - mb) / 8
+		*f -= (*f - mb) / 8
 	}
 	b.m[tpl] = p
 }
@@ -256,4 +348,40 @@ func (b *Book) ObserveRunning(tpl string, mb int) {
 		p.WorkingSetMB = mb
 		b.m[tpl] = p
 	}
+}
+
+// Peak is the most of a count seen over a sliding window of time. It is
+// not safe for concurrent use.
+type Peak struct {
+	Window  time.Duration
+	samples []peakSample
+}
+
+type peakSample struct {
+	at time.Time
+	n  int
+}
+
+// Observe records n at now and returns the most seen within the window.
+func (p *Peak) Observe(n int, now time.Time) int {
+	i := 0
+	for i < len(p.samples) && now.Sub(p.samples[i].at) > p.Window {
+		i++
+	}
+	// Keep only the samples that can still be the most: a sample is
+	// dropped once a later one is as large.
+	s := p.samples[i:]
+	for len(s) > 0 && s[len(s)-1].n <= n {
+		s = s[:len(s)-1]
+	}
+	p.samples = append(s, peakSample{now, n})
+	return p.samples[0].n
+}
+
+// Max is the most seen within the window at the last Observe.
+func (p *Peak) Max() int {
+	if len(p.samples) == 0 {
+		return 0
+	}
+	return p.samples[0].n
 }

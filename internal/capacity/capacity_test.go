@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCount(t *testing.T) {
@@ -18,10 +19,10 @@ func TestCount(t *testing.T) {
 		want   Account
 	}{
 		{"empty host", host, Policy{}, nil,
-			Account{TotalMB: 24000, AvailableMB: 23000, LimitMB: 19200, FreeMB: 18200}},
+			Account{TotalMB: 24000, AvailableMB: 23000, LimitMB: 19200, FreeMB: 19200}},
 		{"paused clones count what they use", host, Policy{},
 			[]Desktop{{Template: "desk", FootprintMB: 60}, {Template: "desk", FootprintMB: 58}},
-			Account{TotalMB: 24000, AvailableMB: 23000, LimitMB: 19200, UsedMB: 118, FreeMB: 18200, Paused: 2}},
+			Account{TotalMB: 24000, AvailableMB: 23000, LimitMB: 19200, UsedMB: 118, FreeMB: 19082, Paused: 2}},
 		{"a running desktop reserves its working set", Host{TotalMB: 24000, AvailableMB: 30000}, Policy{},
 			[]Desktop{{Template: "desk", Running: true, FootprintMB: 100}},
 			Account{TotalMB: 24000, AvailableMB: 30000, LimitMB: 19200, UsedMB: 100, ReservedMB: 200, FreeMB: 18900, Running: 1}},
@@ -34,11 +35,14 @@ func TestCount(t *testing.T) {
 		{"unmeasured counts at its expected size", Host{TotalMB: 24000, AvailableMB: 30000}, Policy{},
 			[]Desktop{{Template: "desk", ExpectMB: 512}},
 			Account{TotalMB: 24000, AvailableMB: 30000, LimitMB: 19200, ReservedMB: 512, FreeMB: 18688, Paused: 1}},
-		{"others' use of the host counts", Host{TotalMB: 24000, AvailableMB: 6000}, Policy{},
+		{"others' use of the host counts: it keeps 15 % available", Host{TotalMB: 24000, AvailableMB: 6000}, Policy{},
 			[]Desktop{{Template: "desk", FootprintMB: 60}},
-			Account{TotalMB: 24000, AvailableMB: 6000, LimitMB: 19200, UsedMB: 60, FreeMB: 1200, Paused: 1}},
+			Account{TotalMB: 24000, AvailableMB: 6000, LimitMB: 19200, UsedMB: 60, FreeMB: 2400, Paused: 1}},
+		{"a higher limit keeps less", Host{TotalMB: 24000, AvailableMB: 6000}, Policy{LimitPercent: 92},
+			[]Desktop{{Template: "desk", FootprintMB: 60}},
+			Account{TotalMB: 24000, AvailableMB: 6000, LimitMB: 22080, UsedMB: 60, FreeMB: 4080, Paused: 1}},
 		{"a lower limit", host, Policy{LimitPercent: 50}, nil,
-			Account{TotalMB: 24000, AvailableMB: 23000, LimitMB: 12000, FreeMB: 11000}},
+			Account{TotalMB: 24000, AvailableMB: 23000, LimitMB: 12000, FreeMB: 12000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,6 +50,55 @@ func TestCount(t *testing.T) {
 				t.Errorf("Count = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBusyReserve: paused desktops of a template keep room to run as
+// many at once as ran lately (from a readied clone to the working set),
+// less those running now, until the window forgets it.
+func TestBusyReserve(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	book := NewBook()
+	book.Now = func() time.Time { return now }
+	book.Set("desk", Profile{GuestMB: 512, CloneMB: 60, WorkingSetMB: 300})
+	host := Host{TotalMB: 24000, AvailableMB: 23000}
+	book.ObserveBusy(map[string]int{"desk": 3})
+	now = now.Add(time.Minute)
+	book.ObserveBusy(nil)
+	paused := []Desktop{{Template: "desk", FootprintMB: 60}, {Template: "desk", FootprintMB: 60}}
+	if got := Count(host, Policy{}, book, paused).ReservedMB; got != 3*240 {
+		t.Errorf("after 3 ran at once, none now: reserved %d, want %d", got, 3*240)
+	}
+	one := append(paused, Desktop{Template: "desk", Running: true, FootprintMB: 100})
+	if got := Count(host, Policy{}, book, one).ReservedMB; got != 2*240+200 {
+		t.Errorf("one running: reserved %d, want 2 x 240 + its own 200", got)
+	}
+	now = now.Add(BusyWindow)
+	book.ObserveBusy(map[string]int{"desk": 1})
+	if got := Count(host, Policy{}, book, paused).ReservedMB; got != 240 {
+		t.Errorf("after the window: reserved %d, want 240 (one ran since)", got)
+	}
+	now = now.Add(BusyWindow + time.Second)
+	book.ObserveBusy(nil)
+	if got := Count(host, Policy{}, book, paused).ReservedMB; got != 0 || len(book.busy) != 0 {
+		t.Errorf("a window with none running: reserved %d (%d templates tracked), want 0", got, len(book.busy))
+	}
+}
+
+func TestPeak(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	p := Peak{Window: 10 * time.Minute}
+	for _, tc := range []struct {
+		at   time.Duration
+		n    int
+		want int
+	}{
+		{0, 2, 2}, {time.Minute, 5, 5}, {2 * time.Minute, 1, 5}, {3 * time.Minute, 3, 5},
+		{11*time.Minute + time.Second, 0, 3}, {13*time.Minute + time.Second, 0, 0}, {30 * time.Minute, 0, 0},
+	} {
+		if got := p.Observe(tc.n, t0.Add(tc.at)); got != tc.want || p.Max() != tc.want {
+			t.Errorf("at %s, %d: max %d (Max %d), want %d", tc.at, tc.n, got, p.Max(), tc.want)
+		}
 	}
 }
 
@@ -108,6 +161,13 @@ func TestBook(t *testing.T) {
 	b.Set("x", Profile{WorkingSetMB: 100})
 	if got := b.Profile("x"); got.WorkingSetMB != 300 || got.CloneMB != 90 || got.GuestMB != 512 {
 		t.Errorf("Set with a smaller working set changed the profile: %+v", got)
+	}
+	// Where clones stay as cloned until readied, a new one is expected
+	// at its cold size; a readied one still at CloneMB.
+	b.ObserveCold("x", 28)
+	b.ObserveCold("x", 20)
+	if got := b.Profile("x"); got.Expect() != 27 || got.Readied() != 90 || got.ColdMB != 27 {
+		t.Errorf("after cold clones of 28 and 20: expect %d, readied %d (%+v), want 27 and 90", got.Expect(), got.Readied(), got)
 	}
 }
 

@@ -221,7 +221,7 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 			claimed[sb.Status.CurrentAgent] = true
 		}
 		seen[sb.Metadata.Name] = sb
-		sandboxes = append(sandboxes, ViewOf(sb))
+		sandboxes = append(sandboxes, scheduler.ViewOf(sb))
 		return true
 	})
 	var agents []scheduler.Agent
@@ -281,23 +281,6 @@ func (s *Scheduler) onLostNode(sb *api.Sandbox) bool {
 	}
 	n, ok := s.nodes.Get(sb.Status.Node)
 	return ok && nodeLost(n.(*api.Node))
-}
-
-// ViewOf is a sandbox as the scheduler sees it.
-func ViewOf(sb *api.Sandbox) scheduler.Sandbox {
-	idle := sb.Status.ReadyAt
-	if sb.Status.ReleasedAt != nil {
-		idle = sb.Status.ReleasedAt
-	}
-	// A sandbox a person holds (status.control) takes no new agent: its
-	// input would be refused.
-	v := scheduler.Sandbox{Name: sb.Metadata.Name, Labels: sb.Metadata.Labels, Phase: sb.Status.Phase,
-		Agent: sb.Status.CurrentAgent, Healthy: sb.Status.Healthy() && sb.Status.Control == nil,
-		Deleting: sb.Metadata.DeletionTimestamp != nil, GPU: sb.Spec.Resources.GPU}
-	if idle != nil {
-		v.IdleSince = *idle
-	}
-	return v
 }
 
 // groupUpdater is a store that writes groups of status updates in one

@@ -121,6 +121,7 @@ func (n *Node) statusRound(ctx context.Context) error {
 		n.clearPools(ctx)
 	}
 	err = n.heartbeat(ctx, c, sbs, tpls)
+	n.readyAheadRound(ctx, sbs)
 	// After the heartbeat, as moving to disk is: a save takes a while.
 	n.idleRound(ctx, sbs)
 	return err
@@ -302,7 +303,7 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 	}
 	for _, t := range c.Templates {
 		st.Templates = append(st.Templates, api.NodeTemplate{Name: orDefault(names[t.ID], "-"), Snapshot: t.ID,
-			GuestMB: t.GuestMB, CloneMB: t.CloneMB, WorkingSetMB: t.WorkingSetMB, Fit: t.Fit})
+			GuestMB: t.GuestMB, CloneMB: t.CloneMB, ColdMB: t.ColdMB, WorkingSetMB: t.WorkingSetMB, Fit: t.Fit})
 	}
 	st.Pressure, st.Conditions = n.pressure.status()
 	n.nodeMu.Lock()

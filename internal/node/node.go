@@ -77,6 +77,11 @@ type Options struct {
 	StatusInterval time.Duration
 	// Pressure is the memory pressure policy (memory.go).
 	Pressure Pressure
+	// ReadyAhead is the fewest idle desktops of each pool that a backend
+	// which leaves clones as cloned (backend.Readier) is asked to ready
+	// ahead of their claim (readyahead.go; 0: DefaultReadyAhead,
+	// negative: none).
+	ReadyAhead int
 	// Address is where this node's agent answers the API servers
 	// (host:port), written in its Node object so that they can reach it;
 	// empty for the node inside hvkube serve.
@@ -122,6 +127,8 @@ type Node struct {
 	// status is the status loop (memory.go), started by Start.
 	status   sync.WaitGroup
 	pressure pressureBook
+	// peaks are each pool's busiest moments (readyahead.go).
+	peaks busyPeaks
 	// egress remembers when each sandbox's last EgressDenied event was
 	// recorded (network.go).
 	egress egressReports

@@ -27,7 +27,12 @@ func referencePlan(agents []Agent, sandboxes []Sandbox, now time.Time) []Binding
 			free = append(free, sb)
 		}
 	}
-	sort.Slice(free, func(i, j int) bool { return free[i].Name < free[j].Name })
+	sort.Slice(free, func(i, j int) bool {
+		if !free[i].IdleSince.Equal(free[j].IdleSince) {
+			return free[i].IdleSince.Before(free[j].IdleSince)
+		}
+		return free[i].Name < free[j].Name
+	})
 	taken := make([]bool, len(free))
 	left := len(free)
 	var out []Binding

@@ -27,13 +27,25 @@ type entry struct {
 	sameName *entry
 }
 
-// compareEntries orders entries best first: higher score, then the name
-// first in order.
+// compareEntries orders entries best first: higher score, then idle
+// longer, then the name first in order.
 func compareEntries(x, y *entry) int {
 	if c := cmp.Compare(y.base, x.base); c != 0 {
 		return c
 	}
-	return strings.Compare(x.name, y.name)
+	return compareIdle(*x.sb, *y.sb)
+}
+
+// compareIdle orders sandboxes of the same score: the one idle longer
+// first, then by name. The idle part of a score is capped, so without it
+// the order of long-idle sandboxes would be their names' and would change
+// as more reach the cap; with it, it is first come, first served, and
+// stays so (the node readies the next in line ahead: readyahead.go).
+func compareIdle(x, y Sandbox) int {
+	if c := x.IdleSince.Compare(y.IdleSince); c != 0 {
+		return c
+	}
+	return strings.Compare(x.Name, y.Name)
 }
 
 // class is the sandboxes with one label set and GPU: a selector and GPU

@@ -5,6 +5,8 @@
 package scheduler
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"time"
 
@@ -98,8 +100,8 @@ func Score(a Agent, sb Sandbox, now time.Time) int {
 }
 
 // Plan places as many agents as it can, oldest first, each on the best
-// feasible sandbox no earlier agent took (ties go to the name first in
-// order, so plans are repeatable). Agents that fit nowhere are left out.
+// feasible sandbox no earlier agent took (ties go to the one idle longer,
+// then to the name first in order, so plans are repeatable). Agents that fit nowhere are left out.
 //
 // It finds each agent's best sandbox without a scan of every sandbox: the
 // sandboxes that can take an agent are grouped into classes by label set
@@ -130,4 +132,33 @@ func oldestFirst(agents []Agent) []Agent {
 		return agents[i].Name < agents[j].Name
 	})
 	return agents
+}
+
+// ViewOf is a sandbox as the scheduler sees it.
+func ViewOf(sb *api.Sandbox) Sandbox {
+	idle := sb.Status.ReadyAt
+	if sb.Status.ReleasedAt != nil {
+		idle = sb.Status.ReleasedAt
+	}
+	// A sandbox a person holds (status.control) takes no new agent: its
+	// input would be refused.
+	v := Sandbox{Name: sb.Metadata.Name, Labels: sb.Metadata.Labels, Phase: sb.Status.Phase,
+		Agent: sb.Status.CurrentAgent, Healthy: sb.Status.Healthy() && sb.Status.Control == nil,
+		Deleting: sb.Metadata.DeletionTimestamp != nil, GPU: sb.Spec.Resources.GPU}
+	if idle != nil {
+		v.IdleSince = *idle
+	}
+	return v
+}
+
+// SortForClaim orders sandboxes as Plan offers them to an agent that
+// names none and asks for no GPU: the best score first, then the one idle
+// longer, then the name first in order.
+func SortForClaim(sbs []Sandbox, now time.Time) {
+	slices.SortStableFunc(sbs, func(x, y Sandbox) int {
+		if c := cmp.Compare(Score(Agent{}, y, now), Score(Agent{}, x, now)); c != 0 {
+			return c
+		}
+		return compareIdle(x, y)
+	})
 }

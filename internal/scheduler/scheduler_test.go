@@ -298,3 +298,58 @@ func benchAgents(n, sandboxes int) []Agent {
 	}
 	return out
 }
+
+// TestHeldSandboxTakesNoAgent: the scheduler passes over a sandbox whose
+// input a person holds.
+func TestHeldSandboxTakesNoAgent(t *testing.T) {
+	sb := &api.Sandbox{Metadata: api.ObjectMeta{Name: "a"}, Status: api.SandboxStatus{Phase: api.SandboxRunning}}
+	if !ViewOf(sb).Healthy {
+		t.Fatal("a free running sandbox is not schedulable")
+	}
+	sb.Status.Control = &api.SandboxControl{ID: "x", Holder: "ana"}
+	if ViewOf(sb).Healthy {
+		t.Fatal("a held sandbox is schedulable")
+	}
+}
+
+// TestSortForClaim: the order in which Plan hands out sandboxes, which
+// the node readies desktops ahead in.
+func TestSortForClaim(t *testing.T) {
+	sbs := []Sandbox{
+		{Name: "c", Phase: api.SandboxPaused, Healthy: true, IdleSince: t0.Add(-time.Minute)},
+		{Name: "b", Phase: api.SandboxPaused, Healthy: true, IdleSince: t0.Add(-time.Hour)},
+		{Name: "a", Phase: api.SandboxPaused, Healthy: true, IdleSince: t0.Add(-2 * time.Hour)},
+		{Name: "d", Phase: api.SandboxRunning, Healthy: true, IdleSince: t0},
+	}
+	SortForClaim(sbs, t0)
+	var got []string
+	for _, sb := range sbs {
+		got = append(got, sb.Name)
+	}
+	if fmt.Sprint(got) != "[d a b c]" {
+		t.Errorf("order %v, want running first, then the longest idle", got)
+	}
+	// Past the idle score's cap, still the longest idle first: the order
+	// does not change as more sandboxes reach the cap.
+	capped := []Sandbox{
+		{Name: "a", Phase: api.SandboxPaused, Healthy: true, IdleSince: t0.Add(-time.Hour)},
+		{Name: "z", Phase: api.SandboxPaused, Healthy: true, IdleSince: t0.Add(-2 * time.Hour)},
+	}
+	SortForClaim(capped, t0)
+	if capped[0].Name != "z" {
+		t.Errorf("order %v, want z (idle longer) first", capped)
+	}
+	var agents []Agent
+	for i := range 4 {
+		agents = append(agents, Agent{Name: fmt.Sprint("x", i), Created: t0.Add(time.Duration(i))})
+	}
+	plan := Plan(agents, sbs, t0)
+	if len(plan) != 4 {
+		t.Fatalf("plan %v", plan)
+	}
+	for i, b := range plan {
+		if b.Sandbox != got[i] {
+			t.Errorf("Plan gave agent %d %s, SortForClaim %s", i, b.Sandbox, got[i])
+		}
+	}
+}

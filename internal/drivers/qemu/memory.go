@@ -266,6 +266,7 @@ func (b *Backend) sample() {
 	}
 	b.mu.Unlock()
 	now := time.Now()
+	busy := map[string]int{} // running desktops by template
 	for _, s := range list {
 		live[s.pid] = true
 		old := b.foot.get(s.pid)
@@ -273,6 +274,9 @@ func (b *Backend) sample() {
 		if s.v != nil && s.v.mu.TryRLock() {
 			running = s.v.p != nil && !s.v.paused
 			s.v.mu.RUnlock()
+		}
+		if s.v != nil && s.tpl != "" && running {
+			busy[s.tpl]++
 		}
 		if old.cold && !running {
 			continue // measured when readied
@@ -282,6 +286,7 @@ func (b *Backend) sample() {
 		}
 	}
 	b.foot.keep(live)
+	b.book.ObserveBusy(busy)
 }
 
 // measureCold measures a fresh clone; cold marks one that will be
@@ -289,6 +294,9 @@ func (b *Backend) sample() {
 func (b *Backend) measureCold(pid int, tpl string, cold bool) {
 	if mb, err := b.cfg.Memory.FootprintMB(pid); err == nil {
 		b.foot.set(pid, footprint{mb: mb, at: time.Now(), cold: cold})
+		if !cold {
+			b.book.ObserveCold(tpl, mb)
+		}
 	}
 }
 

@@ -95,6 +95,10 @@ type Config struct {
 	// NoWarm leaves clones started on demand as they were cloned instead
 	// of readying them in the background (warm.go).
 	NoWarm bool
+	// WarmOnRequest leaves them as cloned until ReadyAhead asks for them
+	// (backend.Readier; the node asks for the idle desktops next in line),
+	// instead of readying every one (warm.go).
+	WarmOnRequest bool
 	// MaxSpares is the most spares a template keeps (default
 	// DefaultMaxSpares).
 	MaxSpares int
@@ -137,8 +141,11 @@ type Backend struct {
 	foot footprints
 	// warmQ holds clones to ready in the background (warm.go).
 	warmQ chan string
-	// readying counts the clones queued to be readied or being readied.
+	// readying counts the clones queued to be readied or being readied;
+	// queued holds their IDs, under warmMu.
 	readying atomic.Int64
+	warmMu   sync.Mutex
+	queued   map[string]bool
 
 	// bgCtx bounds the backend's own background work (making spares);
 	// Close cancels it.
@@ -263,7 +270,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		hostAddrs = []netip.Addr{}
 	}
 	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSet{},
-		hostAddrs: hostAddrs, netHosts: netHosts, resolver: net.DefaultResolver, book: capacity.NewBook(), warmQ: make(chan string, warmQueueLen)}
+		hostAddrs: hostAddrs, netHosts: netHosts, resolver: net.DefaultResolver, book: capacity.NewBook(), warmQ: make(chan string, warmQueueLen), queued: map[string]bool{}}
 	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := b.List(ctx); err != nil {
 		return nil, err

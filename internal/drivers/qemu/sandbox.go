@@ -297,8 +297,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.SandboxSpec) (backend
 	steps.Mark("record the sandbox")
 	if p := v.p; p != nil && !v.meta.ColdBoot {
 		if v.meta.Pending == pendingIdentity {
-			b.measureCold(p.pid, tpl.ID, !b.cfg.NoWarm)
-			b.queueWarm(v.id) // measured again when readied
+			b.measureCold(p.pid, tpl.ID, b.readiesAll())
+			if b.readiesAll() {
+				b.queueWarm(v.id) // measured again when readied
+			}
 		} else {
 			b.book.ObserveClone(tpl.ID, b.measure(p.pid, tpl.ID, false))
 		}

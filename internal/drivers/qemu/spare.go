@@ -299,7 +299,8 @@ func (b *Backend) startMakingLocked(tpl tplMeta, set *spareSet) {
 	if b.bgCtx.Err() != nil || set.making != nil || set.count() >= set.want(time.Now(), b.cfg.MaxSpares) {
 		return
 	}
-	set.memMB = b.expectMB(tpl)
+	b.expectMB(tpl)
+	set.memMB = b.book.Profile(tpl.ID).Readied() // spares are readied
 	if h, err := b.cfg.Memory.Host(); err == nil && !b.accountLocked(h).Fits(set.memMB) {
 		b.log.Debug("no spare clone: it would pass the host memory limit", "template", tpl.ID)
 		return
