@@ -263,6 +263,11 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 	}
 	var msg string
 	switch {
+	case policy == "destroy" && sb.Metadata.DeletionTimestamp != nil:
+		// An earlier release destroyed it (the attempt's end, then the
+		// agent's, reach here both): said once.
+		n.setHolder(name, "")
+		return nil
 	case policy == "destroy":
 		if _, _, err := n.st.Delete(ctx, api.KindSandbox, name, store.DeleteOptions{}); err != nil && !errors.Is(err, api.ErrNotFound) {
 			return err

@@ -483,6 +483,11 @@ spec:
 	if _, err := c.be.Inspect(context.Background(), "box"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("the ephemeral sandbox's VM: %v, want gone", err)
 	}
+	// Released once, however many times the release is reached while
+	// the sandbox goes (the attempt's end, the agent's, the sandbox's).
+	if evs := storeEvents(t, c.st, api.KindSandbox, "box", "Released"); len(evs) != 1 {
+		t.Errorf("Released events of box: %d, want 1", len(evs))
+	}
 }
 
 // TestPoolUnsatisfiableOnTheNode runs a pool on a host with memory for one
