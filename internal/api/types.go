@@ -681,6 +681,18 @@ type AgentSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2592000
 	TTLSecondsAfterFinished *int `json:"ttlSecondsAfterFinished,omitempty"`
+	// Checkpoint saves the attempt's desktop at intervals, so that after a
+	// restart of its node the attempt goes on from the latest checkpoint
+	// instead of starting over (docs/agents.md#checkpoints).
+	Checkpoint *AgentCheckpoint `json:"checkpoint,omitempty"`
+}
+
+// AgentCheckpoint is how often a running attempt's desktop is saved.
+type AgentCheckpoint struct {
+	// EveryMinutes is the interval between checkpoints.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1440
+	EveryMinutes int `json:"everyMinutes"`
 }
 
 // SandboxSelector picks sandboxes by label. Pool is shorthand for
@@ -859,6 +871,26 @@ type AgentStatus struct {
 	// ask_human or POST /agents/NAME/hitl). While it has no answer the
 	// agent's WaitingForHuman condition is True.
 	HumanRequest *HumanRequest `json:"humanRequest,omitempty"`
+	// Checkpoint is the running attempt's latest checkpoint
+	// (spec.checkpoint).
+	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+}
+
+// CheckpointStatus is an attempt's latest checkpoint: its desktop saved
+// at At, with Steps of its workflow done (their results kept here, as the
+// attempt's result will have them).
+type CheckpointStatus struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	// Count is how many checkpoints the attempt took.
+	Count int `json:"count"`
+	Steps int `json:"steps,omitempty"`
+	// +kubebuilder:validation:MaxItems=1000
+	Results []StepResult `json:"results,omitempty"`
+	// ResumedAt is when the attempt last went on from the checkpoint,
+	// after a restart of its node; Resumes counts those.
+	ResumedAt *time.Time `json:"resumedAt,omitempty"`
+	Resumes   int        `json:"resumes,omitempty"`
 }
 
 // HumanRequest is a question an agent asked a person, and the answer.
@@ -890,6 +922,9 @@ type AgentResult struct {
 	Steps []StepResult `json:"steps,omitempty"`
 	// ExitCode is a custom agent's.
 	ExitCode *int `json:"exitCode,omitempty"`
+	// ResumedFrom is set when the attempt went on from a checkpoint after
+	// a restart of its node: when that checkpoint was taken.
+	ResumedFrom *time.Time `json:"resumedFrom,omitempty"`
 }
 
 // StepResult is one workflow step as it ran.

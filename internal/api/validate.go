@@ -46,6 +46,11 @@ const (
 	MaxAgentTimeout = MaxAgentTimeoutMinutes * time.Minute
 	// MaxTaskTimeoutSeconds bounds task.timeoutSeconds (7 days).
 	MaxTaskTimeoutSeconds = MaxAgentTimeoutMinutes * 60
+	// MaxCheckpointMinutes bounds checkpoint.everyMinutes (a day), and
+	// MaxCheckpointSteps the workflow of an agent with checkpoints (its
+	// done steps' results are kept with the checkpoint).
+	MaxCheckpointMinutes = 1440
+	MaxCheckpointSteps   = 1000
 	// MaxTTLSeconds bounds ttlSecondsAfterFinished (30 days).
 	MaxTTLSeconds = 30 * 24 * 60 * 60
 	// MaxArtifactPatterns bounds output.artifacts: each pattern is a
@@ -695,6 +700,17 @@ func validateAgent(s *AgentSpec) error {
 	}
 	if err := inRange("spec.task.timeoutSeconds", s.Task.TimeoutSeconds, MaxTaskTimeoutSeconds, "7 days"); err != nil {
 		return err
+	}
+	if c := s.Checkpoint; c != nil {
+		if c.EveryMinutes < 1 || c.EveryMinutes > MaxCheckpointMinutes {
+			return Invalid("spec.checkpoint.everyMinutes", "%d is out of range 1..%d (a day)", c.EveryMinutes, MaxCheckpointMinutes)
+		}
+		if s.Type == "mcp-agent" {
+			return Invalid("spec.checkpoint", "an mcp-agent's attempt is its client's, which hvkube cannot take up again: checkpoints are for workflow, custom, playwright and selenium agents")
+		}
+		if len(s.Task.Steps) > MaxCheckpointSteps {
+			return Invalid("spec.checkpoint", "a workflow of %d steps: checkpoints keep the results of at most %d", len(s.Task.Steps), MaxCheckpointSteps)
+		}
 	}
 	if m := s.MCP; m != nil && m.Endpoint != "" {
 		if !strings.HasPrefix(m.Endpoint, "http://") && !strings.HasPrefix(m.Endpoint, "https://") {

@@ -273,6 +273,21 @@ type Capturer interface {
 	CaptureTemplate(ctx context.Context, sandboxID, id string, progress Progress) (TemplateInfo, error)
 }
 
+// Checkpointer is the optional ability of a backend to save a sandbox as
+// it is now, memory and disk, while it goes on (it stands stopped for the
+// copy), and to bring it back to that point later: after its process died,
+// or the host restarted. A checkpoint is the sandbox's own: Reset and
+// Delete drop it, and a later checkpoint replaces it.
+type Checkpointer interface {
+	// Checkpoint saves the sandbox now and returns how long its guest
+	// stood stopped. The sandbox runs on, or stays paused, as it was.
+	Checkpoint(ctx context.Context, id string) (time.Duration, error)
+	// RestoreCheckpoint brings the sandbox back to its latest checkpoint,
+	// Paused, ending its process first if it has one. ErrNotFound when it
+	// has none.
+	RestoreCheckpoint(ctx context.Context, id string) error
+}
+
 // Readier is the optional ability of a backend whose fresh clones pay on
 // their first resume for work that can be done ahead (QEMU under TCG: the
 // guest's code translated anew in the clone's process, its identity

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -142,8 +143,12 @@ func (n *Node) reconcileAgentAs(ctx context.Context, name string, o api.Object, 
 			return n.watchMCP(ctx, a, now)
 		}
 		// Running here, but not by this process: the server restarted
-		// during the attempt. Run it again from the start on a clean
+		// during the attempt. It goes on from its checkpoint if it has
+		// one (checkpoint.go), else runs again from the start on a clean
 		// sandbox; it is not the agent's failure.
+		if c := n.checkpointOf(a); c != nil {
+			return n.resumeRun(ctx, a, c, now)
+		}
 		return n.interrupt(ctx, a, now)
 	}
 	return reconcile.Result{}, nil
@@ -238,17 +243,20 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 	if started.Status.Phase != api.AgentRunning || started.Status.StartedAt == nil || !started.Status.StartedAt.Equal(now) {
 		return reconcile.Result{}, nil
 	}
-	return n.launch(started, now), nil
+	return n.launch(started, now, nil), nil
 }
 
 // launch runs the attempt started (the agent as its start wrote it, at
-// now) in the background.
-func (n *Node) launch(started *api.Agent, now time.Time) reconcile.Result {
-	msg := started.Status.Message
-	if at := started.Status.ScheduledAt; at != nil {
-		msg += fmt.Sprintf(", claimed %s before", now.Sub(*at).Round(time.Millisecond))
+// now) in the background; from, when set, is the checkpoint it goes on
+// from (the agent as its resume wrote it).
+func (n *Node) launch(started *api.Agent, now time.Time, from *api.CheckpointStatus) reconcile.Result {
+	if from == nil {
+		msg := started.Status.Message
+		if at := started.Status.ScheduledAt; at != nil {
+			msg += fmt.Sprintf(", claimed %s before", now.Sub(*at).Round(time.Millisecond))
+		}
+		n.event(n.runCtx, started, api.EventNormal, "Started", msg)
 	}
-	n.event(n.runCtx, started, api.EventNormal, "Started", msg)
 	r := &run{attempt: started.Status.Attempts, done: make(chan struct{})}
 	// Context deadlines run on the wall clock, whatever the node's clock.
 	fctx, fence := context.WithCancelCause(n.runCtx)
@@ -264,7 +272,7 @@ func (n *Node) launch(started *api.Agent, now time.Time) reconcile.Result {
 		defer close(r.done)
 		defer fence(nil)
 		defer cancel()
-		n.attempt(rctx, started)
+		n.attempt(rctx, started, from)
 		n.runs.mu.Lock()
 		if n.runs.m[started.Metadata.Name] == r {
 			delete(n.runs.m, started.Metadata.Name)
@@ -296,8 +304,9 @@ func (n *Node) stopRun(name string) bool {
 
 // attempt runs one attempt of a, writes its outcome, and releases the
 // sandbox. A run cut short by the node stopping writes nothing: the next
-// start of the node runs the attempt again.
-func (n *Node) attempt(ctx context.Context, a *api.Agent) {
+// start of the node runs the attempt again, from its checkpoint if it has
+// one (from, then).
+func (n *Node) attempt(ctx context.Context, a *api.Agent, from *api.CheckpointStatus) {
 	name, sandbox, attempt := a.Metadata.Name, a.Status.Sandbox, a.Status.Attempts
 	bg := context.WithoutCancel(ctx)
 	dir := n.attemptDir(name, attempt)
@@ -306,13 +315,42 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent) {
 	lg.printf("attempt %d of agent %s (%s) on sandbox %s, node %s", attempt, name, a.Spec.Type, sandbox, n.name)
 	start := n.now()
 	var res *api.AgentResult
-	err := n.acquire(ctx, sandbox, name)
-	if err == nil {
+	pg := newProgress()
+	var err error
+	if from != nil {
+		if err = n.restoreCheckpoint(ctx, sandbox, name, from); err != nil {
+			lg.printf("the checkpoint of %s could not be restored: %v; the attempt runs again from the start", from.At.Format(time.RFC3339), err)
+			n.event(bg, a, api.EventWarning, "CheckpointLost", fmt.Sprintf("attempt %d: the checkpoint of %s could not be restored: %v", attempt, from.At.Format(time.RFC3339), err))
+			if _, err := n.interrupt(bg, a, n.now()); err != nil {
+				lg.printf("could not put the attempt back: %v", err)
+			}
+			return
+		}
+		pg.results = slices.Clone(from.Results)
+		lg.printf("sandbox %s restored to the checkpoint of %s (%d steps done) in %s", sandbox, from.At.Format(time.RFC3339), from.Steps, n.now().Sub(start).Round(time.Millisecond))
+	} else if err = n.acquire(ctx, sandbox, name); err == nil {
 		lg.printf("sandbox %s acquired in %s", sandbox, n.now().Sub(start).Round(time.Millisecond))
-		err = n.claimSession(ctx, a, lg)
 	}
 	if err == nil {
-		res, err = n.execute(ctx, a, dir, lg)
+		err = n.claimSession(ctx, a, lg)
+	}
+	if ck, ok := n.checkpointer(a); ok {
+		pg.take = func(results []api.StepResult) { n.checkpoint(ctx, ck, a, results, lg) }
+	}
+	if err == nil {
+		cctx, stop := context.WithCancel(ctx)
+		loop := make(chan struct{})
+		go func() {
+			defer close(loop)
+			n.checkpointLoop(cctx, a, pg, lg)
+		}()
+		res, err = n.execute(ctx, a, dir, lg, pg)
+		stop()
+		<-loop
+	}
+	if res != nil && from != nil {
+		at := from.At
+		res.ResumedFrom = &at
 	}
 	if err != nil {
 		err = maskedError{err, n.maskText(sandbox, err.Error())}

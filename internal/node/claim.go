@@ -445,7 +445,7 @@ func (n *Node) startClaimed(ctx context.Context, sb *api.Sandbox, cached *api.Ag
 		out, err := n.st.PatchStatus(ctx, api.KindAgent, name, sb.Status.Claim.ResourceVersion, patch)
 		switch {
 		case err == nil:
-			return n.launch(out.(*api.Agent), now), nil
+			return n.launch(out.(*api.Agent), now, nil), nil
 		case errors.Is(err, api.ErrNotFound):
 			return reconcile.Result{}, n.dropClaim(ctx, sb, "it no longer exists")
 		case !errors.Is(err, api.ErrConflict):

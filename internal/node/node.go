@@ -129,6 +129,9 @@ type Node struct {
 	pressure pressureBook
 	// peaks are each pool's busiest moments (readyahead.go).
 	peaks busyPeaks
+	// checkpointUnit is what spec.checkpoint.everyMinutes counts in
+	// (a minute; tests shorten it).
+	checkpointUnit time.Duration
 	// egress remembers when each sandbox's last EgressDenied event was
 	// recorded (network.go).
 	egress egressReports

@@ -41,6 +41,8 @@ type cluster struct {
 	// nodeStore wraps the store the node is given (clusterOptions).
 	nodeStore func(store.API) store.API
 	env       func(context.Context, *api.Sandbox, *api.Agent) (secrets.Env, error)
+	// checkpointUnit is the node's checkpointUnit.
+	checkpointUnit time.Duration
 }
 
 // clusterOptions change what newClusterWith builds.
@@ -60,6 +62,8 @@ type clusterOptions struct {
 	nodeStore func(store.API) store.API
 	// env is the node's Options.Env.
 	env func(context.Context, *api.Sandbox, *api.Agent) (secrets.Env, error)
+	// checkpointUnit is what spec.checkpoint.everyMinutes counts in.
+	checkpointUnit time.Duration
 }
 
 // testStore, when set, opens the store of each cluster instead of SQLite
@@ -87,7 +91,7 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands, statusInterval: opts.statusInterval, pressure: opts.pressure,
-		nodeStore: opts.nodeStore, env: opts.env}
+		nodeStore: opts.nodeStore, env: opts.env, checkpointUnit: opts.checkpointUnit}
 	c.nd, c.mgr = c.startNode(t)
 	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
 kind: Template
@@ -110,6 +114,7 @@ func (c *cluster) startNode(t *testing.T) (*Node, *reconcile.Manager) {
 	}
 	nd := New(Options{Store: nst, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands,
 		StatusInterval: c.statusInterval, Pressure: c.pressure, Env: c.env})
+	nd.checkpointUnit = c.checkpointUnit
 	if err := nd.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -40,13 +40,13 @@ const (
 
 // execute runs the attempt's task on its (acquired) sandbox, recording
 // its screen meanwhile with output.screenRecording (record.go).
-func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog) (res *api.AgentResult, err error) {
+func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog, pg *progress) (res *api.AgentResult, err error) {
 	if a.Spec.Output.ScreenRecording {
 		defer n.record(ctx, a.Status.Sandbox, dir, lg).stop(&res)
 	}
 	switch a.Spec.Type {
 	case "workflow":
-		return n.runWorkflow(ctx, a, dir, lg)
+		return n.runWorkflow(ctx, a, dir, lg, pg)
 	case "custom":
 		return n.runCommand(ctx, a, nil, lg)
 	case "playwright", "selenium":
@@ -57,13 +57,22 @@ func (n *Node) execute(ctx context.Context, a *api.Agent, dir string, lg *runLog
 	return nil, fmt.Errorf("agents of type %q do not run here: %w", a.Spec.Type, api.ErrUnsupported)
 }
 
-// runWorkflow runs the steps in order; the first that fails fails the
-// attempt. Each step's result (and screenshot, with output.screenshots)
-// goes into the result.
-func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *runLog) (*api.AgentResult, error) {
+// runWorkflow runs the steps in order, from the first not done in pg (an
+// attempt that goes on from a checkpoint has some done); the first that
+// fails fails the attempt. Each step's result (and screenshot, with
+// output.screenshots) goes into the result and into pg.
+func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *runLog, pg *progress) (*api.AgentResult, error) {
 	res := &api.AgentResult{}
 	sandbox := a.Status.Sandbox
-	for i, st := range a.Spec.Task.Steps {
+	for _, sr := range pg.results {
+		res.Steps = append(res.Steps, sr)
+		if sr.Screenshot != "" {
+			res.Screenshots = append(res.Screenshots, sr.Screenshot)
+		}
+	}
+	for i := len(res.Steps); i < len(a.Spec.Task.Steps); i++ {
+		pg.between()
+		st := a.Spec.Task.Steps[i]
 		start := n.now()
 		// A step of another vocabulary is named by its vocabulary and
 		// action ("Gemini click", "OpenAI keypress", "a batch of 3
@@ -93,6 +102,7 @@ func (n *Node) runWorkflow(ctx context.Context, a *api.Agent, dir string, lg *ru
 		}
 		sr.OK = true
 		res.Steps = append(res.Steps, sr)
+		pg.results = append(pg.results, sr)
 		lg.printf("step %d (%s) ok in %.2fs %s", i+1, name, sr.DurationSeconds, oneLine(sr.Output))
 	}
 	res.Success = true
@@ -257,6 +267,10 @@ func taskEnv(a *api.Agent) []string {
 	env := []string{"HVKUBE_AGENT=" + a.Metadata.Name, "HVKUBE_SANDBOX=" + a.Status.Sandbox}
 	if len(a.Spec.Task.Input) > 0 {
 		env = append(env, "HVKUBE_TASK_INPUT="+string(a.Spec.Task.Input))
+	}
+	if c := a.Status.Checkpoint; c != nil && c.Attempt == a.Status.Attempts && c.ResumedAt != nil {
+		// The command starts again on the desktop of its checkpoint.
+		env = append(env, "HVKUBE_RESUMED_FROM="+c.At.Format(time.RFC3339))
 	}
 	return env
 }

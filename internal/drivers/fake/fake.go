@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -77,6 +78,8 @@ const (
 	OpClipboardSet    = "clipboardset"
 	OpLogs            = "logs"
 	OpDialPort        = "dialport"
+	OpCheckpoint      = "checkpoint"
+	OpRestoreCkpt     = "restorecheckpoint"
 )
 
 var knownOps = map[string]bool{
@@ -86,7 +89,7 @@ var knownOps = map[string]bool{
 	OpReady: true, OpAlive: true, OpCapacity: true, OpScreenshot: true,
 	OpScreenSize: true, OpInput: true, OpExec: true, OpCopyIn: true,
 	OpCopyOut: true, OpClipboardGet: true, OpClipboardSet: true, OpLogs: true,
-	OpDialPort: true,
+	OpDialPort: true, OpCheckpoint: true, OpRestoreCkpt: true,
 }
 
 // Defaults of Options.
@@ -182,6 +185,8 @@ type sandbox struct {
 	typed     strings.Builder
 	execs     []backend.ExecRequest
 	log       []string
+	// checkpoint is its files as of its latest checkpoint; nil without.
+	checkpoint map[string][]byte
 }
 
 // New returns a fake backend with no templates and no sandboxes. It panics
@@ -541,9 +546,41 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 		}
 		s.pid = b.newPIDLocked()
 		s.files = map[string][]byte{}
+		s.checkpoint = nil
 		s.clipboard = ""
 		s.x, s.y = s.w/2, s.h/2
 		b.transitionLocked(s, OpReset, backend.StatePaused)
+		return nil
+	})
+}
+
+// Checkpoint implements backend.Checkpointer: the sandbox's files are
+// kept as they are now; it goes on as it was. A sandbox without a process
+// is ErrConflict.
+func (b *Backend) Checkpoint(ctx context.Context, id string) (time.Duration, error) {
+	return 0, b.lifecycle(ctx, OpCheckpoint, id, func(s *sandbox) error {
+		if !s.hasProcess() {
+			return s.conflict(OpCheckpoint)
+		}
+		s.checkpoint = maps.Clone(s.files)
+		if s.checkpoint == nil {
+			s.checkpoint = map[string][]byte{}
+		}
+		return nil
+	})
+}
+
+// RestoreCheckpoint implements backend.Checkpointer: the sandbox has the
+// files of its latest checkpoint, Paused, with a new process; ErrNotFound
+// without a checkpoint.
+func (b *Backend) RestoreCheckpoint(ctx context.Context, id string) error {
+	return b.lifecycle(ctx, OpRestoreCkpt, id, func(s *sandbox) error {
+		if s.checkpoint == nil {
+			return fmt.Errorf("sandbox %s has no checkpoint: %w", id, api.ErrNotFound)
+		}
+		s.files = maps.Clone(s.checkpoint)
+		s.pid = b.newPIDLocked()
+		b.transitionLocked(s, OpRestoreCkpt, backend.StatePaused)
 		return nil
 	})
 }

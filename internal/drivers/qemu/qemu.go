@@ -599,30 +599,40 @@ func migrateToFile(ctx context.Context, mon *qmp.Monitor, path string) error {
 
 // migrateToFileWith is migrateToFile with the capabilities caps.
 func migrateToFileWith(ctx context.Context, mon *qmp.Monitor, path string, caps map[string]bool) error {
+	_, err := migrateToFileInfo(ctx, mon, path, caps)
+	return err
+}
+
+// migrateToFileInfo is migrateToFileWith, and returns the completed
+// migration's statistics. Started on a running VM, it is a live
+// migration: the VM stops only at its end (its downtime), and stays
+// stopped (postmigrate) until cont.
+func migrateToFileInfo(ctx context.Context, mon *qmp.Monitor, path string, caps map[string]bool) (qmp.MigrationInfo, error) {
 	if err := mon.MigrateSetCapabilities(ctx, caps); err != nil {
-		return err
+		return qmp.MigrationInfo{}, err
 	}
 	if err := mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": int64(32) << 30}); err != nil {
-		return err
+		return qmp.MigrationInfo{}, err
 	}
 	tmp := path + ".part"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return err
+		return qmp.MigrationInfo{}, err
 	}
 	defer os.Remove(tmp)
 	err = mon.SendFD(ctx, "migfile", f)
 	f.Close() // QEMU holds its own copy
 	if err != nil {
-		return err
+		return qmp.MigrationInfo{}, err
 	}
 	if err := mon.Migrate(ctx, "fd:migfile"); err != nil {
-		return err
+		return qmp.MigrationInfo{}, err
 	}
-	if _, err := mon.WaitMigration(ctx); err != nil {
-		return err
+	info, err := mon.WaitMigration(ctx)
+	if err != nil {
+		return info, err
 	}
-	return os.Rename(tmp, path)
+	return info, os.Rename(tmp, path)
 }
 
 // migrateFromFile loads a state file into a QEMU started with -incoming

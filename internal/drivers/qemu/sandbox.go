@@ -47,6 +47,9 @@ type vmMeta struct {
 	// record (the count goes on from them after a restart).
 	Denied     int64              `json:"denied,omitempty"`
 	LastDenied *api.NetworkDenial `json:"lastDenied,omitempty"`
+	// CheckpointAt is when checkpoint.state and checkpoint.qcow2 were
+	// written (checkpoint.go); nil without a checkpoint.
+	CheckpointAt *time.Time `json:"checkpointAt,omitempty"`
 }
 
 // sandboxNamePrefix starts the -name of the QEMU a sandbox started for
@@ -706,6 +709,7 @@ func (b *Backend) Reset(ctx context.Context, id string) error {
 	}
 	steps.Mark("kill the old QEMU")
 	os.Remove(filepath.Join(v.dir, "saved.state"))
+	v.dropCheckpoint()
 	if err := b.reserve(id, b.expectMB(v.tpl), v.meta.TemplateID, how); err != nil {
 		return err
 	}

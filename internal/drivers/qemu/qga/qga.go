@@ -138,6 +138,17 @@ func (c *Client) lock(ctx context.Context) error {
 
 func (c *Client) unlock() { c.sem <- struct{}{} }
 
+// Hold waits for the request in progress, if any, to end, and keeps
+// others from starting until release is called: the guest's agent is idle
+// meanwhile (a VM saved with it idle comes back with no request half
+// read or half answered).
+func (c *Client) Hold(ctx context.Context) (release func(), err error) {
+	if err := c.lock(ctx); err != nil {
+		return nil, err
+	}
+	return c.unlock, nil
+}
+
 // Abort closes the connection at once, failing a request in progress
 // instead of waiting for it; the next request dials again. Use it when the
 // guest cannot answer (paused, saved or gone).

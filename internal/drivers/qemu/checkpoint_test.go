@@ -1,0 +1,146 @@
+//go:build linux
+
+package qemu
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+)
+
+// TestCheckpointOnQEMU takes a checkpoint of a running desktop, writes
+// more after it, kills its QEMU, and restores the checkpoint: the desktop
+// has what it had at the checkpoint, on disk and in memory (tmpfs), and
+// nothing written after. A reset drops the checkpoint.
+func TestCheckpointOnQEMU(t *testing.T) {
+	imageDir := requireImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	b, err := New(ctx, Config{Dir: t.TempDir(), ImageDir: imageDir, NoSpares: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var _ backend.Checkpointer = b
+	tpl, err := b.BuildTemplate(ctx, backend.TemplateSpec{ID: "checkpoint-base", Image: api.QEMUImage{Image: "linux-desktop"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Create(ctx, backend.SandboxSpec{ID: "long", TemplateID: tpl.ID}); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Delete(context.Background(), "long")
+	if _, err := b.Checkpoint(ctx, "long"); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("checkpoint of a clone that never ran: %v, want a conflict", err)
+	}
+	if err := b.RestoreCheckpoint(ctx, "long"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("restore without a checkpoint: %v, want not found", err)
+	}
+	if err := b.Resume(ctx, "long"); err != nil {
+		t.Fatal(err)
+	}
+	run := func(script string) string {
+		t.Helper()
+		res, err := b.Exec(ctx, "long", backend.ExecRequest{Path: "sh", Args: []string{"-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 0 {
+			t.Fatalf("%s: exit %d: %s", script, res.ExitCode, res.Stderr)
+		}
+		return strings.TrimSpace(string(res.Stdout))
+	}
+	run("echo before > /root/disk-marker && echo before > /dev/shm/mem-marker && sync")
+	stopped, err := b.Checkpoint(ctx, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint of a 512 MB desktop: the guest stood stopped %s", stopped.Round(time.Millisecond))
+	if info, _ := b.Inspect(ctx, "long"); info.State != backend.StateRunning {
+		t.Errorf("after the checkpoint the sandbox is %s, want it running on", info.State)
+	}
+	run("echo after > /root/disk-marker && echo after > /dev/shm/mem-marker && touch /root/later && sync")
+
+	// The host loses the QEMU (kill -9), as it would in a crash.
+	info, err := b.Inspect(ctx, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := b.RestoreCheckpoint(ctx, "long"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Resume(ctx, "long"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restored and resumed in %s", time.Since(began).Round(time.Millisecond))
+	if got := run("cat /root/disk-marker /dev/shm/mem-marker; ls /root/later 2>/dev/null || echo no-later"); got != "before\nbefore\nno-later" {
+		t.Errorf("after the restore the desktop has %q, want what it had at the checkpoint", got)
+	}
+
+	if err := b.Reset(ctx, "long"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RestoreCheckpoint(ctx, "long"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("restore after a reset: %v, want not found (a reset drops the checkpoint)", err)
+	}
+}
+
+// BenchmarkCheckpointOnQEMU takes b.N checkpoints of one running linux
+// desktop (512 MB) and reports how long its guest stood stopped for each,
+// p50 and p95, and how long each checkpoint took in all:
+//
+//	go test -run - -bench CheckpointOnQEMU -benchtime 20x ./internal/drivers/qemu/
+func BenchmarkCheckpointOnQEMU(b *testing.B) {
+	imageDir := requireImage(b)
+	ctx := context.Background()
+	be, err := New(ctx, Config{Dir: b.TempDir(), ImageDir: imageDir, NoSpares: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	tpl, err := be.BuildTemplate(ctx, backend.TemplateSpec{ID: "checkpoint-bench", Image: api.QEMUImage{Image: "linux-desktop"}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := be.Create(ctx, backend.SandboxSpec{ID: "bench", TemplateID: tpl.ID}); err != nil {
+		b.Fatal(err)
+	}
+	defer be.Delete(context.Background(), "bench")
+	if err := be.Resume(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the clock set after the resume
+	var stopped, total []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		began := time.Now()
+		d, err := be.Checkpoint(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		total = append(total, time.Since(began))
+		stopped = append(stopped, d)
+	}
+	b.StopTimer()
+	pct := func(ds []time.Duration, p int) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[(len(s)-1)*p/100].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(stopped, 50), "p50-stopped-ms")
+	b.ReportMetric(pct(stopped, 95), "p95-stopped-ms")
+	b.ReportMetric(pct(total, 50), "p50-checkpoint-ms")
+	b.ReportMetric(pct(total, 95), "p95-checkpoint-ms")
+	b.ReportMetric(0, "ns/op")
+}
