@@ -603,7 +603,7 @@ than linux-desktop writes its own section (density-IMAGE), and a run with
 	cmd.Flags().IntVar(&o.Pressure, "pressure", 0, "desktops of a second pool for the pressure step (0 skips it)")
 	cmd.Flags().IntVar(&o.KSMRunning, "ksm-running", 0, "running desktops for the KSM off/on step (0 skips it)")
 	cmd.Flags().IntVar(&o.MemoryLimitPercent, "memory-limit-percent", capacity.DefaultLimitPercent, "the most of host memory the VMs may use, in percent")
-	cmd.Flags().IntVar(&o.ReadyAhead, "ready-ahead", node.DefaultReadyAhead, "as hvkube serve's: the fewest idle desktops of the pool readied ahead of a claim (the others stay as cloned); -1 readies every clone")
+	cmd.Flags().IntVar(&o.ReadyAhead, "ready-ahead", node.DefaultReadyAhead, "as hvkube serve's: the fewest idle desktops of the pool readied ahead of a claim (the others stay as cloned); 0 readies none, -1 every clone")
 	cmd.Flags().StringVar(&write, "write", "", "also write the results into this markdown file")
 	return cmd
 }

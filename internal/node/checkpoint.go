@@ -199,12 +199,9 @@ func (n *Node) restoreCheckpoint(ctx context.Context, name, agent string, c *api
 	ck, _ := n.be.(backend.Checkpointer)
 	unlock := n.locks.lock(name)
 	defer unlock()
-	sb, err := n.claimed(ctx, name)
+	sb, err := n.claimedBy(ctx, name, agent)
 	if err != nil {
 		return err
-	}
-	if sb.Status.CurrentAgent != agent {
-		return fmt.Errorf("sandbox %s is claimed by %q, not by agent %s: %w", name, sb.Status.CurrentAgent, agent, api.ErrConflict)
 	}
 	start := n.now()
 	if err := ck.RestoreCheckpoint(ctx, name); err != nil {

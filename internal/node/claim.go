@@ -69,12 +69,9 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 	}
 	unlock := n.locks.lock(name)
 	defer unlock()
-	sb, err := n.claimed(ctx, name)
+	sb, err := n.claimedBy(ctx, name, agent)
 	if err != nil {
 		return err
-	}
-	if sb.Status.CurrentAgent != agent {
-		return fmt.Errorf("sandbox %s is claimed by %q, not by agent %s: %w", name, sb.Status.CurrentAgent, agent, api.ErrConflict)
 	}
 	start := n.now()
 	how, kind := "resumed", "resume"
@@ -119,6 +116,19 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 		s.Phase, s.Reason, s.Message, s.PID = api.SandboxRunning, "Acquired", fmt.Sprintf("in use by agent %s", agent), pid
 		s.LastResumedAt = &now
 	})
+}
+
+// claimedBy returns sandbox name as claimed (claimed), or an ErrConflict
+// when its claim is not agent's.
+func (n *Node) claimedBy(ctx context.Context, name, agent string) (*api.Sandbox, error) {
+	sb, err := n.claimed(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Status.CurrentAgent != agent {
+		return nil, fmt.Errorf("sandbox %s is claimed by %q, not by agent %s: %w", name, sb.Status.CurrentAgent, agent, api.ErrConflict)
+	}
+	return sb, nil
 }
 
 // claimSession writes the session variables of a's claim (its sandbox's

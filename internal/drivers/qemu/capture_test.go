@@ -4,11 +4,9 @@ package qemu
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
 )
 
@@ -18,28 +16,12 @@ import (
 // source runs on and keeps its own later writes to itself, and the new
 // template outlives the old one.
 func TestCaptureTemplate(t *testing.T) {
-	imageDir := requireImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	b, err := New(ctx, Config{Dir: t.TempDir(), ImageDir: imageDir, NoSpares: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	tpl, err := b.BuildTemplate(ctx, backend.TemplateSpec{ID: "capture-base", Image: api.QEMUImage{Image: "linux-desktop"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tpl := deskBackend(t, ctx, Config{NoSpares: true}, "capture-base")
 	run := func(t *testing.T, id, script string) string {
 		t.Helper()
-		res, err := b.Exec(ctx, id, backend.ExecRequest{Path: "sh", Args: []string{"-c", script}})
-		if err != nil {
-			t.Fatalf("%s: %v", id, err)
-		}
-		if res.ExitCode != 0 {
-			t.Fatalf("%s: %s: exit %d: %s", id, script, res.ExitCode, res.Stderr)
-		}
-		return strings.TrimSpace(string(res.Stdout))
+		return shOK(t, ctx, b, id, script)
 	}
 	start := func(t *testing.T, id, tplID string) {
 		t.Helper()

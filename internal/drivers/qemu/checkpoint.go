@@ -124,18 +124,9 @@ func (b *Backend) RestoreCheckpoint(ctx context.Context, id string) error {
 		return fmt.Errorf("restore the checkpoint of %s: %w", id, err)
 	}
 	os.Remove(filepath.Join(v.dir, "saved.state"))
-	m := b.machineFor(v.tpl, v.meta.Name, v.dir, v.meta.RunDir, filepath.Join(v.dir, "disk.qcow2"))
-	m.MemoryMB = v.meta.MemoryMB
-	m.Incoming = true
-	p, err := b.launch(ctx, m, v.dir)
-	if err != nil {
-		return err
+	if err := b.loadState(ctx, v, state); err != nil {
+		return fmt.Errorf("restore the checkpoint of %s: %w", id, err)
 	}
-	if err := migrateFromFile(ctx, p.mon, state); err != nil {
-		p.kill()
-		return fmt.Errorf("restore the checkpoint of %s: %w%s", id, err, p.logTail())
-	}
-	v.attach(p)
 	v.meta.Saved, v.meta.Stopped = false, false
 	return v.save()
 }

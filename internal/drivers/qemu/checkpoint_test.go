@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,19 +19,10 @@ import (
 // has what it had at the checkpoint, on disk and in memory (tmpfs), and
 // nothing written after. A reset drops the checkpoint.
 func TestCheckpointOnQEMU(t *testing.T) {
-	imageDir := requireImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	b, err := New(ctx, Config{Dir: t.TempDir(), ImageDir: imageDir, NoSpares: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, tpl := deskBackend(t, ctx, Config{NoSpares: true}, "checkpoint-base")
 	var _ backend.Checkpointer = b
-	tpl, err := b.BuildTemplate(ctx, backend.TemplateSpec{ID: "checkpoint-base", Image: api.QEMUImage{Image: "linux-desktop"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := b.Create(ctx, backend.SandboxSpec{ID: "long", TemplateID: tpl.ID}); err != nil {
 		t.Fatal(err)
 	}
@@ -48,14 +38,7 @@ func TestCheckpointOnQEMU(t *testing.T) {
 	}
 	run := func(script string) string {
 		t.Helper()
-		res, err := b.Exec(ctx, "long", backend.ExecRequest{Path: "sh", Args: []string{"-c", script}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.ExitCode != 0 {
-			t.Fatalf("%s: exit %d: %s", script, res.ExitCode, res.Stderr)
-		}
-		return strings.TrimSpace(string(res.Stdout))
+		return shOK(t, ctx, b, "long", script)
 	}
 	run("echo before > /root/disk-marker && echo before > /dev/shm/mem-marker && sync")
 	stopped, err := b.Checkpoint(ctx, "long")
@@ -102,17 +85,8 @@ func TestCheckpointOnQEMU(t *testing.T) {
 //
 //	go test -run - -bench CheckpointOnQEMU -benchtime 20x ./internal/drivers/qemu/
 func BenchmarkCheckpointOnQEMU(b *testing.B) {
-	imageDir := requireImage(b)
 	ctx := context.Background()
-	be, err := New(ctx, Config{Dir: b.TempDir(), ImageDir: imageDir, NoSpares: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
-	tpl, err := be.BuildTemplate(ctx, backend.TemplateSpec{ID: "checkpoint-bench", Image: api.QEMUImage{Image: "linux-desktop"}}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	be, tpl := deskBackend(b, ctx, Config{NoSpares: true}, "checkpoint-bench")
 	if _, err := be.Create(ctx, backend.SandboxSpec{ID: "bench", TemplateID: tpl.ID}); err != nil {
 		b.Fatal(err)
 	}

@@ -33,6 +33,38 @@ func requireImage(t testing.TB) string {
 	return dir
 }
 
+// deskBackend starts a backend on cfg over a directory of the test's
+// (cfg.Dir and cfg.ImageDir are set here) and builds template id from the
+// linux-desktop image; the backend closes when the test ends.
+func deskBackend(t testing.TB, ctx context.Context, cfg Config, id string) (*Backend, backend.TemplateInfo) {
+	t.Helper()
+	cfg.Dir, cfg.ImageDir = t.TempDir(), requireImage(t)
+	b, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	tpl, err := b.BuildTemplate(ctx, backend.TemplateSpec{ID: id, Image: api.QEMUImage{Image: "linux-desktop"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, tpl
+}
+
+// shOK runs script with sh in sandbox id and returns its output, trimmed;
+// a failure or another exit than 0 fails the test.
+func shOK(t testing.TB, ctx context.Context, b *Backend, id, script string) string {
+	t.Helper()
+	res, err := b.Exec(ctx, id, backend.ExecRequest{Path: "sh", Args: []string{"-c", script}})
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("%s: %s: exit %d: %s", id, script, res.ExitCode, res.Stderr)
+	}
+	return strings.TrimSpace(string(res.Stdout))
+}
+
 func newTestBackend(t *testing.T, dir string) backend.Backend {
 	t.Helper()
 	b, err := New(context.Background(), Config{Dir: dir, ImageDir: requireImage(t)})

@@ -654,6 +654,21 @@ func (b *Backend) restoreLocked(ctx context.Context, v *vm) error {
 		return err
 	}
 	defer b.release(v.meta.ID)
+	state := filepath.Join(v.dir, "saved.state")
+	if err := b.loadState(ctx, v, state); err != nil {
+		return fmt.Errorf("restore %s: %w", v.meta.ID, err)
+	}
+	v.meta.Saved = false
+	if err := v.save(); err != nil {
+		return err
+	}
+	os.Remove(state)
+	return nil
+}
+
+// loadState starts a QEMU for v on its disk, loads state (a saved
+// sandbox's or a checkpoint's) into it and makes it v's process, paused.
+func (b *Backend) loadState(ctx context.Context, v *vm, state string) error {
 	m := b.machineFor(v.tpl, v.meta.Name, v.dir, v.meta.RunDir, filepath.Join(v.dir, "disk.qcow2"))
 	m.MemoryMB = v.meta.MemoryMB
 	m.Incoming = true
@@ -661,17 +676,11 @@ func (b *Backend) restoreLocked(ctx context.Context, v *vm) error {
 	if err != nil {
 		return err
 	}
-	state := filepath.Join(v.dir, "saved.state")
 	if err := migrateFromFile(ctx, p.mon, state); err != nil {
 		p.kill()
-		return fmt.Errorf("restore %s: %w%s", v.meta.ID, err, p.logTail())
+		return fmt.Errorf("%w%s", err, p.logTail())
 	}
 	v.attach(p)
-	v.meta.Saved = false
-	if err := v.save(); err != nil {
-		return err
-	}
-	os.Remove(state)
 	return nil
 }
 

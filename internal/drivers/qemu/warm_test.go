@@ -20,19 +20,10 @@ import (
 // asks for one; the one asked for is readied (it grows, and leaves the
 // list), the other is not, and both resume and answer.
 func TestWarmOnRequest(t *testing.T) {
-	imageDir := requireImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	b, err := New(ctx, Config{Dir: t.TempDir(), ImageDir: imageDir, NoSpares: true, WarmOnRequest: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, tpl := deskBackend(t, ctx, Config{NoSpares: true, WarmOnRequest: true}, "warm-base")
 	var _ backend.Readier = b
-	tpl, err := b.BuildTemplate(ctx, backend.TemplateSpec{ID: "warm-base", Image: api.QEMUImage{Image: "linux-desktop"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, id := range []string{"first", "second"} {
 		if _, err := b.Create(ctx, backend.SandboxSpec{ID: id, TemplateID: tpl.ID}); err != nil {
 			t.Fatal(err)
@@ -93,19 +84,10 @@ func TestWarmOnRequest(t *testing.T) {
 // under the limit is refused with ErrUnavailable, and the clone stays as
 // cloned.
 func TestReadyAheadRefusedWithoutRoom(t *testing.T) {
-	imageDir := requireImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	mem := &tightHost{}
-	b, err := New(ctx, Config{Dir: t.TempDir(), ImageDir: imageDir, NoSpares: true, WarmOnRequest: true, Memory: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	tpl, err := b.BuildTemplate(ctx, backend.TemplateSpec{ID: "warm-tight", Image: api.QEMUImage{Image: "linux-desktop"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tpl := deskBackend(t, ctx, Config{NoSpares: true, WarmOnRequest: true, Memory: mem}, "warm-tight")
 	if _, err := b.Create(ctx, backend.SandboxSpec{ID: "tight", TemplateID: tpl.ID}); err != nil {
 		t.Fatal(err)
 	}
