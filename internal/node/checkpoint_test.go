@@ -69,6 +69,7 @@ func TestNodeRestartResumesFromCheckpoint(t *testing.T) {
 	if typed := c.be.Typed(member); !strings.HasPrefix(typed, "abc") || strings.Count(typed, "a") != 1 || strings.Count(typed, "b") != 1 {
 		t.Errorf("typed %q, want a and b once", typed)
 	}
+	c.waitEvents(t, api.KindAgent, "job", "Completed", 1) // recorded just after the status
 	evs := c.events(t, api.KindAgent, "job", "Interrupted", "ResumedFromCheckpoint", "Completed", "Failed")
 	if got, want := fmt.Sprint(evs), "[ResumedFromCheckpoint Completed]"; got != want {
 		t.Errorf("events %s, want %s", got, want)
@@ -102,6 +103,7 @@ func TestCheckpointLostStartsOver(t *testing.T) {
 	if a.Status.Result == nil || a.Status.Result.ResumedFrom != nil {
 		t.Errorf("result %+v: want one run from the start", a.Status.Result)
 	}
+	c.waitEvents(t, api.KindAgent, "job", "Completed", 1)
 	evs := c.events(t, api.KindAgent, "job", "CheckpointLost", "Interrupted", "Completed")
 	if got, want := fmt.Sprint(evs), "[CheckpointLost Interrupted Completed]"; got != want {
 		t.Errorf("events %s, want %s", got, want)
