@@ -73,9 +73,11 @@ type TemplateSpec struct {
 
 // TemplateInfo describes a built template.
 type TemplateInfo struct {
-	ID          string
-	CreatedAt   time.Time
-	BootTime    time.Duration // cold boot to a ready desktop, when built
+	ID        string
+	CreatedAt time.Time
+	BootTime  time.Duration // cold boot to a ready desktop, when built
+	// Stopped is how long the sandbox stood stopped, when captured.
+	Stopped     time.Duration
 	MemoryBytes int64
 	DiskBytes   int64
 	Resolution  string

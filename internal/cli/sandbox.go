@@ -403,8 +403,8 @@ func newSnapshotCmd(e *env) *cobra.Command {
 		Long: `Make a template of a sandbox as it is now: its memory and its disk become
 the snapshot of a new template, which pools and sandboxes name in
 templateRef to clone a desktop set up by hand or by an agent. The sandbox
-stops for the copy (a few seconds), then runs again, or stays paused if it
-was. The template is on the sandbox's node alone (spec.source), and its
+stops for the copy (about half a second for a desktop), then runs again,
+or stays paused if it was. The template is on the sandbox's node alone (spec.source), and its
 sandboxes run there; it has the sandbox's memory and resolution.`,
 		Example: `  hvkube snapshot desk --template desk-with-login
   hvkube apply -f pool.yaml   # templateRef: desk-with-login`,
@@ -438,7 +438,7 @@ func newForkCmd(e *env) *cobra.Command {
 		Use:   "fork SANDBOX --count N",
 		Short: "Make N sandboxes of a sandbox as it is now (its memory and disk), to explore alternatives",
 		Long: `Make N sandboxes of a sandbox as it is now: its memory and disk are
-captured (the sandbox stops a few seconds, then runs on) into a template of
+captured (the sandbox stops about half a second, then runs on) into a template of
 their own, SANDBOX-fork-NONCE, and N sandboxes of it are made,
 SANDBOX-fork-NONCE-1..N, each with its own identity (hostname, machine id)
 as every clone has. They run on the source's node, with its spec and

@@ -55,7 +55,7 @@ func (n *Node) Capture(ctx context.Context, sandbox, template string) (backend.T
 		return backend.TemplateInfo{}, err
 	}
 	n.captures.add(id, n.now())
-	n.event(ctx, sb, api.EventNormal, "SnapshotTaken", fmt.Sprintf("captured for template %s in %s", template, n.now().Sub(start).Round(time.Millisecond)))
+	n.event(ctx, sb, api.EventNormal, "SnapshotTaken", fmt.Sprintf("captured for template %s in %s; the sandbox stood stopped %s", template, n.now().Sub(start).Round(time.Millisecond), info.Stopped.Round(time.Millisecond)))
 	return info, nil
 }
 

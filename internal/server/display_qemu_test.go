@@ -39,7 +39,7 @@ type qemuDesk struct {
 	nd  *node.Node
 }
 
-func startQEMUDesk(t *testing.T) *qemuDesk {
+func startQEMUDesk(t testing.TB) *qemuDesk {
 	t.Helper()
 	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
 	tpl.Metadata.Name = "desk-tpl"
@@ -70,7 +70,7 @@ func deskOnQEMU(t *testing.T, edit func(*api.SandboxSpec), more ...func(*reconci
 	return startOnQEMU(t, tpl, sb, 10*time.Minute, more...)
 }
 
-func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Duration, more ...func(*reconcile.Manager, *store.Store)) *qemuDesk {
+func startOnQEMU(t testing.TB, tpl *api.Template, sb *api.Sandbox, wait time.Duration, more ...func(*reconcile.Manager, *store.Store)) *qemuDesk {
 	t.Helper()
 	imageDir := qemutest.RequireImage(t, tpl.Spec.QEMU.Image)
 	ctx := context.Background()
@@ -140,7 +140,7 @@ func startOnQEMU(t *testing.T, tpl *api.Template, sb *api.Sandbox, wait time.Dur
 }
 
 // call sends an API request with the server's token.
-func (d *qemuDesk) call(t *testing.T, method, path, body string, out any) {
+func (d *qemuDesk) call(t testing.TB, method, path, body string, out any) {
 	t.Helper()
 	req, _ := http.NewRequest(method, d.url+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer admin")

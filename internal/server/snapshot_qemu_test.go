@@ -5,6 +5,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/node"
+	"github.com/hvkube/hvkube/internal/store"
+	"github.com/hvkube/hvkube/internal/testbench"
 )
 
 // TestSnapshotToTemplateOnQEMU sets a desktop up by hand (a file), makes a
@@ -157,4 +160,66 @@ func TestSnapshotToTemplateOnQEMU(t *testing.T) {
 			t.Errorf("the forks' hostnames %v: want three of their own", hosts)
 		}
 	})
+}
+
+// BenchmarkForkOnQEMU forks a running linux desktop into 10, b.N times:
+// the time from the request to its answer (the 10 sandboxes created) and
+// to all 10 running. The forks are deleted between rounds.
+func BenchmarkForkOnQEMU(b *testing.B) {
+	const count = 10
+	d := startQEMUDesk(b)
+	ctx := context.Background()
+	var res ExecResponse
+	d.call(b, "POST", "/api/v1/sandboxes/desk/exec", `{"command":"sh","args":["-c","echo fork-me > /root/setup && sync"],"timeoutSeconds":60}`, &res)
+	var created, running []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		var fr ForkResponse
+		d.call(b, "POST", "/api/v1/sandboxes/desk/fork", fmt.Sprintf(`{"count":%d}`, count), &fr)
+		created = append(created, time.Since(start))
+		waitSandboxes(b, d, fr.Sandboxes, func(s api.SandboxStatus) bool { return s.Phase == api.SandboxRunning })
+		running = append(running, time.Since(start))
+		b.StopTimer()
+		for _, name := range fr.Sandboxes {
+			if _, _, err := d.st.Delete(ctx, api.KindSandbox, name, store.DeleteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			items, _, _ := d.st.List(ctx, api.KindSandbox, api.Selector{})
+			if len(items) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d sandboxes a minute after the forks' deletion", len(items))
+			}
+		}
+		time.Sleep(2 * time.Second)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	testbench.Percentiles(b, "created", created)
+	testbench.Percentiles(b, "running", running)
+	b.ReportMetric(0, "ns/op")
+}
+
+// waitSandboxes waits up to 3 minutes for every sandbox of names to be as
+// ok says.
+func waitSandboxes(t testing.TB, d *qemuDesk, names []string, ok func(api.SandboxStatus) bool) {
+	t.Helper()
+	for _, name := range names {
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			o, err := d.st.Get(context.Background(), api.KindSandbox, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := o.(*api.Sandbox).Status
+			if ok(s) {
+				break
+			}
+			if s.Phase == api.SandboxError || time.Now().After(deadline) {
+				t.Fatalf("sandbox %s is %s: %s", name, s.Phase, s.Message)
+			}
+		}
+	}
 }

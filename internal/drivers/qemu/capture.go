@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -23,13 +24,14 @@ var fullStateCaps = map[string]bool{"x-ignore-shared": false, "events": true}
 // template (disk.qcow2, state, ram), so that clones of it share its
 // memory file as they share a booted template's.
 //
-// The sandbox stops while its memory is written out and its disk copied
-// (a few seconds on a desktop), then runs again, or stays paused if it
-// was. Its disk (an overlay of its template's, itself one of the image's)
-// is copied into one overlay of the image, so the new template needs
-// nothing of the old (which may be deleted after). Its memory goes once
-// through a QEMU of the new template's own, which loads it into a memory
-// file and writes the device state that clones load.
+// The sandbox's memory goes by a migration over a local socket into a
+// QEMU of the new template's own, which holds it in a memory file and
+// writes the device state that clones load. The sandbox stands stopped
+// for the migration and the copy of its disk's overlay (under a second
+// for a desktop), then runs again, or stays paused if it was. Its disk
+// (an overlay of its template's, itself one of the image's) is then
+// flattened into one overlay of the image, so the new template needs
+// nothing of the old (which may be deleted after).
 func (b *Backend) CaptureTemplate(ctx context.Context, sandboxID, id string, progress backend.Progress) (backend.TemplateInfo, error) {
 	if progress == nil {
 		progress = func(string) {}
@@ -55,80 +57,155 @@ func (b *Backend) CaptureTemplate(ctx context.Context, sandboxID, id string, pro
 			os.RemoveAll(tmp)
 		}
 	}()
-	full := filepath.Join(tmp, "full.state")
-	meta, err := b.captureSandbox(ctx, sandboxID, id, tmp, full, progress)
+	c, err := b.captureSandbox(ctx, sandboxID, id, tmp, progress)
 	if err != nil {
-		return backend.TemplateInfo{}, err
-	}
-	defer os.Remove(full)
-	if err := b.reserve(id, meta.MemoryMB, "", admitNew); err != nil {
 		return backend.TemplateInfo{}, err
 	}
 	defer b.release(id)
-	progress("moving the memory into the template's own file")
-	run := b.runDirFor(tmp)
-	defer os.RemoveAll(run)
-	m := b.machineFor(meta, "hvkube-template:"+id, tmp, run, filepath.Join(tmp, "disk.qcow2"))
-	m.MemFile, m.MemShared = filepath.Join(b.cfg.ShmDir, "template-"+id+".ram"), true
-	m.Incoming = true
-	defer os.Remove(m.MemFile)
-	p, err := b.launch(ctx, m, tmp)
+	defer c.end()
+	// The flattening of the disk and the save of the new template's
+	// memory and device state go on side by side.
+	progress("writing the template's memory and disk")
+	var wg sync.WaitGroup
+	var ferr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ferr = b.flatten(ctx, c.overlay, c.meta.Image.Disk, filepath.Join(tmp, "disk.qcow2"))
+	}()
+	err = saveTemplateState(ctx, c.dest, c.memFile, tmp)
+	wg.Wait()
+	if err == nil {
+		err = ferr
+	}
+	if err == nil {
+		c.end()
+		err = finishTemplate(tmp, final, &c.meta)
+	}
 	if err != nil {
-		return backend.TemplateInfo{}, err
-	}
-	defer p.kill()
-	if err := migrateFromFileWith(ctx, p.mon, full, fullStateCaps); err != nil {
-		return backend.TemplateInfo{}, fmt.Errorf("capture %s: load the memory: %w%s", id, err, p.logTail())
-	}
-	if err := b.keepTemplate(ctx, p, m.MemFile, tmp, final, &meta); err != nil {
 		return backend.TemplateInfo{}, fmt.Errorf("capture %s: %w", id, err)
 	}
 	ok = true
 	progress("template snapshot saved")
-	b.log.Info("template captured", "template", id, "sandbox", sandboxID)
-	return meta.info(), nil
+	b.log.Info("template captured", "template", id, "sandbox", sandboxID, "stopped", c.stopped.Round(time.Millisecond))
+	info := c.meta.info()
+	info.Stopped = c.stopped
+	return info, nil
 }
 
-// captureSandbox stops sandbox sandboxID, writes its whole state to full
-// and its disk to dir/disk.qcow2, then runs it again as it was. It returns the new
-// template's facts.
-func (b *Backend) captureSandbox(ctx context.Context, sandboxID, id, dir, full string, progress backend.Progress) (tplMeta, error) {
+// capture is a capture under way: the new template's QEMU, paused with
+// the sandbox's memory and devices, and a copy of the sandbox's overlay.
+type capture struct {
+	meta tplMeta
+	// dest is the new template's QEMU; its RAM is the shared file memFile.
+	dest    *proc
+	memFile string
+	// overlay is the copy of the sandbox's disk overlay, and incoming the
+	// disk dest was started with (it never runs: any disk of the same
+	// size does).
+	overlay, incoming string
+	// socket is where dest listens for the migration, in its socket
+	// directory.
+	socket string
+	// stopped is how long the sandbox stood stopped.
+	stopped time.Duration
+}
+
+// end ends dest and removes the files it needed; it may be called again.
+func (c *capture) end() {
+	if c.dest != nil {
+		c.dest.kill()
+		c.dest = nil
+	}
+	for _, f := range []string{c.memFile, c.overlay, c.incoming} {
+		os.Remove(f)
+	}
+	if c.socket != "" {
+		os.RemoveAll(filepath.Dir(c.socket))
+	}
+}
+
+// captureSandbox moves the state of sandbox sandboxID into a new QEMU of
+// template id (made in dir, its memory reserved), copies the sandbox's
+// overlay, and runs the sandbox again as it was.
+func (b *Backend) captureSandbox(ctx context.Context, sandboxID, id, dir string, progress backend.Progress) (c capture, err error) {
 	v, err := b.lockVM(sandboxID, false)
 	if err != nil {
-		return tplMeta{}, err
+		return c, err
 	}
 	defer v.mu.Unlock()
 	if err := v.needProcess(); err != nil {
-		return tplMeta{}, err
+		return c, err
 	}
 	if v.meta.ColdBoot {
-		return tplMeta{}, fmt.Errorf("sandbox %s was booted from its image, not cloned (its template's snapshot could not be loaded): reset it, then take the snapshot: %w", sandboxID, api.ErrConflict)
+		return c, fmt.Errorf("sandbox %s was booted from its image, not cloned (its template's snapshot could not be loaded): reset it, then take the snapshot: %w", sandboxID, api.ErrConflict)
 	}
-	meta := v.tpl
-	meta.ID, meta.BootSeconds = id, 0
+	c.meta = v.tpl
+	c.meta.ID, c.meta.BootSeconds = id, 0
 	if v.meta.MemoryMB > 0 {
-		meta.MemoryMB = v.meta.MemoryMB
+		c.meta.MemoryMB = v.meta.MemoryMB
 	}
 	if v.meta.Resolution != "" {
-		meta.Resolution = v.meta.Resolution
+		c.meta.Resolution = v.meta.Resolution
 	}
 	st, err := v.p.mon.Status(ctx)
 	if err != nil {
-		return tplMeta{}, err
+		return c, err
 	}
 	wasRunning := st.Status == qmp.StateRunning
+	if err := b.reserve(id, c.meta.MemoryMB, "", admitNew); err != nil {
+		return c, err
+	}
+	defer func() {
+		if err != nil {
+			c.end()
+			b.release(id)
+		}
+	}()
+
+	progress("starting the template's own QEMU")
+	run := b.runDirFor(dir)
+	c.incoming, c.overlay = filepath.Join(dir, "incoming.qcow2"), filepath.Join(dir, "source.qcow2")
+	c.memFile = filepath.Join(b.cfg.ShmDir, "template-"+id+".ram")
+	c.socket = filepath.Join(run, "migrate.sock")
+	if err := b.overlay(ctx, c.meta.Image.Disk, c.incoming); err != nil {
+		return c, err
+	}
+	m := b.machineFor(c.meta, "hvkube-template:"+id, dir, run, c.incoming)
+	m.MemFile, m.MemShared = c.memFile, true
+	m.Incoming = true
+	if c.dest, err = b.launch(ctx, m, dir); err != nil {
+		return c, err
+	}
+	if err := c.dest.mon.MigrateSetCapabilities(ctx, fullStateCaps); err != nil {
+		return c, err
+	}
+	if err := c.dest.mon.MigrateIncoming(ctx, "unix:"+c.socket); err != nil {
+		return c, err
+	}
+
+	// The guest's agent is left idle for the copy: a request caught half
+	// way would be half way again in every clone.
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	release, err := v.g.ga.Hold(hctx)
+	cancel()
+	if err != nil {
+		return c, fmt.Errorf("capture sandbox %s: the guest agent is busy: %w", sandboxID, err)
+	}
+	defer release()
+	// The sandbox stands stopped for the migration: a live one (the guest
+	// running on while its memory is sent, as a checkpoint's) gave
+	// templates whose clones' QEMU 7.2 crashed loading them, about one in
+	// twenty under TCG.
 	progress(fmt.Sprintf("stopping sandbox %s to copy its memory and disk", sandboxID))
 	start := time.Now()
 	if err := v.p.mon.Stop(ctx); err != nil {
-		return tplMeta{}, err
+		return c, err
 	}
-	err = migrateToFileWith(ctx, v.p.mon, full, fullStateCaps)
+	_, err = migrateTo(ctx, v.p.mon, "unix:"+c.socket, fullStateCaps)
 	if err == nil {
-		// Stopped, its disk flushed and let go of by the migration: what
-		// its overlay and its template's disks hold above the image
-		// becomes one overlay of the image, the template's disk (a
-		// template captured from a clone of a captured one included).
-		err = b.flatten(ctx, filepath.Join(v.dir, "disk.qcow2"), v.tpl.Image.Disk, filepath.Join(dir, "disk.qcow2"))
+		// Stopped, its disk flushed and let go of by the migration.
+		err = copyFile(ctx, filepath.Join(v.dir, "disk.qcow2"), c.overlay)
 	}
 	// Running again takes its disk back, whatever the copy did; one that
 	// was paused is paused again at once.
@@ -141,11 +218,17 @@ func (b *Backend) captureSandbox(ctx context.Context, sandboxID, id, dir, full s
 		}
 		v.pausedAt, v.paused = time.Now(), true
 	}
-	if err != nil {
-		return tplMeta{}, fmt.Errorf("capture sandbox %s: %w", sandboxID, err)
+	c.stopped = time.Since(start)
+	if err == nil {
+		if err = waitLoaded(ctx, c.dest.mon); err != nil {
+			err = fmt.Errorf("load the memory: %w%s", err, c.dest.logTail())
+		}
 	}
-	progress(fmt.Sprintf("sandbox %s stopped %s for the copy", sandboxID, time.Since(start).Round(time.Millisecond)))
-	return meta, nil
+	if err != nil {
+		return c, fmt.Errorf("capture sandbox %s: %w", sandboxID, err)
+	}
+	progress(fmt.Sprintf("sandbox %s stood stopped %s for the copy", sandboxID, c.stopped.Round(time.Millisecond)))
+	return c, nil
 }
 
 // flatten writes to dst a qcow2 overlay of base holding what the chain of

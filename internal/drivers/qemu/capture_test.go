@@ -4,10 +4,12 @@ package qemu
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/testbench"
 )
 
 // TestCaptureTemplate makes a template of a running sandbox after writing
@@ -86,4 +88,42 @@ func TestCaptureTemplate(t *testing.T) {
 	if got := run(t, "clone2", "cat /root/marker | tr '\\n' ' '"); got != "set-up-by-hand again" {
 		t.Errorf("the second generation's marker: %q", got)
 	}
+}
+
+// BenchmarkCaptureOnQEMU captures a running linux desktop into a new
+// template b.N times: how long the sandbox stands stopped, and the whole.
+func BenchmarkCaptureOnQEMU(b *testing.B) {
+	ctx := context.Background()
+	be, tpl := deskBackend(b, ctx, Config{NoSpares: true}, "capture-bench")
+	if _, err := be.Create(ctx, backend.SandboxSpec{ID: "bench", TemplateID: tpl.ID}); err != nil {
+		b.Fatal(err)
+	}
+	defer be.Delete(context.Background(), "bench")
+	if err := be.Resume(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	shOK(b, ctx, be, "bench", "echo set-up > /root/marker && sync")
+	var stopped, total []time.Duration
+	n := 0
+	for b.Loop() {
+		n++
+		id := fmt.Sprintf("capture-bench-%d", n)
+		began := time.Now()
+		info, err := be.CaptureTemplate(ctx, "bench", id, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total = append(total, time.Since(began))
+		stopped = append(stopped, info.Stopped)
+		b.StopTimer()
+		if err := be.DeleteTemplate(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	testbench.Percentiles(b, "stopped", stopped)
+	testbench.Percentiles(b, "capture", total)
+	b.ReportMetric(0, "ns/op")
 }

@@ -5,13 +5,13 @@ package qemu
 import (
 	"context"
 	"errors"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/testbench"
 )
 
 // TestCheckpointOnQEMU takes a checkpoint of a running desktop, writes
@@ -107,14 +107,7 @@ func BenchmarkCheckpointOnQEMU(b *testing.B) {
 		stopped = append(stopped, d)
 	}
 	b.StopTimer()
-	pct := func(ds []time.Duration, p int) float64 {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return float64(s[(len(s)-1)*p/100].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(stopped, 50), "p50-stopped-ms")
-	b.ReportMetric(pct(stopped, 95), "p95-stopped-ms")
-	b.ReportMetric(pct(total, 50), "p50-checkpoint-ms")
-	b.ReportMetric(pct(total, 95), "p95-checkpoint-ms")
+	testbench.Percentiles(b, "stopped", stopped)
+	testbench.Percentiles(b, "checkpoint", total)
 	b.ReportMetric(0, "ns/op")
 }
