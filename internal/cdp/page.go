@@ -539,12 +539,17 @@ func (p *Page) navigations(ctx context.Context) (<-chan Event, func()) {
 // settle waits for a navigation that an action started: if one begins
 // within navigationGrace, until its document has loaded or ctx ends.
 func (p *Page) settle(ctx context.Context, started <-chan Event) error {
+	return p.settleWithin(ctx, started, navigationGrace)
+}
+
+// settleWithin is settle with grace for the navigation to begin.
+func (p *Page) settleWithin(ctx context.Context, started <-chan Event, grace time.Duration) error {
 	if started == nil {
 		return nil
 	}
 	load, stop := p.c.Subscribe("Page.loadEventFired")
 	defer stop()
-	t := time.NewTimer(navigationGrace)
+	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-started:

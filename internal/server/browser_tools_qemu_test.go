@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/browsertool"
 	"github.com/hvkube/hvkube/internal/client"
 	"github.com/hvkube/hvkube/internal/mcptools"
 )
@@ -188,6 +190,69 @@ func TestBrowserToolsOnQEMU(t *testing.T) {
 			}
 		})
 	}
+
+	// Anthropic's browser toolset over the same DevTools: a turn's
+	// tool_use blocks in, their tool_result blocks out.
+	t.Run("BrowserToolset", func(t *testing.T) {
+		turn := func(t *testing.T, body string) []browsertool.Result {
+			t.Helper()
+			req, _ := http.NewRequest("POST", d.url+"/api/v1/sandboxes/web/browser", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer admin")
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			var res []browsertool.Result
+			if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &res) != nil {
+				t.Fatalf("POST browser: %d %s", resp.StatusCode, b)
+			}
+			return res
+		}
+		texts := func(r browsertool.Result) string {
+			var out []string
+			for _, c := range r.Content {
+				if m, ok := c.(map[string]any); ok && m["type"] == "text" {
+					out = append(out, m["text"].(string))
+				}
+			}
+			return strings.Join(out, "\n")
+		}
+		res := turn(t, `[{"type":"tool_use","id":"t1","name":"navigate","toolset_name":"browser","input":{"url":"`+site+`/"}},
+			{"type":"tool_use","id":"t2","name":"read_page","toolset_name":"browser","input":{"filter":"interactive"}}]`)
+		if len(res) != 2 || res[0].IsError || res[1].IsError || res[0].ToolUseID != "t1" || res[1].ToolsetName != "browser" {
+			t.Fatalf("navigate and read_page: %+v", res)
+		}
+		page := texts(res[1])
+		ref := regexp.MustCompile(`button "Press me".*\[(ref_\d+)\]`).FindStringSubmatch(page)
+		if ref == nil {
+			t.Fatalf("read_page has no button with a reference:\n%s", page)
+		}
+		res = turn(t, `[{"type":"tool_use","id":"t3","name":"left_click","toolset_name":"browser","input":{"target":{"type":"ref","ref":"`+ref[1]+`"}}},
+			{"type":"tool_use","id":"t4","name":"get_page_text","toolset_name":"browser","input":{}},
+			{"type":"tool_use","id":"t5","name":"screenshot","toolset_name":"browser","input":{}}]`)
+		if res[0].IsError || !strings.Contains(texts(res[1]), "pressed") {
+			t.Errorf("click by reference, then the page's text: %s / %s", texts(res[0]), texts(res[1]))
+		}
+		if img, ok := res[2].Content[0].(map[string]any); !ok || img["type"] != "image" {
+			t.Errorf("screenshot: %v", res[2].Content)
+		}
+		// A link clicked by reference: the click's result comes once the
+		// next page has loaded, and says so in its browser_state.
+		link := regexp.MustCompile(`link "Next page".*\[(ref_\d+)\]`).FindStringSubmatch(page)
+		if link == nil {
+			t.Fatalf("read_page has no link with a reference:\n%s", page)
+		}
+		start := time.Now()
+		res = turn(t, `[{"type":"tool_use","id":"t6","name":"left_click","toolset_name":"browser","input":{"target":{"type":"ref","ref":"`+link[1]+`"}}}]`)
+		t.Logf("the link's click took %s", time.Since(start).Round(time.Millisecond))
+		b, _ := json.Marshal(res[0].Content)
+		if res[0].IsError || !strings.Contains(string(b), `"title":"Second page"`) {
+			t.Errorf("the link's click: %s", b)
+		}
+	})
 
 	// The desktop's accessibility tree names the browser window and its
 	// page, through the API, the MCP tool and OSWorld's route.

@@ -79,6 +79,7 @@ func (s *Server) sandboxRoutes() {
 	m := s.mux
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/snapshot", s.withSandboxes(s.snapshot))
 	m.HandleFunc("POST /api/v1/sandboxes/{name}/fork", s.withSandboxes(s.fork))
+	m.HandleFunc("POST /api/v1/sandboxes/{name}/browser", s.withSandboxes(s.browserToolset))
 	for _, op := range []string{"pause", "resume", "save", "reset"} {
 		m.HandleFunc("POST /api/v1/sandboxes/{name}/"+op, s.withSandboxes(s.sandboxOp(op)))
 	}

@@ -64,7 +64,7 @@ func scopedNeed(method, path string, sc authtoken.Scope) need {
 			return needSandboxRead
 		case method == http.MethodPost && rest == "/display/token":
 			return needSandboxRead // a view of the attempt's own, no input (displayToken)
-		case method == http.MethodPost && (rest == "/input" || rest == "/exec" || rest == "/clipboard"):
+		case method == http.MethodPost && (rest == "/input" || rest == "/exec" || rest == "/clipboard" || rest == "/browser"):
 			return needSandboxAct
 		case get && rest == "/clipboard":
 			return needSandboxAct // what a person copies while they hold it is theirs

@@ -188,6 +188,7 @@ func TestScopedTokenIsNarrow(t *testing.T) {
 			for _, tt := range []struct{ method, path, body string }{
 				{"GET", "/api/v1/sandboxes/desk/screen", ""},
 				{"POST", "/api/v1/sandboxes/desk/input", `{"action":"left_click","coordinate":[1,1]}`},
+				{"POST", "/api/v1/sandboxes/desk/browser", `{"type":"tool_use","id":"t1","name":"screenshot","toolset_name":"browser","input":{}}`},
 				{"POST", "/api/v1/agents/loop1/complete", `{}`},
 				{"POST", "/api/v1/agents/loop1/hitl", `{"question":"again?"}`},
 			} {
@@ -352,6 +353,7 @@ func TestTakeOverHolds(t *testing.T) {
 		{"POST", "/api/v1/sandboxes/desk/exec", `{"command":"true"}`, "", http.StatusConflict},
 		{"POST", "/api/v1/sandboxes/desk/clipboard", `{"text":"x"}`, "", http.StatusConflict},
 		{"GET", "/api/v1/sandboxes/desk/clipboard", "", "", http.StatusConflict},
+		{"POST", "/api/v1/sandboxes/desk/browser", `{"type":"tool_use","id":"t1","name":"screenshot","toolset_name":"browser","input":{}}`, "", http.StatusConflict},
 		{"GET", "/api/v1/sandboxes/desk/ports/9222/json/version", "", "", http.StatusConflict},
 		{"POST", "/api/v1/sandboxes/desk/ports/4444/session", `{"capabilities":{}}`, "", http.StatusConflict},
 		{"POST", "/api/v1/sandboxes/desk/osworld/execute", `{"command":["id"]}`, "", http.StatusConflict},

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/authtoken"
+	"github.com/hvkube/hvkube/internal/browsertool"
 	"github.com/hvkube/hvkube/internal/display"
 	"github.com/hvkube/hvkube/internal/hostpath"
 	"github.com/hvkube/hvkube/internal/metrics"
@@ -120,6 +121,9 @@ type Server struct {
 	hosts HostPolicy
 	// recordings are OSWorld's /start_recording's, until /end_recording.
 	recordings osworld.Recordings
+	// browsers runs the browser toolset's calls (browsertool.go), and
+	// keeps the references each sandbox's tabs handed out.
+	browsers *browsertool.Executor
 	// The node API's authority (nodeauth.go), made once.
 	caOnce sync.Once
 	ca     *nodeca.CA
@@ -148,7 +152,7 @@ func New(opts Options) *Server {
 	if opts.Sealer == nil && opts.ScopedKey != nil {
 		opts.Sealer, _ = secrets.NewSealer(opts.ScopedKey.SecretSeed())
 	}
-	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux(), hosts: opts.Hosts}
+	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux(), hosts: opts.Hosts, browsers: browsertool.NewExecutor()}
 	if s.hosts.names == nil {
 		s.hosts, _ = NewHostPolicy("", nil)
 	}

@@ -187,6 +187,17 @@ class _Ops:
     def _act(self, action: dict[str, Any]) -> Any:
         return self._post("input", action)
 
+    def browser_tools(self, tool_use: Any) -> Any:
+        """Runs Anthropic's browser toolset (``browser_toolset_20260801``)
+        on the sandbox's browser: ``tool_use`` is a member's ``tool_use``
+        block as the model sent it (a dict, or an object with
+        ``model_dump``), or a list of a turn's; returns the ``tool_result``
+        block(s) to send back, in the same order."""
+        def plain(b: Any) -> Any:
+            return b.model_dump() if hasattr(b, "model_dump") else b
+        body = [plain(b) for b in tool_use] if isinstance(tool_use, list) else plain(tool_use)
+        return self._post("browser", body, timeout=660, parse=lambda r: r.json())
+
     def left_click(self, x: int | None = None, y: int | None = None) -> Any:
         return self._act(_at({"action": "left_click"}, x, y))
 

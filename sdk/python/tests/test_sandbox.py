@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hvkube import Client, Conflict, InvalidInput, NotFound, Sandbox, Unauthorized
+from hvkube import Client, Conflict, HvkubeError, InvalidInput, NotFound, Sandbox, Unauthorized
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -79,3 +79,16 @@ def test_context_manager_deletes_what_it_created(server, template):
         for _ in range(300):
             client.get("sandboxes", name)
             time.sleep(0.1)
+
+
+def test_browser_tools_pass_the_model_blocks(desk):
+    call = {"type": "tool_use", "id": "toolu_1", "name": "screenshot", "toolset_name": "browser", "input": {}}
+    # Another tool's call is refused as a whole, naming the field.
+    with pytest.raises(InvalidInput) as e:
+        desk.browser_tools([call, dict(call, id="toolu_2", toolset_name="computer")])
+    assert e.value.field == "[1].toolset_name"
+    # The linux desktop's guest has no browser for the toolset: the
+    # server says so.
+    with pytest.raises(HvkubeError) as e:
+        desk.browser_tools(call)
+    assert "browser" in e.value.message
