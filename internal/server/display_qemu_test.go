@@ -56,7 +56,7 @@ func startQEMUDesk(t testing.TB) *qemuDesk {
 // returns once sb runs, within wait (which includes the template's build).
 // deskOnQEMU is startOnQEMU with the sandbox desk of template desk-tpl
 // (the linux-desktop image), edit changing desk's spec first.
-func deskOnQEMU(t *testing.T, edit func(*api.SandboxSpec), more ...func(*reconcile.Manager, *store.Store)) *qemuDesk {
+func deskOnQEMU(t testing.TB, edit func(*api.SandboxSpec), more ...func(*reconcile.Manager, *store.Store)) *qemuDesk {
 	t.Helper()
 	tpl := &api.Template{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindTemplate}}
 	tpl.Metadata.Name = "desk-tpl"
