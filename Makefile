@@ -135,7 +135,7 @@ test: deps web examples vet tidy image image-browser image-osworld kube-assets b
 	@# LibreOffice under emulation): one at a time, not beside the other
 	@# QEMU tests.
 	$(GO) test -count=1 -p 1 -timeout 60m -run '$(BROWSER_TESTS)' ./internal/drivers/qemu/ ./internal/server/ ./cmd/hvkube/
-	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/reconcile/... ./internal/agentstate/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/drivers/qemu/...
+	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' ./internal/api/... ./internal/store/... ./internal/server/... ./internal/hostpath/... ./internal/cli/... ./internal/controller/... ./internal/reconcile/... ./internal/agentstate/... ./internal/node/... ./internal/display/... ./internal/guestnet/... ./internal/drivers/qemu/... ./internal/cdp/... ./internal/browsertool/...
 	HVKUBE_REQUIRE_KUBE=1 HVKUBE_KUBE_ASSETS=$$(GO=$(GO) hack/kube/build.sh) $(GO) test -count=1 -race -p 1 -timeout 30m -run '$(KUBE_TESTS)' $(KUBE_PKGS)
 	$(MAKE) --no-print-directory test-python
 
