@@ -252,6 +252,11 @@ func TestBrowserToolsOnQEMU(t *testing.T) {
 		if res[0].IsError || !strings.Contains(string(b), `"title":"Second page"`) {
 			t.Errorf("the link's click: %s", b)
 		}
+		// Back to the form, as the subtests after this one find it.
+		res = turn(t, `[{"type":"tool_use","id":"t7","name":"navigate","toolset_name":"browser","input":{"url":"back"}}]`)
+		if res[0].IsError || !strings.Contains(texts(res[0]), "Order form") {
+			t.Fatalf("navigate back: %s", texts(res[0]))
+		}
 	})
 
 	// The desktop's accessibility tree names the browser window and its
