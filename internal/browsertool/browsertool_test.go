@@ -21,6 +21,7 @@ import (
 
 	"github.com/hvkube/hvkube/internal/cdp"
 	"github.com/hvkube/hvkube/internal/testbench"
+	"github.com/hvkube/hvkube/internal/web/webtest"
 )
 
 // headless starts Debian's Chromium headless with DevTools on a port of
@@ -28,13 +29,7 @@ import (
 // (fails it under make test, which installs it).
 func headless(t testing.TB) *cdp.Endpoint {
 	t.Helper()
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("HVKUBE_REQUIRE_BROWSER") != "" {
-			t.Fatalf("chromium is not installed: run make deps (%v)", err)
-		}
-		t.Skipf("chromium is not installed: %v", err)
-	}
+	bin := webtest.Chromium(t)
 	// Not t.TempDir: Chromium's helper processes write there for a moment
 	// after the browser ends, which fails its removal.
 	profile, err := os.MkdirTemp("", "browsertool-profile-")

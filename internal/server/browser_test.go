@@ -10,28 +10,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/testlog"
+	"github.com/hvkube/hvkube/internal/web/webtest"
 )
-
-// chromium returns the path of Debian's Chromium, or skips the test (fails
-// it under make test, which installs it).
-func chromium(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("HVKUBE_REQUIRE_BROWSER") != "" {
-			t.Fatalf("chromium is not installed: run make deps (%v)", err)
-		}
-		t.Skipf("chromium is not installed: %v", err)
-	}
-	return p
-}
 
 // dumpDOM loads url in headless Chromium, lets its scripts run, and
 // returns the page's DOM.
@@ -86,7 +72,7 @@ async function attempt(name, f) {
 // a page on another origin cannot create anything or read the API, and a
 // name re-pointed at 127.0.0.1 (DNS rebinding) gets 421.
 func TestBrowserCannotDriveServer(t *testing.T) {
-	browser := chromium(t)
+	browser := webtest.Chromium(t)
 	var logs testlog.Buffer
 	srv := serveReal(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	api := "http://" + srv.addr

@@ -62,27 +62,38 @@ func webDir() string {
 // it when HVKUBE_REQUIRE_BROWSER is set (make test).
 func Require(t testing.TB) string {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("HVKUBE_REQUIRE_BROWSER") != "" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		missing("chromium is not installed: run make deps (%v)", err)
-	}
+	browser := Chromium(t)
 	if _, err := exec.LookPath("node"); err != nil {
-		missing("node is not installed: run make deps (%v)", err)
+		missing(t, "node is not installed: run make deps (%v)", err)
 	}
 	if _, err := os.Stat(filepath.Join(webDir(), "node_modules", "playwright-core", "package.json")); err != nil {
-		missing("web/node_modules has no playwright-core: run make web (%v)", err)
+		missing(t, "web/node_modules has no playwright-core: run make web (%v)", err)
 	}
 	if _, built := web.Files(); !built {
-		missing("the dashboard is not built into this binary: run make web")
+		missing(t, "the dashboard is not built into this binary: run make web")
 	}
 	return browser
+}
+
+// Chromium returns the path of Debian's Chromium; without it the test is
+// skipped, or failed when HVKUBE_REQUIRE_BROWSER is set (make test).
+func Chromium(t testing.TB) string {
+	t.Helper()
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		missing(t, "chromium is not installed: run make deps (%v)", err)
+	}
+	return browser
+}
+
+// missing skips the test for what it lacks, or fails it when
+// HVKUBE_REQUIRE_BROWSER is set.
+func missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("HVKUBE_REQUIRE_BROWSER") != "" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
 }
 
 // Run runs web/test/dashboard.mjs SCENARIO with cfg, within timeout. The
