@@ -11,7 +11,6 @@ import (
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/browsertool"
-	"github.com/hvkube/hvkube/internal/mcptools"
 )
 
 // browserToolsetWait bounds a request of the browser toolset: its calls
@@ -73,5 +72,3 @@ func (s *Server) browserToolset(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, res)
 }
-
-var _ mcptools.Browsers = (*serverDesktops)(nil)

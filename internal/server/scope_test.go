@@ -127,6 +127,7 @@ func TestScopedTokenIsNarrow(t *testing.T) {
 				{"GET", "/api/v1/sandboxes/desk/logs", ""},
 				{"GET", "/api/v1/sandboxes/spare", ""},
 				{"POST", "/api/v1/sandboxes/spare/input", `{"action":"left_click","coordinate":[1,1]}`},
+				{"POST", "/api/v1/sandboxes/spare/browser", `{"type":"tool_use","id":"t1","name":"navigate","toolset_name":"browser","input":{"url":"https://example.com/"}}`},
 				{"GET", "/api/v1/sandboxes/spare/ports/9222/json/version", ""},
 				{"POST", "/api/v1/sandboxes/spare/ports/4444/session", `{"capabilities":{}}`},
 				{"POST", "/api/v1/sandboxes/spare/osworld/execute", `{"command":["id"]}`},
