@@ -487,6 +487,10 @@ install -d "$root/usr/local/lib/hvkube" "$root/etc/hvkube" "$root/etc/X11/xorg.c
 install -m 0755 "$g/session" "$root/usr/local/lib/hvkube/session"
 install -m 0755 "$g/terminal" "$root/usr/local/lib/hvkube/terminal"
 install -m 0644 "$g/x-env.sh" "$root/usr/local/lib/hvkube/x-env.sh"
+install -m 0644 "$g/session-env.bash" "$root/usr/local/lib/hvkube/session-env.bash"
+# Every interactive bash (Debian's /etc/profile reads bash.bashrc for login
+# shells too) loads the session variables of the desktop's claim.
+printf '\n# hvkube: the session variables of a claim (/run/hvkube/env)\n[ -r /usr/local/lib/hvkube/session-env.bash ] && . /usr/local/lib/hvkube/session-env.bash\n' >>"$root/etc/bash.bashrc"
 for cmd in hvkube-ready hvkube-resolution hvkube-clipboard-set hvkube-clipboard-get hvkube-identity; do
 	install -m 0755 "$g/$cmd" "$root/usr/local/bin/$cmd"
 done

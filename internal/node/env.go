@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -23,7 +25,10 @@ import (
 //     environment, and a custom agent's command on the host too;
 //   - a Linux guest gets them in /run/hvkube/env (0600, the desktop's
 //     user's; `. /run/hvkube/env` loads them in a shell), on the guest's
-//     tmpfs: never on its disk.
+//     tmpfs: never on its disk. The images' interactive bash loads the
+//     file before each command line when it changed, so the terminals
+//     already open on the desktop get them too, and put back what they
+//     had when it goes.
 //
 // They are written after the sandbox resumes, never before a snapshot:
 // no template holds them. The release takes them out (a reset reverts the
@@ -34,6 +39,10 @@ import (
 
 // sessionEnvFile is where a Linux guest keeps its session's variables.
 const sessionEnvFile = "/run/hvkube/env"
+
+// envWrites numbers the session files written, so that two writes within
+// one tick of the clock still differ in their first line.
+var envWrites atomic.Uint64
 
 // minMasked is the shortest Secret value masked: shorter ones would mask
 // every "1" and "on" of a log, and say little of the secret.
@@ -205,7 +214,9 @@ func (n *Node) writeEnvFile(ctx context.Context, sb *api.Sandbox, user string, v
 		return fmt.Errorf("spec.env: the %s backend cannot write into the guest: %w", n.be.Name(), api.ErrUnsupported)
 	}
 	var b strings.Builder
-	b.WriteString("# hvkube: this session's variables (spec.env, spec.envFrom); load with . " + sessionEnvFile + "\n")
+	// The first line differs at each write: the images' interactive
+	// shells load the file again when it changes (session-env.bash).
+	b.WriteString("# hvkube: this session's variables (spec.env, spec.envFrom), written " + n.now().UTC().Format(time.RFC3339Nano) + " (" + strconv.FormatUint(envWrites.Add(1), 10) + "); load with . " + sessionEnvFile + "\n")
 	for _, kv := range vars {
 		k, v, _ := strings.Cut(kv, "=")
 		b.WriteString("export " + k + "=" + shellQuote(v) + "\n")

@@ -5,6 +5,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -60,7 +61,8 @@ func TestSessionEnvOnQEMU(t *testing.T) {
 	agent("reader", `[{"name":"API_KEY","valueFrom":{"secretKeyRef":{"name":"site","key":"API_KEY"}}},{"name":"PLAIN","value":"visible"}]`,
 		`[{"action":"exec","command":["sh","-c","printenv API_KEY"]},
 		  {"action":"exec","command":["sh","-c","test \"$PLAIN\" = visible && test -n \"$API_KEY\" && (unset API_KEY; . /run/hvkube/env && test -n \"$API_KEY\") && stat -c %U:%a /run/hvkube/env"]},
-		  {"action":"assert","fileContains":{"path":"/run/hvkube/env","text":"export API_KEY="}}]`)
+		  {"action":"assert","fileContains":{"path":"/run/hvkube/env","text":"export API_KEY="}},
+		  `+typedInTerminal("/tmp/typed", `[$PLAIN] ${#API_KEY}`)+`]`)
 	a := wait("reader")
 	steps := a.Status.Result.Steps
 	if got := strings.TrimSpace(steps[0].Output); got != "***" {
@@ -68,6 +70,10 @@ func TestSessionEnvOnQEMU(t *testing.T) {
 	}
 	if got := strings.TrimSpace(steps[1].Output); got != "agent:600" {
 		t.Errorf("the session file is %q, want the desktop user's, mode 600", got)
+	}
+	// The terminal the desktop opened before the claim has them too.
+	if got, want := strings.TrimSpace(steps[len(steps)-1].Output), fmt.Sprintf("[visible] %d", len(secretValue)); got != want {
+		t.Errorf("the desktop's open terminal ran with %q, want %q", got, want)
 	}
 
 	// Every answer of the API that could carry it.
@@ -99,12 +105,26 @@ func TestSessionEnvOnQEMU(t *testing.T) {
 	}
 
 	// The next agent on the desktop: no file, no variable.
-	agent("after", `[]`, `[{"action":"exec","command":["sh","-c","test ! -e /run/hvkube/env && test -z \"$API_KEY\""]}]`)
-	wait("after")
+	agent("after", `[]`, `[{"action":"exec","command":["sh","-c","test ! -e /run/hvkube/env && test -z \"$API_KEY\""]},
+		`+typedInTerminal("/tmp/typed-after", `[$PLAIN] ${API_KEY-unset}`)+`]`)
+	after := wait("after").Status.Result.Steps
+	if got := strings.TrimSpace(after[len(after)-1].Output); got != "[] unset" {
+		t.Errorf("after the release, the desktop's open terminal ran with %q, want \"[] unset\"", got)
+	}
 	_, logs := d.get(t, "/api/v1/agents/after/logs", nil)
 	for _, l := range strings.Split(logs, "\n") {
 		if strings.Contains(l, "acquired in") || strings.Contains(l, "step 1") {
 			t.Log(l)
 		}
 	}
+}
+
+// typedInTerminal is workflow steps (JSON, comma-separated) that type
+// "echo WORDS > FILE" into the terminal the desktop opened at its start
+// (linux-desktop's, at +40+40), as a person would, and print FILE once the
+// terminal's shell wrote it (the last step's output).
+func typedInTerminal(file, words string) string {
+	line, _ := json.Marshal(`echo "` + words + `" > ` + file)
+	wait, _ := json.Marshal([]string{"sh", "-c", `for i in $(seq 100); do [ -s "$1" ] && break; sleep 0.2; done; cat "$1"`, "sh", file})
+	return `{"action":"left_click","coordinate":[300,200]},{"action":"type","text":` + string(line) + `},{"action":"key","text":"Return"},{"action":"exec","command":` + string(wait) + `}`
 }
