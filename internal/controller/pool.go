@@ -52,6 +52,11 @@ type Pools struct {
 // written at once.
 const poolCountsEvery = time.Second
 
+// selectingIndex holds the pending agents that select sandboxes by labels,
+// by the pool label their selector asks for ("" for none): the agents a
+// pool's count looks at, rather than every agent ever run.
+const selectingIndex = "pending-by-pool-label"
+
 // NewPools registers the pool controller with m.
 func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Pools {
 	if now == nil {
@@ -59,6 +64,12 @@ func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now fu
 	}
 	p := &Pools{log: log, now: now, sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), pools: m.Cache(api.KindSandboxPool), nodes: m.Cache(api.KindNode),
 		liveSeen: map[string]bool{}, countsWrote: map[string]time.Time{}}
+	p.agents.AddIndex(selectingIndex, func(o api.Object) []string {
+		if a := o.(*api.Agent); a.Spec.SandboxSelector != nil && agentstate.Pending(a) {
+			return []string{a.Spec.SandboxSelector.MatchLabels["pool"]}
+		}
+		return nil
+	})
 	// Its own writes of pools are its view of them until the watch
 	// brings them back: a pool is read from the watch, never the store.
 	p.st = reconcile.Expecting{Interface: st, Caches: func(kind string) *reconcile.Cache {
@@ -359,13 +370,16 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 		}
 	}
 	labels := pool.Spec.Template.Metadata.Labels
-	p.agents.Range(func(ao api.Object) bool {
-		a := ao.(*api.Agent)
-		if agentstate.Pending(a) && a.Spec.SandboxSelector != nil && api.MatchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
+	countPending := func(ao api.Object) bool {
+		if a := ao.(*api.Agent); api.MatchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
 			s.pendingAgents++
 		}
 		return true
-	})
+	}
+	p.agents.RangeIn(selectingIndex, "", countPending)
+	if v := labels["pool"]; v != "" {
+		p.agents.RangeIn(selectingIndex, v, countPending)
+	}
 	s.desired = pool.Spec.Replicas
 	if t := pool.Spec.Scaling.ScaleUpThreshold; t > 0 && s.pendingAgents >= t {
 		s.desired += s.pendingAgents / t

@@ -219,24 +219,47 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 		}
 		if sb.Status.CurrentAgent != "" {
 			claimed[sb.Status.CurrentAgent] = true
+			return true
 		}
-		seen[sb.Metadata.Name] = sb
-		sandboxes = append(sandboxes, scheduler.ViewOf(sb))
+		// The plan binds only open sandboxes: the others are left out.
+		if v := scheduler.ViewOf(sb); scheduler.Open(v) {
+			seen[sb.Metadata.Name] = sb
+			sandboxes = append(sandboxes, v)
+		}
 		return true
 	})
-	var agents []scheduler.Agent
-	byName := map[string]*api.Agent{}
-	inFlight += s.agents.RangeSettledIn(shardIndex, key, func(o api.Object) bool {
-		a := o.(*api.Agent)
-		if agentstate.Pending(a) && !claimed[a.Metadata.Name] && !s.spent(a, now) {
+	open := len(sandboxes)
+	// The plan binds at most one agent per open sandbox, oldest first: it
+	// is given the oldest pending agents, a few more than there are open
+	// sandboxes, rather than a backlog of thousands to sort at every
+	// round. Only when some of those fit no open sandbox, so that a later
+	// agent might, does it get them all.
+	pending := func(limit int) (agents []scheduler.Agent, byName map[string]*api.Agent, total, inFlight int) {
+		w := agentWindow{limit: limit}
+		inFlight = s.agents.RangeSettledIn(shardIndex, key, func(o api.Object) bool {
+			a := o.(*api.Agent)
+			if agentstate.Pending(a) && !claimed[a.Metadata.Name] && !s.spent(a, now) {
+				total++
+				w.offer(a)
+			}
+			return true
+		})
+		byName = make(map[string]*api.Agent, len(w.agents))
+		for _, a := range w.agents {
 			byName[a.Metadata.Name] = a
 			agents = append(agents, scheduler.Agent{Name: a.Metadata.Name, SandboxName: a.Spec.SandboxName,
 				Selector: agentstate.SelectorOf(a), RequiresGPU: a.Spec.RequiresGPU, Created: a.Metadata.CreationTimestamp,
 				Avoid: a.Status.FailedSandbox})
 		}
-		return true
-	})
-	if len(agents) == 0 {
+		return agents, byName, total, inFlight
+	}
+	if open == 0 && s.agents.IndexLen(shardIndex, key) > 0 {
+		// Nothing to bind to: a freed or new sandbox asks for a round.
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
+	}
+	agents, byName, total, agentsInFlight := pending(2*open + roundSlack)
+	inFlight += agentsInFlight
+	if total == 0 {
 		if inFlight > 0 {
 			// An agent of its own writes is in flight: its watch event
 			// asks for a round; look again in any case.
@@ -245,6 +268,10 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 		return reconcile.Result{}, nil
 	}
 	plan := scheduler.Plan(agents, sandboxes, now)
+	if len(plan) < open && len(agents) < total {
+		agents, byName, total, _ = pending(0)
+		plan = scheduler.Plan(agents, sandboxes, now)
+	}
 	conflicts := 0
 	if gu, ok := s.st.(groupUpdater); ok {
 		var err error
@@ -262,7 +289,7 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 		// that beat it.
 		return reconcile.Result{RequeueAfter: 10 * time.Millisecond}, nil
 	}
-	if len(plan) < len(agents) {
+	if len(plan) < total {
 		// Agents left waiting: a freed or new sandbox asks for a round;
 		// look again now and then in any case, soon when some were left
 		// out as in flight.
@@ -378,4 +405,65 @@ func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, n
 	s.sandboxes.Expect(claimed)
 	s.noteClaimed(a, now)
 	return nil
+}
+
+// roundSlack is how many pending agents beyond twice its open sandboxes a
+// round hands the plan first.
+const roundSlack = 32
+
+// agentWindow keeps the limit oldest agents offered to it (all of them
+// when limit is 0), in the order the plan takes them (scheduler.CompareAge):
+// a heap with the newest it keeps on top, so that an offer newer than all
+// of them, once it is full, costs one comparison.
+type agentWindow struct {
+	limit  int
+	agents []*api.Agent
+}
+
+func (w *agentWindow) offer(a *api.Agent) {
+	if w.limit == 0 || len(w.agents) < w.limit {
+		w.agents = append(w.agents, a)
+		if w.limit > 0 {
+			w.up(len(w.agents) - 1)
+		}
+		return
+	}
+	if !w.newer(w.agents[0], a) {
+		return
+	}
+	w.agents[0] = a
+	w.down(0)
+}
+
+// newer reports whether x comes after y in the plan's order.
+func (w *agentWindow) newer(x, y *api.Agent) bool {
+	return scheduler.CompareAge(x.Metadata.CreationTimestamp, x.Metadata.Name, y.Metadata.CreationTimestamp, y.Metadata.Name) > 0
+}
+
+func (w *agentWindow) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !w.newer(w.agents[i], w.agents[p]) {
+			return
+		}
+		w.agents[i], w.agents[p] = w.agents[p], w.agents[i]
+		i = p
+	}
+}
+
+func (w *agentWindow) down(i int) {
+	for {
+		top, l, r := i, 2*i+1, 2*i+2
+		if l < len(w.agents) && w.newer(w.agents[l], w.agents[top]) {
+			top = l
+		}
+		if r < len(w.agents) && w.newer(w.agents[r], w.agents[top]) {
+			top = r
+		}
+		if top == i {
+			return
+		}
+		w.agents[i], w.agents[top] = w.agents[top], w.agents[i]
+		i = top
+	}
 }

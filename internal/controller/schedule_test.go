@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"github.com/hvkube/hvkube/internal/agentstate"
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/reconcile"
+	"github.com/hvkube/hvkube/internal/scheduler"
 	"github.com/hvkube/hvkube/internal/store"
 )
 
@@ -712,5 +714,106 @@ func TestSchedulerRoundsByPool(t *testing.T) {
 	}
 	if res, err := e.s.Reconcile(e.ctx, "pool/old-key-of-nothing"); err != nil || res != (reconcile.Result{}) {
 		t.Errorf("a round with no agents: %+v, %v", res, err)
+	}
+}
+
+// TestSchedulerBacklog: with more agents waiting than sandboxes open, a
+// round hands the plan the oldest few; it binds the same agents as a plan
+// over all of them would, and takes them all when the oldest fit no open
+// sandbox and a newer one does.
+func TestSchedulerBacklog(t *testing.T) {
+	tests := []struct {
+		name    string
+		waiting int  // agents of the pool, named a000…, oldest first
+		gpu     bool // the waiting agents ask for a GPU, which no sandbox has
+		open    int  // open sandboxes of the pool
+		last    bool // one more agent, newest, that asks for no GPU
+		want    []string
+	}{
+		{name: "oldest first", waiting: 200, open: 3, want: []string{"a000", "a001", "a002"}},
+		{name: "nothing open", waiting: 200, open: 0},
+		{name: "the oldest fit nowhere", waiting: 200, gpu: true, open: 2, last: true, want: []string{"last"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			onClaimPaths(t, func(t *testing.T, path claimPath) {
+				e := newSchedEnv(t, path)
+				for i := range tt.open {
+					e.createSandbox(testSandbox{name: fmt.Sprintf("sb-%d", i), labels: map[string]string{"pool": "web"}, phase: api.SandboxPaused})
+				}
+				e.createSandbox(testSandbox{name: "busy", labels: map[string]string{"pool": "web"}, phase: api.SandboxRunning, agent: "someone"})
+				names := make([]string, 0, tt.waiting+1)
+				for i := range tt.waiting {
+					names = append(names, fmt.Sprintf("a%03d", i))
+				}
+				if tt.last {
+					names = append(names, "last")
+				}
+				for _, name := range names {
+					gpu := tt.gpu && name != "last"
+					e.create(newAgent(t, name, func(a *api.Agent) {
+						a.Spec.SandboxSelector = &api.SandboxSelector{Pool: "web"}
+						a.Spec.RequiresGPU = gpu
+					}))
+				}
+				res := e.reconcile()
+				var bound []string
+				for _, name := range names {
+					if e.binding(name) != "" {
+						bound = append(bound, name)
+					}
+				}
+				if !slices.Equal(bound, tt.want) {
+					t.Errorf("bound %v, want %v", bound, tt.want)
+				}
+				if res.RequeueAfter <= 0 {
+					t.Errorf("requeue after %s, want a look again for the agents still waiting", res.RequeueAfter)
+				}
+			})
+		})
+	}
+}
+
+// TestAgentWindow: the window keeps the limit oldest agents offered, in
+// any order of offers, and every agent without a limit.
+func TestAgentWindow(t *testing.T) {
+	agent := func(i int) *api.Agent {
+		a := &api.Agent{}
+		a.Metadata.Name = fmt.Sprintf("a%02d", i)
+		a.Metadata.CreationTimestamp = t0.Add(time.Duration(i%7) * time.Second) // ties broken by name
+		return a
+	}
+	var all []*api.Agent
+	for i := range 40 {
+		all = append(all, agent(i))
+	}
+	byAge := slices.Clone(all)
+	slices.SortFunc(byAge, func(x, y *api.Agent) int {
+		return scheduler.CompareAge(x.Metadata.CreationTimestamp, x.Metadata.Name, y.Metadata.CreationTimestamp, y.Metadata.Name)
+	})
+	names := func(as []*api.Agent) []string {
+		out := make([]string, len(as))
+		for i, a := range as {
+			out[i] = a.Metadata.Name
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, limit := range []int{0, 1, 5, 39, 40, 100} {
+		for seed := range 5 {
+			order := slices.Clone(all)
+			rand.New(rand.NewPCG(uint64(seed), 1)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			w := agentWindow{limit: limit}
+			for _, a := range order {
+				w.offer(a)
+			}
+			want := byAge
+			if limit > 0 && limit < len(want) {
+				want = want[:limit]
+			}
+			if got := names(w.agents); !slices.Equal(got, names(want)) {
+				t.Errorf("limit %d, offers in order %d: kept %v, want %v", limit, seed, got, names(want))
+			}
+		}
 	}
 }

@@ -196,6 +196,17 @@ func (c *Cache) Range(fn func(api.Object) bool) {
 	}
 }
 
+// RangeIn is Range over the objects index name holds under value.
+func (c *Cache) RangeIn(index, value string, fn func(api.Object) bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for name := range c.mustIndexLocked(index).by[value] {
+		if !fn(c.objects[name]) {
+			return
+		}
+	}
+}
+
 // RangeSettled is Range over the objects that are not Pending: those the
 // caller has no write of in flight. It returns how many it left out, so
 // that a caller that found nothing to do among the rest can look again

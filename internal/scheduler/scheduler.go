@@ -7,7 +7,7 @@ package scheduler
 import (
 	"cmp"
 	"slices"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -124,15 +124,23 @@ func Plan(agents []Agent, sandboxes []Sandbox, now time.Time) []Binding {
 
 // oldestFirst returns a copy of agents sorted by creation time, then name.
 func oldestFirst(agents []Agent) []Agent {
-	agents = append([]Agent(nil), agents...)
-	sort.SliceStable(agents, func(i, j int) bool {
-		if !agents[i].Created.Equal(agents[j].Created) {
-			return agents[i].Created.Before(agents[j].Created)
-		}
-		return agents[i].Name < agents[j].Name
-	})
+	agents = slices.Clone(agents)
+	slices.SortStableFunc(agents, func(x, y Agent) int { return CompareAge(x.Created, x.Name, y.Created, y.Name) })
 	return agents
 }
+
+// CompareAge orders agents as Plan takes them: created first, then by
+// name.
+func CompareAge(xCreated time.Time, xName string, yCreated time.Time, yName string) int {
+	if c := xCreated.Compare(yCreated); c != 0 {
+		return c
+	}
+	return strings.Compare(xName, yName)
+}
+
+// Open reports whether sb can take some agent: Plan binds at most as many
+// agents as there are open sandboxes.
+func Open(sb Sandbox) bool { return open(sb) }
 
 // ViewOf is a sandbox as the scheduler sees it.
 func ViewOf(sb *api.Sandbox) Sandbox {
