@@ -19,8 +19,10 @@ func newDebugAccelCmd() *cobra.Command {
 		Short: "Print kvm or tcg: the accelerator the QEMU backend would use here",
 		Long: `Print kvm or tcg, as the QEMU backend decides it: kvm only when a tiny
 probe VM runs under KVM (and not far slower than under TCG), since a
-/dev/kvm that opens may not run a guest (nested or paravirtual KVM). The
-reason goes to standard error. images/linux-desktop/boot.sh uses it.`,
+/dev/kvm that opens may not run a guest (nested or paravirtual KVM); tcg
+at once when a backend on this host has seen KVM stop a guest since the
+host booted (kvm-refused.json in the cache directory). The reason goes to
+standard error. images/linux-desktop/boot.sh uses it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)

@@ -530,7 +530,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		opts.Sandboxes, opts.Actions, opts.Agents = nd, nd.Actions(), nd
 		opts.Backend = server.BackendInfo{Name: be.Name(), Node: nd.Name()}
 		if q, ok := be.(*qemu.Backend); ok {
-			opts.Backend.Accel, opts.Backend.AccelReason = q.Accel(), q.AccelReason()
+			opts.Backend.Accelerator = func() (string, string) { return q.Accel(), q.AccelReason() }
 		}
 	}
 	// Sandboxes on nodes of their own (hvkube node) are reached through

@@ -103,6 +103,17 @@ type BackendInfo struct {
 	Node        string `json:"node,omitempty"`
 	Accel       string `json:"accel,omitempty"`
 	AccelReason string `json:"accelReason,omitempty"`
+	// Accelerator, when set, answers Accel and AccelReason at each
+	// request: a backend may turn from kvm to tcg while it runs.
+	Accelerator func() (accel, reason string) `json:"-"`
+}
+
+// now is b with the accelerator in use now.
+func (b BackendInfo) now() BackendInfo {
+	if b.Accelerator != nil {
+		b.Accel, b.AccelReason = b.Accelerator()
+	}
+	return b
 }
 
 // Timeouts used when Options leave them 0.
@@ -264,7 +275,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Token == "" {
 		io.WriteString(w, "auth: none: started with --insecure-no-token; anyone who reaches this address controls the server\n")
 	}
-	if b := s.opts.Backend; b.Name != "" {
+	if b := s.opts.Backend.now(); b.Name != "" {
 		fmt.Fprintf(w, "backend: %s on node %s", b.Name, b.Node)
 		if b.Accel != "" {
 			fmt.Fprintf(w, ", %s (%s)", b.Accel, b.AccelReason)
@@ -295,7 +306,7 @@ func (s *Server) version(w http.ResponseWriter, r *http.Request) {
 		Version    string `json:"version"`
 		APIVersion string `json:"apiVersion"`
 		BackendInfo
-	}{s.opts.Version, api.Version, s.opts.Backend})
+	}{s.opts.Version, api.Version, s.opts.Backend.now()})
 }
 
 // errorBody is the JSON shape of every error.

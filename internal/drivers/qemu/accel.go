@@ -80,8 +80,64 @@ func ProbeAccel(ctx context.Context, binary string, log *slog.Logger) (accel, re
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	accel, reason = probeAccel(ctx, p, log)
+	accel, reason = chooseAccel(ctx, p, DefaultKVMRecord(), log)
 	return accel, reason, nil
+}
+
+// chooseAccel is probeAccel after a look at record: tcg at once when it
+// says KVM stopped a guest on this host since its last boot (see
+// refuseKVM). A /dev/kvm that does not open is said first.
+func chooseAccel(ctx context.Context, binary, record string, log *slog.Logger) (accel, reason string) {
+	if _, err := os.Stat("/dev/kvm"); err == nil && record != "-" {
+		if r, ok := readKVMRefusal(record); ok {
+			reason = fmt.Sprintf("%s (recorded %s in %s; remove it to probe KVM again)", r.Reason, r.At.Format(time.RFC3339), record)
+			log.Warn("KVM is not usable; using TCG, which is much slower", "reason", reason)
+			return "tcg", reason
+		}
+	}
+	return probeAccel(ctx, binary, log)
+}
+
+// DefaultKVMRecord is where a backend records a KVM that stopped a guest:
+// kvm-refused.json in the directory above DefaultImageDir.
+func DefaultKVMRecord() string {
+	return filepath.Join(filepath.Dir(DefaultImageDir()), "kvm-refused.json")
+}
+
+// kvmRefusal is the record of a KVM that stopped a guest. It holds until
+// the host reboots (BootID changes): a host's KVM does not mend itself,
+// and a new kernel or a new machine under the same disk may run it.
+type kvmRefusal struct {
+	BootID string    `json:"bootID"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+}
+
+// bootID names the host's current boot ("" where the kernel does not say).
+func bootID() string {
+	return strings.TrimSpace(readAll("/proc/sys/kernel/random/boot_id"))
+}
+
+// readKVMRefusal reads the record at path; ok is false when there is none,
+// it cannot be read, or it is of an earlier boot.
+func readKVMRefusal(path string) (r kvmRefusal, ok bool) {
+	if readJSON(path, &r) != nil {
+		return kvmRefusal{}, false
+	}
+	id := bootID()
+	return r, id != "" && r.BootID == id && r.Reason != ""
+}
+
+// recordKVMRefusal writes the record of reason at path, whole or not at all.
+func recordKVMRefusal(path, reason string) error {
+	id := bootID()
+	if id == "" {
+		return errors.New("the host's boot id is unknown")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return writeJSON(path, kvmRefusal{BootID: id, At: time.Now().UTC(), Reason: reason})
 }
 
 // probeSlack is how much longer than under TCG the probe may take under a

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +18,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hvkube/hvkube/internal/api"
+	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 )
 
 // requireQEMU returns the path of qemu-system-x86_64, skipping when it is
@@ -250,5 +255,114 @@ func TestProbeSummarize(t *testing.T) {
 				t.Errorf("summarize() = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestRefuseKVM: a KVM that passed the probe and then stopped a guest
+// with an internal error is refused for the VMs started after, and for
+// the next backends on the host (until it reboots) without a probe; one
+// the configuration asked for is kept.
+func TestRefuseKVM(t *testing.T) {
+	record := filepath.Join(t.TempDir(), "cache", "kvm-refused.json")
+	probed := &Backend{cfg: Config{KVMRecord: record}, log: discardLogger(), accelName: "kvm", accelProbed: true}
+	if !probed.refuseKVM("template t1's guest") {
+		t.Fatal("refuseKVM of a probed kvm = false, want true")
+	}
+	if got := probed.Accel(); got != "tcg" {
+		t.Errorf("Accel after refuseKVM = %q, want tcg", got)
+	}
+	if got := probed.AccelReason(); !strings.Contains(got, "template t1's guest") || !strings.Contains(got, "internal error") {
+		t.Errorf("AccelReason = %q, want it to name the guest and the internal error", got)
+	}
+	if probed.refuseKVM("template t2's guest") {
+		t.Error("refuseKVM of tcg = true, want false")
+	}
+	r, ok := readKVMRefusal(record)
+	if !ok || r.BootID != bootID() || !strings.Contains(r.Reason, "t1") {
+		t.Fatalf("record = %+v, %v; want this boot's refusal naming t1", r, ok)
+	}
+	if kvmOpens() {
+		bin := requireQEMU(t)
+		accel, reason := chooseAccel(context.Background(), bin, record, discardLogger())
+		if accel != "tcg" || !strings.Contains(reason, "remove it to probe KVM again") || !strings.Contains(reason, record) {
+			t.Errorf("chooseAccel with a record = %q, %q; want tcg, naming the record", accel, reason)
+		}
+	}
+
+	configured := &Backend{cfg: Config{KVMRecord: "-"}, log: discardLogger(), accelName: "kvm"}
+	if configured.refuseKVM("template t1's guest") || configured.Accel() != "kvm" {
+		t.Errorf("refuseKVM of a configured kvm turned it to %s, want kvm kept", configured.Accel())
+	}
+
+	for name, content := range map[string]string{
+		"an earlier boot": `{"bootID":"00000000-0000-0000-0000-000000000000","at":"2026-01-01T00:00:00Z","reason":"x"}`,
+		"no reason":       `{"bootID":"` + bootID() + `","at":"2026-01-01T00:00:00Z"}`,
+		"cut short":       `{"bootID":"` + bootID(),
+	} {
+		if err := os.WriteFile(record, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := readKVMRefusal(record); ok {
+			t.Errorf("a record of %s holds, want it ignored", name)
+		}
+	}
+}
+
+func TestInternalError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("template t: guest agent: %w: qemu says: …", stoppedError{qmp.StateInternalError}), true},
+		{stoppedError{qmp.StateShutdown}, false},
+		{stoppedError{qmp.StateGuestPanicked}, false},
+		{errors.New("the guest stopped: qemu reports internal-error"), false},
+		{nil, false},
+	} {
+		if got := internalError(tc.err); got != tc.want {
+			t.Errorf("internalError(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestBuildTemplateKVMFallback builds a template where /dev/kvm opens,
+// with kvm taken as if the probe had chosen it: on a host whose KVM stops
+// the desktop's kernel with an internal error, the build starts again
+// under TCG and succeeds, and the backend uses TCG from then on. Where
+// KVM runs the desktop there is nothing to fall back from.
+func TestBuildTemplateKVMFallback(t *testing.T) {
+	if !kvmOpens() {
+		t.Skip("/dev/kvm does not open here")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	record := filepath.Join(t.TempDir(), "kvm-refused.json")
+	b, err := New(ctx, Config{Dir: t.TempDir(), ImageDir: requireImage(t), Accel: "kvm", KVMRecord: record, NoSpares: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.accelProbed = true
+	var steps []string
+	_, err = b.BuildTemplate(ctx, backend.TemplateSpec{ID: "kvm-fallback", Image: api.QEMUImage{Image: "linux-desktop"}}, func(s string) { steps = append(steps, s) })
+	if err != nil {
+		t.Fatalf("BuildTemplate: %v\nsteps: %q", err, steps)
+	}
+	meta, err := b.loadTemplate("kvm-fallback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.Accel == "kvm" {
+		t.Skip("KVM runs the desktop here: nothing to fall back from")
+	}
+	joined := strings.Join(steps, "\n")
+	if !strings.Contains(joined, "building again under TCG") || !strings.Contains(joined, "cold-booting kvm-fallback (tcg") {
+		t.Errorf("steps = %q, want the fallback said and a cold boot under tcg", steps)
+	}
+	if got := b.Accel(); got != "tcg" {
+		t.Errorf("Accel after the fallback = %q, want tcg", got)
+	}
+	if _, ok := readKVMRefusal(record); !ok {
+		t.Error("no refusal recorded for the next backends")
 	}
 }

@@ -105,9 +105,22 @@ func stoppedForGood(ctx context.Context, p *proc) error {
 	}
 	switch st.Status {
 	case qmp.StateInternalError, qmp.StateIOError, qmp.StateGuestPanicked, qmp.StateShutdown:
-		return fmt.Errorf("the guest stopped: qemu reports %s", st.Status)
+		return stoppedError{st.Status}
 	}
 	return nil
+}
+
+// stoppedError is a guest in a run state it does not leave by itself.
+type stoppedError struct{ state qmp.RunState }
+
+func (e stoppedError) Error() string { return "the guest stopped: qemu reports " + string(e.state) }
+
+// internalError reports whether err says the guest stopped with an
+// internal error: under KVM, an instruction KVM could not emulate or a
+// failed VM entry.
+func internalError(err error) bool {
+	var s stoppedError
+	return errors.As(err, &s) && s.state == qmp.StateInternalError
 }
 
 // answer waits until the guest agent of a guest that was just resumed

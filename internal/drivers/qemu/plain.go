@@ -56,7 +56,7 @@ func (b *Backend) NewPlainVM(q api.QEMUImage) (*PlainVM, error) {
 		return nil, err
 	}
 	// The same facts a template of the image gets by default.
-	t := tplMeta{Image: img, Accel: b.cfg.Accel, CPUs: max(img.CPUs, 1), MemoryMB: max(img.MemoryMB, api.DefaultTemplateMemory), Resolution: img.Resolution}
+	t := tplMeta{Image: img, Accel: b.Accel(), CPUs: max(img.CPUs, 1), MemoryMB: max(img.MemoryMB, api.DefaultTemplateMemory), Resolution: img.Resolution}
 	parent := filepath.Join(b.cfg.Dir, "plain")
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return nil, err

@@ -73,8 +73,13 @@ type Config struct {
 	Binary  string
 	QEMUImg string
 	// Accel is kvm, tcg, or empty to choose at New: kvm when a probe VM
-	// runs under KVM, else tcg.
+	// runs under KVM, else tcg. A chosen kvm turns to tcg for good when
+	// KVM stops a real guest with an internal error (see refuseKVM).
 	Accel string
+	// KVMRecord is the file where a KVM that stopped a guest is recorded,
+	// so that later backends on the host (until it reboots) use TCG at
+	// once. Default: DefaultKVMRecord(); "-" records nothing.
+	KVMRecord string
 	// MemoryLimitPercent of host memory is the most the VMs may use,
 	// measured as they use it, reserves included (default
 	// capacity.DefaultLimitPercent).
@@ -116,9 +121,13 @@ type Config struct {
 
 // Backend is the QEMU backend. It is safe for concurrent use.
 type Backend struct {
-	cfg         Config
-	accelReason string // why cfg.Accel was chosen
-	log         *slog.Logger
+	cfg Config
+	log *slog.Logger
+
+	accelMu     sync.Mutex // guards the following fields
+	accelName   string     // the accelerator new VMs get: kvm or tcg
+	accelReason string     // why
+	accelProbed bool       // accelName was chosen, not configured
 	enc         display.Encoder
 	// hostAddrs are the host's interface addresses at New, refused to the
 	// guests by default; netHosts is Config.NetworkHosts checked; the
@@ -250,9 +259,13 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 		*bin = p
 	}
-	accelReason := "set by configuration"
-	if cfg.Accel == "" {
-		cfg.Accel, accelReason = probeAccel(ctx, cfg.Binary, cfg.Logger)
+	if cfg.KVMRecord == "" {
+		cfg.KVMRecord = DefaultKVMRecord()
+	}
+	accel, accelReason, probed := cfg.Accel, "set by configuration", false
+	if accel == "" {
+		accel, accelReason = chooseAccel(ctx, cfg.Binary, cfg.KVMRecord, cfg.Logger)
+		probed = true
 	}
 	for _, d := range []string{filepath.Join(cfg.Dir, "templates"), filepath.Join(cfg.Dir, "sandboxes"), filepath.Join(cfg.Dir, "spares"), cfg.RunDir, cfg.ShmDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -268,7 +281,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		cfg.Logger.Warn("cannot list the host's addresses: guests are not kept from them by default", "err", err)
 		hostAddrs = []netip.Addr{}
 	}
-	b := &Backend{cfg: cfg, accelReason: accelReason, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSet{},
+	b := &Backend{cfg: cfg, accelName: accel, accelReason: accelReason, accelProbed: probed, log: cfg.Logger, vms: map[string]*vm{}, tplLocks: map[string]*sync.Mutex{}, building: map[string]int{}, spares: map[string]*spareSet{},
 		hostAddrs: hostAddrs, netHosts: netHosts, resolver: net.DefaultResolver, book: capacity.NewBook(), warmQ: make(chan string, warmQueueLen), queued: map[string]bool{}}
 	b.bgCtx, b.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if _, err := b.List(ctx); err != nil {
@@ -280,19 +293,53 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	for range max(1, runtime.NumCPU()) {
 		go b.warmLoop()
 	}
-	b.log.Info("qemu backend ready", "accel", cfg.Accel, "accelReason", accelReason, "dir", cfg.Dir, "images", cfg.ImageDir, "sandboxes", len(b.vms))
+	b.log.Info("qemu backend ready", "accel", accel, "accelReason", accelReason, "dir", cfg.Dir, "images", cfg.ImageDir, "sandboxes", len(b.vms))
 	return b, nil
 }
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "qemu" }
 
-// Accel reports the accelerator in use (kvm or tcg).
-func (b *Backend) Accel() string { return b.cfg.Accel }
+// Accel reports the accelerator new VMs get (kvm or tcg).
+func (b *Backend) Accel() string {
+	b.accelMu.Lock()
+	defer b.accelMu.Unlock()
+	return b.accelName
+}
 
-// AccelReason says why Accel is in use: set by configuration, or what the
-// probe at New found (a probe VM ran under KVM, or why it could not).
-func (b *Backend) AccelReason() string { return b.accelReason }
+// AccelReason says why Accel is in use: set by configuration, what the
+// probe at New found (a probe VM ran under KVM, or why it could not), or
+// the guest KVM stopped since.
+func (b *Backend) AccelReason() string {
+	b.accelMu.Lock()
+	defer b.accelMu.Unlock()
+	return b.accelReason
+}
+
+// refuseKVM turns a chosen kvm to tcg for the VMs started from now on,
+// after KVM stopped a guest with an internal error (what says which): a KVM that
+// passed the probe and then cannot run the desktop's kernel (seen with
+// nested KVM, at an instruction it could not emulate). It records the
+// refusal in Config.KVMRecord for the next backends on this host. It
+// reports whether it turned kvm to tcg: not when tcg was in use, nor when
+// the configuration asked for kvm.
+func (b *Backend) refuseKVM(what string) bool {
+	b.accelMu.Lock()
+	if b.accelName != "kvm" || !b.accelProbed {
+		b.accelMu.Unlock()
+		return false
+	}
+	reason := fmt.Sprintf("/dev/kvm passed the probe, then stopped %s with an internal error (an instruction KVM could not emulate, or a failed VM entry); using TCG", what)
+	b.accelName, b.accelReason = "tcg", reason
+	b.accelMu.Unlock()
+	b.log.Warn("KVM is not usable; using TCG, which is much slower", "reason", reason)
+	if b.cfg.KVMRecord != "-" {
+		if err := recordKVMRefusal(b.cfg.KVMRecord, reason); err != nil {
+			b.log.Warn("cannot record the refusal of KVM: the next backend probes KVM again", "err", err)
+		}
+	}
+	return true
+}
 
 // Close drops the backend's connections and guest networks and discards
 // its spare clones; the sandboxes' VMs keep running (without a network
@@ -416,11 +463,23 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	if t, err := b.loadTemplate(spec.ID); err == nil {
 		return t.info(), nil
 	}
+	accel := b.Accel()
+	info, err := b.buildTemplate(ctx, spec, accel, progress)
+	if err != nil && accel == "kvm" && internalError(err) && b.refuseKVM("template "+spec.ID+"'s guest") {
+		progress("KVM stopped the guest with an internal error: building again under TCG, and using TCG from now on")
+		return b.buildTemplate(ctx, spec, "tcg", progress)
+	}
+	return info, err
+}
+
+// buildTemplate cold-boots the template spec under accel and keeps its
+// snapshot; BuildTemplate holds its lock.
+func (b *Backend) buildTemplate(ctx context.Context, spec backend.TemplateSpec, accel string, progress backend.Progress) (backend.TemplateInfo, error) {
 	img, err := resolveImage(b.cfg.ImageDir, b.cfg.AllowedRoots, spec.Image)
 	if err != nil {
 		return backend.TemplateInfo{}, err
 	}
-	meta := tplMeta{ID: spec.ID, Image: img, Accel: b.cfg.Accel, CPUs: spec.CPU, MemoryMB: spec.MemoryMB, Resolution: spec.Resolution}
+	meta := tplMeta{ID: spec.ID, Image: img, Accel: accel, CPUs: spec.CPU, MemoryMB: spec.MemoryMB, Resolution: spec.Resolution}
 	if meta.CPUs == 0 {
 		meta.CPUs = max(img.CPUs, 1)
 	}
@@ -471,7 +530,7 @@ func (b *Backend) BuildTemplate(ctx context.Context, spec backend.TemplateSpec, 
 	// the end.
 	m.MemFile, m.MemShared = filepath.Join(b.cfg.ShmDir, "template-"+spec.ID+".ram"), true
 	defer os.Remove(m.MemFile)
-	progress(fmt.Sprintf("cold-booting %s (%s, %d MB, %s)", spec.ID, b.cfg.Accel, meta.MemoryMB, meta.Resolution))
+	progress(fmt.Sprintf("cold-booting %s (%s, %d MB, %s)", spec.ID, accel, meta.MemoryMB, meta.Resolution))
 	start := time.Now()
 	p, err := b.launch(ctx, m, tmp)
 	if err != nil {
