@@ -366,3 +366,40 @@ func TestBuildTemplateKVMFallback(t *testing.T) {
 		t.Error("no refusal recorded for the next backends")
 	}
 }
+
+// TestPlainVMKVMFallback is TestBuildTemplateKVMFallback for a plain VM:
+// its boot starts again under TCG, and the guest answers.
+func TestPlainVMKVMFallback(t *testing.T) {
+	if !kvmOpens() {
+		t.Skip("/dev/kvm does not open here")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	b, err := New(ctx, Config{Dir: t.TempDir(), ImageDir: requireImage(t), Accel: "kvm", KVMRecord: "-", NoSpares: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.accelProbed = true
+	v, err := b.NewPlainVM(api.QEMUImage{Image: "linux-desktop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if err := v.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v.m.Accel == "kvm" {
+		t.Skip("KVM runs the desktop here: nothing to fall back from")
+	}
+	if b.Accel() != "tcg" {
+		t.Errorf("Accel after the fallback = %q, want tcg", b.Accel())
+	}
+	if committed := reservedMB(b); committed != v.m.MemoryMB {
+		t.Errorf("%d MB reserved after the fallback; want the one VM's %d MB", committed, v.m.MemoryMB)
+	}
+	res, err := v.Exec(ctx, backend.ExecRequest{Path: "/bin/true"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec in the plain VM after the fallback: %v, %+v", err, res)
+	}
+}

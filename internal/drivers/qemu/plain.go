@@ -95,6 +95,16 @@ func (v *PlainVM) Start(ctx context.Context) error {
 	bctx, watch, stopWatch := v.b.watchBoot(ctx, p.pid, v.img.CPUs, nil)
 	defer stopWatch()
 	if err := v.g.waitAgent(bctx, p); err != nil {
+		if v.m.Accel == "kvm" && internalError(err) && v.b.refuseKVM("a plain VM's guest") {
+			// Boot again under TCG, on a new overlay.
+			stopWatch()
+			v.g.ga.Close()
+			p.kill()
+			v.p, v.g, v.m.Accel = nil, nil, "tcg"
+			v.b.release(v.key)
+			os.Remove(v.m.Disk)
+			return v.Start(ctx)
+		}
 		return fmt.Errorf("plain vm: guest agent: %w%s", err, p.logTail())
 	}
 	watch.begin("the desktop to be ready")
