@@ -185,18 +185,18 @@ func (r *writeReq) finish(err error) {
 // itself: SQLite rolls a transaction back whole on some errors (a full
 // disk, an I/O error), and then nothing of it may commit.
 func (tx *Tx) savepoint(fn func(tx *Tx) error) (fnErr, err error) {
-	if _, err := tx.tx.ExecContext(tx.ctx, `SAVEPOINT w`); err != nil {
+	if _, err := tx.q.ExecContext(tx.ctx, sqlSavepoint); err != nil {
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
 	pending, events, changes := len(tx.pending), tx.events, tx.changes
 	if fnErr = fn(tx); fnErr != nil {
-		if _, err := tx.tx.ExecContext(tx.ctx, `ROLLBACK TO w`); err != nil {
+		if _, err := tx.q.ExecContext(tx.ctx, sqlRollbackTo); err != nil {
 			return fnErr, fmt.Errorf("roll back a failed write (%w): %w", fnErr, err)
 		}
 		clear(tx.pending[pending:])
 		tx.pending, tx.events, tx.changes = tx.pending[:pending], events, changes
 	}
-	if _, err := tx.tx.ExecContext(tx.ctx, `RELEASE w`); err != nil {
+	if _, err := tx.q.ExecContext(tx.ctx, sqlRelease); err != nil {
 		return fnErr, fmt.Errorf("release savepoint: %w", err)
 	}
 	return fnErr, nil

@@ -12,7 +12,7 @@ import (
 
 // Get returns the stored object, or an error wrapping api.ErrNotFound.
 func (s *Store) Get(ctx context.Context, kind, name string) (api.Object, error) {
-	return getObject(ctx, s.r, kind, name)
+	return getObject(ctx, preparedQ{c: s.rstmts}, kind, name)
 }
 
 // List returns the objects of a kind whose labels match sel, ordered by name,

@@ -63,6 +63,10 @@ type Store struct {
 	// commit order.
 	writeMu sync.Mutex
 
+	// wstmts and rstmts are the writer's and the readers' prepared
+	// statements.
+	wstmts, rstmts *stmtCache
+
 	// writes queues the object writes for commitWrites, which commits
 	// them a batch per transaction; writesDone closes when it has
 	// committed the last. writers counts the writes that may still send
@@ -120,7 +124,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
-	s := &Store{w: w, r: r, path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, maxChanges: opts.MaxChanges, watchBuffer: opts.WatchBuffer, watchers: map[*watcher]struct{}{}}
+	s := &Store{w: w, r: r, wstmts: newStmtCache(w), rstmts: newStmtCache(r), path: path, now: opts.Now, log: opts.Logger, maxEvents: opts.MaxEvents, maxChanges: opts.MaxChanges, watchBuffer: opts.WatchBuffer, watchers: map[*watcher]struct{}{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -153,6 +157,10 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, writeProbeError(path, err)
 	}
+	if err := errors.Join(s.wstmts.prepare(ctx, writerStatements), s.rstmts.prepare(ctx, readerStatements)); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -184,6 +192,8 @@ func (s *Store) Close() error {
 	}
 	s.watchers = nil
 	s.mu.Unlock()
+	s.wstmts.close()
+	s.rstmts.close()
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
@@ -258,6 +268,7 @@ func (s *Store) migrate(ctx context.Context) error {
 type Tx struct {
 	s       *Store
 	tx      *sql.Tx
+	q       preparedQ // tx, with the writer's prepared statements
 	ctx     context.Context
 	pending []WatchEvent
 	events  int
@@ -273,7 +284,7 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return s.classify(fmt.Errorf("begin: %w", err))
 	}
-	tx := &Tx{s: s, tx: sqlTx, ctx: ctx}
+	tx := &Tx{s: s, tx: sqlTx, q: preparedQ{s.wstmts, sqlTx}, ctx: ctx}
 	if err := fn(tx); err != nil {
 		sqlTx.Rollback()
 		return s.classify(err)
@@ -291,7 +302,7 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Tx) error) error {
 
 func (tx *Tx) nextRV() (int64, error) {
 	var rv int64
-	if err := tx.tx.QueryRowContext(tx.ctx, `UPDATE revision SET rv = rv + 1 WHERE id = 1 RETURNING rv`).Scan(&rv); err != nil {
+	if err := tx.q.QueryRowContext(tx.ctx, sqlNextRV).Scan(&rv); err != nil {
 		return 0, fmt.Errorf("next revision: %w", err)
 	}
 	return rv, nil
@@ -299,12 +310,12 @@ func (tx *Tx) nextRV() (int64, error) {
 
 // Get reads one object inside the transaction.
 func (tx *Tx) Get(kind, name string) (api.Object, error) {
-	return getObject(tx.ctx, tx.tx, kind, name)
+	return getObject(tx.ctx, tx.q, kind, name)
 }
 
 // List reads the objects of a kind matching sel inside the transaction.
 func (tx *Tx) List(kind string, sel api.Selector) ([]api.Object, error) {
-	objs, _, err := listObjects(tx.ctx, tx.tx, kind, sel)
+	objs, _, err := listObjects(tx.ctx, tx.q, kind, sel)
 	return objs, err
 }
 
@@ -315,7 +326,7 @@ func (tx *Tx) Create(o api.Object) (api.Object, error) {
 	o = api.DeepCopy(o)
 	kind := o.GetTypeMeta().Kind
 	m := o.GetMeta()
-	if _, err := getObject(tx.ctx, tx.tx, kind, m.Name); err == nil {
+	if _, err := getObject(tx.ctx, tx.q, kind, m.Name); err == nil {
 		return nil, fmt.Errorf("%s %q %w", strings.ToLower(kind), m.Name, api.ErrAlreadyExists)
 	} else if !errors.Is(err, api.ErrNotFound) {
 		return nil, err
@@ -344,7 +355,7 @@ func (tx *Tx) Create(o api.Object) (api.Object, error) {
 // deleted whose last finalizer is removed is deleted.
 func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
 	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
-	cur, err := getObject(tx.ctx, tx.tx, kind, m.Name)
+	cur, err := getObject(tx.ctx, tx.q, kind, m.Name)
 	if err != nil {
 		return nil, false, err
 	}
@@ -372,7 +383,7 @@ func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
 // resourceVersion precondition applies as in Update. Nothing else changes.
 func (tx *Tx) UpdateStatus(o api.Object) (api.Object, error) {
 	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
-	cur, err := getObject(tx.ctx, tx.tx, kind, m.Name)
+	cur, err := getObject(tx.ctx, tx.q, kind, m.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +403,7 @@ func (tx *Tx) UpdateStatus(o api.Object) (api.Object, error) {
 // into the stored object's status, conditioned on resourceVersion rv when
 // it is set. An invalid patch is ErrInvalid.
 func (tx *Tx) PatchStatus(kind, name, rv string, patch []byte) (api.Object, error) {
-	cur, err := getObject(tx.ctx, tx.tx, kind, name)
+	cur, err := getObject(tx.ctx, tx.q, kind, name)
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +456,7 @@ type DeleteOptions struct {
 // (deletionTimestamp) and stays until they are removed; deleted then reports
 // false. ErrNotFound if there is no such object.
 func (tx *Tx) Delete(kind, name string, opts DeleteOptions) (obj api.Object, deleted bool, err error) {
-	cur, err := getObject(tx.ctx, tx.tx, kind, name)
+	cur, err := getObject(tx.ctx, tx.q, kind, name)
 	if err != nil {
 		return nil, false, err
 	}
@@ -487,7 +498,7 @@ func (tx *Tx) remove(o api.Object) error {
 		return err
 	}
 	m := o.GetMeta()
-	if _, err := tx.tx.ExecContext(tx.ctx, `DELETE FROM objects WHERE kind = ? AND name = ?`, o.GetTypeMeta().Kind, m.Name); err != nil {
+	if _, err := tx.q.ExecContext(tx.ctx, sqlDeleteObject, o.GetTypeMeta().Kind, m.Name); err != nil {
 		return fmt.Errorf("delete %s: %w", m.Name, err)
 	}
 	m.ResourceVersion = strconv.FormatInt(rv, 10)
@@ -513,9 +524,9 @@ func (tx *Tx) put(o api.Object, rv int64, typ string, prevLabels map[string]stri
 		labels, _ = json.Marshal(m.Labels)
 	}
 	if typ == Added {
-		_, err = tx.tx.ExecContext(tx.ctx, `INSERT INTO objects (kind, name, uid, rv, data, labels) VALUES (?, ?, ?, ?, ?, ?)`, kind, m.Name, m.UID, rv, data, labels)
+		_, err = tx.q.ExecContext(tx.ctx, sqlInsertObject, kind, m.Name, m.UID, rv, data, labels)
 	} else {
-		_, err = tx.tx.ExecContext(tx.ctx, `UPDATE objects SET rv = ?, data = ?, labels = ? WHERE kind = ? AND name = ?`, rv, data, labels, kind, m.Name)
+		_, err = tx.q.ExecContext(tx.ctx, sqlUpdateObject, rv, data, labels, kind, m.Name)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s %s: %w", kind, m.Name, err)
@@ -531,7 +542,7 @@ func (tx *Tx) logChange(ev WatchEvent, rv int64, data []byte) error {
 		prev = string(b)
 	}
 	m := ev.Object.GetMeta()
-	if _, err := tx.tx.ExecContext(tx.ctx, `INSERT INTO changes (rv, kind, name, type, data, prev_labels) VALUES (?, ?, ?, ?, ?, ?)`,
+	if _, err := tx.q.ExecContext(tx.ctx, sqlLogChange,
 		rv, ev.Object.GetTypeMeta().Kind, m.Name, ev.Type, data, prev); err != nil {
 		return fmt.Errorf("log change of %s: %w", m.Name, err)
 	}
@@ -550,7 +561,7 @@ func (tx *Tx) Emit(o api.Object, eventType, reason, message string) error {
 		Message:        message,
 		Timestamp:      tx.s.now().UTC(),
 	}
-	res, err := tx.tx.ExecContext(tx.ctx, `INSERT INTO events (kind, name, uid, type, reason, message, ts) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	res, err := tx.q.ExecContext(tx.ctx, sqlInsertEvent,
 		ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.InvolvedObject.UID, eventType, reason, message, ev.Timestamp.Format(time.RFC3339Nano))
 	if err != nil {
 		return fmt.Errorf("record event: %w", err)
@@ -639,7 +650,7 @@ type querier interface {
 
 func getObject(ctx context.Context, q querier, kind, name string) (api.Object, error) {
 	var data []byte
-	err := q.QueryRowContext(ctx, `SELECT data FROM objects WHERE kind = ? AND name = ?`, kind, name).Scan(&data)
+	err := q.QueryRowContext(ctx, sqlGetObject, kind, name).Scan(&data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%s %q %w", strings.ToLower(kind), name, api.ErrNotFound)
 	}
