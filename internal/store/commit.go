@@ -188,13 +188,13 @@ func (tx *Tx) savepoint(fn func(tx *Tx) error) (fnErr, err error) {
 	if _, err := tx.q.ExecContext(tx.ctx, sqlSavepoint); err != nil {
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
-	pending, events, changes := len(tx.pending), tx.events, tx.changes
+	pending, events, changes, rv := len(tx.pending), tx.events, tx.changes, tx.rv
 	if fnErr = fn(tx); fnErr != nil {
 		if _, err := tx.q.ExecContext(tx.ctx, sqlRollbackTo); err != nil {
 			return fnErr, fmt.Errorf("roll back a failed write (%w): %w", fnErr, err)
 		}
 		clear(tx.pending[pending:])
-		tx.pending, tx.events, tx.changes = tx.pending[:pending], events, changes
+		tx.pending, tx.events, tx.changes, tx.rv = tx.pending[:pending], events, changes, rv
 	}
 	if _, err := tx.q.ExecContext(tx.ctx, sqlRelease); err != nil {
 		return fnErr, fmt.Errorf("release savepoint: %w", err)

@@ -11,7 +11,8 @@ import (
 // read of one object; Open prepares them once.
 const (
 	sqlGetObject    = `SELECT data FROM objects WHERE kind = ? AND name = ?`
-	sqlNextRV       = `UPDATE revision SET rv = rv + 1 WHERE id = 1 RETURNING rv`
+	sqlGetRV        = `SELECT rv FROM revision WHERE id = 1`
+	sqlSetRV        = `UPDATE revision SET rv = ? WHERE id = 1`
 	sqlInsertObject = `INSERT INTO objects (kind, name, uid, rv, data, labels) VALUES (?, ?, ?, ?, ?, ?)`
 	sqlUpdateObject = `UPDATE objects SET rv = ?, data = ?, labels = ? WHERE kind = ? AND name = ?`
 	sqlDeleteObject = `DELETE FROM objects WHERE kind = ? AND name = ?`
@@ -25,8 +26,8 @@ const (
 // writerStatements are prepared on the writer, readerStatements on the
 // readers.
 var (
-	writerStatements = []string{sqlGetObject, sqlNextRV, sqlInsertObject, sqlUpdateObject, sqlDeleteObject, sqlLogChange, sqlInsertEvent, sqlSavepoint, sqlRollbackTo, sqlRelease}
-	readerStatements = []string{sqlGetObject}
+	writerStatements = []string{sqlGetObject, sqlGetRV, sqlSetRV, sqlInsertObject, sqlUpdateObject, sqlDeleteObject, sqlLogChange, sqlInsertEvent, sqlSavepoint, sqlRollbackTo, sqlRelease}
+	readerStatements = []string{sqlGetObject, sqlGetRV}
 )
 
 // stmtCache holds one database's prepared statements by their text, so

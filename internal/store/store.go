@@ -273,6 +273,9 @@ type Tx struct {
 	pending []WatchEvent
 	events  int
 	changes int
+	// rv is the last resourceVersion the transaction gave out, 0 before
+	// the first; the revision row is written once, before the commit.
+	rv int64
 }
 
 // Tx runs fn in one write transaction: every change fn makes commits
@@ -289,6 +292,12 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Tx) error) error {
 		sqlTx.Rollback()
 		return s.classify(err)
 	}
+	if tx.rv != 0 {
+		if _, err := tx.q.ExecContext(ctx, sqlSetRV, tx.rv); err != nil {
+			sqlTx.Rollback()
+			return s.classify(fmt.Errorf("write revision: %w", err))
+		}
+	}
 	if err := sqlTx.Commit(); err != nil {
 		sqlTx.Rollback()
 		return s.classify(fmt.Errorf("commit: %w", err))
@@ -300,12 +309,17 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Tx) error) error {
 	return nil
 }
 
+// nextRV gives out the transaction's next resourceVersion: the first
+// reads the revision row, the others count on from it (a write rolled
+// back to its savepoint gives its numbers back).
 func (tx *Tx) nextRV() (int64, error) {
-	var rv int64
-	if err := tx.q.QueryRowContext(tx.ctx, sqlNextRV).Scan(&rv); err != nil {
-		return 0, fmt.Errorf("next revision: %w", err)
+	if tx.rv == 0 {
+		if err := tx.q.QueryRowContext(tx.ctx, sqlGetRV).Scan(&tx.rv); err != nil {
+			return 0, fmt.Errorf("next revision: %w", err)
+		}
 	}
-	return rv, nil
+	tx.rv++
+	return tx.rv, nil
 }
 
 // Get reads one object inside the transaction.
