@@ -29,7 +29,7 @@ func (s *Store) listAt(ctx context.Context, kind string, sel api.Selector) ([]ap
 		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
 	}
 	defer tx.Rollback()
-	return listObjects(ctx, tx, kind, sel)
+	return listObjects(ctx, preparedQ{c: s.rstmts, tx: tx}, kind, sel)
 }
 
 // ListRaw is List without decoding, a page at a time: each item is the
@@ -335,7 +335,7 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]*api.Event, er
 // this number.
 func (s *Store) Revision(ctx context.Context) (int64, error) {
 	var rv int64
-	err := s.r.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv)
+	err := preparedQ{c: s.rstmts}.QueryRowContext(ctx, sqlGetRV).Scan(&rv)
 	return rv, err
 }
 

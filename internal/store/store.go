@@ -706,7 +706,7 @@ type Page struct {
 // them; labels are read from their own column to filter. next is the name
 // the next page starts after, or "" when there is no more.
 func listRaw(ctx context.Context, q querier, kind string, pg Page) (items []json.RawMessage, rv int64, next string, err error) {
-	if err := q.QueryRowContext(ctx, `SELECT rv FROM revision WHERE id = 1`).Scan(&rv); err != nil {
+	if err := q.QueryRowContext(ctx, sqlGetRV).Scan(&rv); err != nil {
 		return nil, 0, "", fmt.Errorf("list %s: %w", kind, err)
 	}
 	if pg.NotOlderThan != "" {
