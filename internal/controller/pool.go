@@ -57,6 +57,10 @@ const poolCountsEvery = time.Second
 // pool's count looks at, rather than every agent ever run.
 const selectingIndex = "pending-by-pool-label"
 
+// ownerIndex holds the sandboxes by the pool that owns them: a pool's
+// reconcile looks at its own members, not at every sandbox of the fleet.
+const ownerIndex = "by-owner-pool"
+
 // NewPools registers the pool controller with m.
 func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now func() time.Time) *Pools {
 	if now == nil {
@@ -67,6 +71,12 @@ func NewPools(m *reconcile.Manager, st store.Interface, log *slog.Logger, now fu
 	p.agents.AddIndex(selectingIndex, func(o api.Object) []string {
 		if a := o.(*api.Agent); a.Spec.SandboxSelector != nil && agentstate.Pending(a) {
 			return []string{a.Spec.SandboxSelector.MatchLabels["pool"]}
+		}
+		return nil
+	})
+	p.sandboxes.AddIndex(ownerIndex, func(o api.Object) []string {
+		if pool := api.OwnerOf(o, api.KindSandboxPool); pool != "" {
+			return []string{pool}
 		}
 		return nil
 	})
@@ -124,8 +134,9 @@ func (p *Pools) liveNodes() int {
 	return n
 }
 
-// poolsFor maps a pending agent to the pools whose sandboxes it selects
-// (their queue-based scaling counts it).
+// poolsFor maps a pending agent to the pools that scale with the queue
+// (scaling.scaleUpThreshold) and whose sandboxes it selects: no other pool
+// counts pending agents.
 func (p *Pools) poolsFor(o api.Object) []string {
 	a := o.(*api.Agent)
 	if a.Spec.SandboxSelector == nil || !agentstate.Pending(a) {
@@ -134,7 +145,7 @@ func (p *Pools) poolsFor(o api.Object) []string {
 	sel := agentstate.SelectorOf(a)
 	var keys []string
 	for _, po := range p.pools.List(api.Selector{}) {
-		if sel.Matches(po.(*api.SandboxPool).Spec.Template.Metadata.Labels) {
+		if po := po.(*api.SandboxPool); po.Spec.Scaling.ScaleUpThreshold > 0 && sel.Matches(po.Spec.Template.Metadata.Labels) {
 			keys = append(keys, po.GetMeta().Name)
 		}
 	}
@@ -160,10 +171,8 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	var members []*api.Sandbox
-	p.sandboxes.Range(func(so api.Object) bool {
-		if api.OwnerOf(so, api.KindSandboxPool) == name {
-			members = append(members, so.(*api.Sandbox))
-		}
+	p.sandboxes.RangeIn(ownerIndex, name, func(so api.Object) bool {
+		members = append(members, so.(*api.Sandbox))
 		return true
 	})
 	sort.Slice(members, func(i, j int) bool { return members[i].Metadata.Name < members[j].Metadata.Name })
@@ -369,20 +378,23 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 			}
 		}
 	}
-	labels := pool.Spec.Template.Metadata.Labels
-	countPending := func(ao api.Object) bool {
-		if a := ao.(*api.Agent); api.MatchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
-			s.pendingAgents++
-		}
-		return true
-	}
-	p.agents.RangeIn(selectingIndex, "", countPending)
-	if v := labels["pool"]; v != "" {
-		p.agents.RangeIn(selectingIndex, v, countPending)
-	}
 	s.desired = pool.Spec.Replicas
-	if t := pool.Spec.Scaling.ScaleUpThreshold; t > 0 && s.pendingAgents >= t {
-		s.desired += s.pendingAgents / t
+	if t := pool.Spec.Scaling.ScaleUpThreshold; t > 0 {
+		// Only a pool that scales with the queue counts it.
+		labels := pool.Spec.Template.Metadata.Labels
+		countPending := func(ao api.Object) bool {
+			if a := ao.(*api.Agent); api.MatchLabels(a.Spec.SandboxSelector.MatchLabels, labels) {
+				s.pendingAgents++
+			}
+			return true
+		}
+		p.agents.RangeIn(selectingIndex, "", countPending)
+		if v := labels["pool"]; v != "" {
+			p.agents.RangeIn(selectingIndex, v, countPending)
+		}
+		if s.pendingAgents >= t {
+			s.desired += s.pendingAgents / t
+		}
 	}
 	s.desired = max(s.desired, s.busy+pool.Spec.MinReady)
 	if m := pool.Spec.Scaling.MaxReplicas; m > 0 {
