@@ -310,7 +310,7 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent, from *api.CheckpointSt
 	name, sandbox, attempt := a.Metadata.Name, a.Status.Sandbox, a.Status.Attempts
 	bg := context.WithoutCancel(ctx)
 	dir := n.attemptDir(name, attempt)
-	lg := newRunLog(dir)
+	lg := n.newRunLog(name, attempt)
 	defer lg.Close()
 	lg.printf("attempt %d of agent %s (%s) on sandbox %s, node %s", attempt, name, a.Spec.Type, sandbox, n.name)
 	start := n.now()
@@ -474,15 +474,23 @@ func (n *Node) watchMCP(ctx context.Context, a *api.Agent, now time.Time) (recon
 	return reconcile.Result{}, n.release(ctx, a.Status.Sandbox, a.Metadata.Name)
 }
 
-// attemptDir is where an attempt's logs, screenshots and artifacts go.
+// agentsDir holds the agents' logs (attemptlog.go) and their attempts'
+// directories.
+func (n *Node) agentsDir() string {
+	return filepath.Join(n.opt.DataDir, "agents")
+}
+
+// attemptDir is where an attempt's screenshots, recording and artifacts
+// go, made by the first of them: its log is beside it (attemptlog.go).
 func (n *Node) attemptDir(agent string, attempt int) string {
-	return filepath.Join(n.opt.DataDir, "agents", agent, strconv.Itoa(attempt))
+	return filepath.Join(n.agentsDir(), agent, strconv.Itoa(attempt))
 }
 
 // removeAgentFiles removes what the node kept of an agent that is gone.
 func (n *Node) removeAgentFiles(agent string) {
 	if n.opt.DataDir != "" {
-		os.RemoveAll(filepath.Join(n.opt.DataDir, "agents", agent))
+		n.logs.remove(n.agentsDir(), agent)
+		os.RemoveAll(filepath.Join(n.agentsDir(), agent))
 	}
 }
 
@@ -524,14 +532,18 @@ func (n *Node) AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser,
 		}
 		return fmt.Errorf("agent %s: open %s of attempt %d: %w", agent, rel, attempt, err)
 	}
-	root, err := os.OpenRoot(n.attemptDir(agent, attempt))
-	if err != nil {
-		return nil, failed(err)
+	var f *os.File
+	if rel == "agent.log" {
+		// Beside the attempt's directory (attemptlog.go), or in it for a
+		// log written before that layout.
+		if f, err = openIn(n.agentsDir(), attemptLogName(agent, attempt)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, failed(err)
+		}
 	}
-	defer root.Close() // files opened through it stay open
-	f, err := root.Open(filepath.FromSlash(rel))
-	if err != nil {
-		return nil, failed(err)
+	if f == nil {
+		if f, err = openIn(n.attemptDir(agent, attempt), filepath.FromSlash(rel)); err != nil {
+			return nil, failed(err)
+		}
 	}
 	st, err := f.Stat()
 	switch {
@@ -546,6 +558,16 @@ func (n *Node) AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser,
 		return nil, notFound(" (it is not a regular file)")
 	}
 	return f, nil
+}
+
+// openIn opens name, which may not leave dir (symbolic links included).
+func openIn(dir, name string) (*os.File, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close() // files opened through it stay open
+	return root.Open(name)
 }
 
 // failAttempt fails a's attempt for reason: HeartbeatLost fails it for

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -104,7 +103,7 @@ spec:
 	if !strings.Contains(steps[2].Output, "export API_KEY='***'") || !strings.Contains(steps[2].Output, "export MODE='plain'") {
 		t.Errorf("the session file, as the step shows it: %q", steps[2].Output)
 	}
-	log, _ := os.ReadFile(filepath.Join(c.attemptDir("reader", 1), "agent.log"))
+	log, _ := os.ReadFile(c.attemptLog("reader", 1))
 	if strings.Contains(string(log), sessionSecret) || !strings.Contains(string(log), "session variables resolved") {
 		t.Errorf("the attempt's log:\n%s", log)
 	}

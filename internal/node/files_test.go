@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,6 +106,122 @@ func TestAgentFile(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), dir) {
 			t.Errorf("%q: the error names the node's path: %v", tt.rel, err)
+		}
+	}
+}
+
+// TestAttemptLogs: an attempt's log is a file beside the attempt's
+// directory, which the log alone does not make; AgentFile reads it, and a
+// log of the layout before it; a link put in its place is refused; the
+// agent's removal removes its logs and its directories, also those a node
+// before a restart wrote, and no other agent's.
+func TestAttemptLogs(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := t.Context()
+	for _, name := range []string{"job", "job-2", "old"} {
+		a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}, Metadata: api.ObjectMeta{Name: name},
+			Spec: api.AgentSpec{SandboxName: "desk", Type: "mcp-agent"}}
+		api.Default(a)
+		o, err := st.Create(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = o.(*api.Agent)
+		a.Status.Attempts = 2
+		if _, err := st.UpdateStatus(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agents := filepath.Join(dir, "agents")
+	write := func(n *Node, agent string, attempt int, line string) {
+		lg := n.newRunLog(agent, attempt)
+		lg.printf("%s", line)
+		if lg.f == nil {
+			t.Fatalf("no log for %s attempt %d", agent, attempt)
+		}
+		lg.Close()
+	}
+	read := func(n *Node, agent string) (string, error) {
+		f, err := n.AgentFile(ctx, agent, "agent.log")
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		b, err := io.ReadAll(f)
+		return string(b), err
+	}
+
+	n := New(Options{Store: st, Name: "n1", DataDir: dir})
+	write(n, "job", 1, "first attempt")
+	write(n, "job", 2, "second attempt")
+	write(n, "job-2", 2, "another agent")
+	if _, err := os.Stat(filepath.Join(agents, "job")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a log alone made the attempt's directory: %v", err)
+	}
+	if got, err := read(n, "job"); err != nil || !strings.Contains(got, "second attempt") || strings.Contains(got, "first attempt") {
+		t.Errorf("the latest attempt's log: %q, %v", got, err)
+	}
+	old := filepath.Join(agents, "old", "2")
+	if err := os.MkdirAll(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(old, "agent.log"), []byte("older layout\n"), 0o600)
+	if got, err := read(n, "old"); err != nil || got != "older layout\n" {
+		t.Errorf("a log of the older layout: %q, %v", got, err)
+	}
+	os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("secret"), 0o600)
+	if err := os.Symlink(filepath.Join(dir, "secret.txt"), filepath.Join(agents, "old.2.log")); err == nil {
+		if got, err := read(n, "old"); !errors.Is(err, api.ErrNotFound) || strings.Contains(got, "secret") {
+			t.Errorf("a link in place of the log: %q, %v; want ErrNotFound", got, err)
+		}
+	}
+
+	// A node started again knows only what the directory holds.
+	n = New(Options{Store: st, Name: "n1", DataDir: dir})
+	os.MkdirAll(filepath.Join(agents, "job", "2", "artifacts"), 0o700)
+	n.removeAgentFiles("job")
+	left, _ := os.ReadDir(agents)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	if want := []string{"job-2.2.log", "old", "old.2.log"}; !slices.Equal(names, want) {
+		t.Errorf("after job's removal the agents directory holds %v, want %v", names, want)
+	}
+	write(n, "job-2", 3, "a third attempt")
+	n.removeAgentFiles("job-2")
+	if _, err := os.Stat(filepath.Join(agents, "job-2.3.log")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a log written after the scan outlived its agent: %v", err)
+	}
+}
+
+func TestParseAttemptLog(t *testing.T) {
+	tests := []struct {
+		name    string
+		agent   string
+		attempt int
+		ok      bool
+	}{
+		{"job.1.log", "job", 1, true},
+		{"a-b-c.12.log", "a-b-c", 12, true},
+		{"job.0.log", "", 0, false},
+		{"job.01.log", "", 0, false},
+		{"job.-1.log", "", 0, false},
+		{"job.x.log", "", 0, false},
+		{".1.log", "", 0, false},
+		{"job.1", "", 0, false},
+		{"job.log", "", 0, false},
+		{"job", "", 0, false},
+	}
+	for _, tt := range tests {
+		agent, attempt, ok := parseAttemptLog(tt.name)
+		if agent != tt.agent || attempt != tt.attempt || ok != tt.ok {
+			t.Errorf("%q: %q %d %v, want %q %d %v", tt.name, agent, attempt, ok, tt.agent, tt.attempt, tt.ok)
 		}
 	}
 }

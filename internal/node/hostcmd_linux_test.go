@@ -51,7 +51,8 @@ func newHostCommandSetup(t *testing.T, u *HostUser) *hostCommandSetup {
 		{filepath.Join(s.data, "hvkube.db"), 0o600},
 		{filepath.Join(s.data, "token.key"), 0o600},
 		{filepath.Join(s.data, "token"), 0o600},
-		{filepath.Join(s.data, "agents", "job", "1", "agent.log"), 0o600},
+		{filepath.Join(s.data, "agents", "job.1.log"), 0o600},
+		{filepath.Join(s.data, "agents", "job", "1", "result.json"), 0o600},
 		{s.tokenFile, 0o600},
 		{s.public, 0o644},
 	} {
@@ -71,14 +72,18 @@ func (s *hostCommandSetup) run(t *testing.T, argv ...string) (string, int, strin
 	t.Helper()
 	a := &api.Agent{Metadata: api.ObjectMeta{Name: "job"}, Status: api.AgentStatus{Sandbox: "box", Attempts: 1}}
 	a.Spec.Type, a.Spec.Task.Command = "custom", argv
-	logDir := t.TempDir()
-	lg := newRunLog(logDir)
+	logFile := filepath.Join(t.TempDir(), "agent.log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := &runLog{f: f}
 	out, code, err := s.nd.runHost(t.Context(), a, lg)
 	lg.Close()
 	if err != nil {
 		t.Fatalf("%v: %v", argv, err)
 	}
-	b, _ := os.ReadFile(filepath.Join(logDir, "agent.log"))
+	b, _ := os.ReadFile(logFile)
 	return string(out), code, string(b)
 }
 
@@ -112,7 +117,8 @@ func TestHostCommandCannotReadServerSecrets(t *testing.T) {
 		{"the signing key", []string{"cat", filepath.Join(s.data, "token.key")}, false},
 		{"the token file in the data directory", []string{"cat", filepath.Join(s.data, "token")}, false},
 		{"the --token-file", []string{"cat", s.tokenFile}, false},
-		{"an agent's log", []string{"cat", filepath.Join(s.data, "agents", "job", "1", "agent.log")}, false},
+		{"an agent's log", []string{"cat", filepath.Join(s.data, "agents", "job.1.log")}, false},
+		{"an attempt's file", []string{"cat", filepath.Join(s.data, "agents", "job", "1", "result.json")}, false},
 		{"a listing of the data directory", []string{"ls", s.data}, false},
 		{"the server's initial environment", []string{"cat", fmt.Sprintf("/proc/%d/environ", os.Getpid())}, false},
 		{"the server's memory", []string{"head", "-c", "1", fmt.Sprintf("/proc/%d/mem", os.Getpid())}, false},

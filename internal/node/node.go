@@ -124,6 +124,7 @@ type Node struct {
 	runCtx    context.Context
 	runCancel context.CancelFunc
 	runs      runs
+	logs      attemptLogs
 	// status is the status loop (memory.go), started by Start.
 	status   sync.WaitGroup
 	pressure pressureBook

@@ -504,10 +504,12 @@ func (l *runLog) setMask(mask func(string) string) {
 	l.mask = mask
 }
 
-func newRunLog(dir string) *runLog {
+// newRunLog opens the log of agent's attempt (attemptlog.go), or keeps no
+// log when it cannot be created.
+func (n *Node) newRunLog(agent string, attempt int) *runLog {
 	l := &runLog{}
-	if err := os.MkdirAll(dir, 0o700); err == nil {
-		l.f, _ = os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if n.opt.DataDir != "" {
+		l.f, _ = n.logs.create(n.agentsDir(), agent, attempt)
 	}
 	return l
 }
