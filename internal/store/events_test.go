@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -163,4 +164,75 @@ func (s *Store) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
+}
+
+// TestMigrateObjectsToRowid: a store of schema version 3, whose objects
+// table had no rowids, opens with its objects, their resourceVersions
+// and labels as they were, and takes writes after.
+func TestMigrateObjectsToRowid(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []api.Object
+	for i := range 5 {
+		o, err := s.Create(ctx, pool(fmt.Sprintf("p%d", i), i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, o)
+	}
+	s.Close()
+	// The table as versions 1 to 3 made it, the rows copied back.
+	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(filepath.Join(dir, DBFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE objects_old (kind TEXT NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL UNIQUE, rv INTEGER NOT NULL, data BLOB NOT NULL, labels TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (kind, name)) WITHOUT ROWID`,
+		`INSERT INTO objects_old SELECT kind, name, uid, rv, data, labels FROM objects`,
+		`DROP TABLE objects`,
+		`ALTER TABLE objects_old RENAME TO objects`,
+		`DELETE FROM schema_migrations WHERE version >= 4`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s, err = Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var ddl string
+	if err := s.r.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'objects'`).Scan(&ddl); err != nil || strings.Contains(ddl, "WITHOUT ROWID") {
+		t.Fatalf("the objects table after the migration: %q, %v", ddl, err)
+	}
+	got, _, err := s.List(ctx, api.KindSandboxPool, api.SelectorFromMap(map[string]string{"team": "qa"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("listed %d pools after the migration, want %d", len(got), len(want))
+	}
+	for i, o := range got {
+		w := want[i].(*api.SandboxPool)
+		p := o.(*api.SandboxPool)
+		if p.Metadata.Name != w.Metadata.Name || p.Metadata.UID != w.Metadata.UID || p.Metadata.ResourceVersion != w.Metadata.ResourceVersion || p.Spec.Replicas != w.Spec.Replicas {
+			t.Errorf("pool %d: %s uid %s rv %s replicas %d, want %s %s %s %d", i, p.Metadata.Name, p.Metadata.UID, p.Metadata.ResourceVersion, p.Spec.Replicas,
+				w.Metadata.Name, w.Metadata.UID, w.Metadata.ResourceVersion, w.Spec.Replicas)
+		}
+	}
+	p := got[2].(*api.SandboxPool)
+	p.Status.Ready = 2
+	if _, err := s.UpdateStatus(ctx, p); err != nil {
+		t.Fatalf("a write after the migration: %v", err)
+	}
+	if _, err := s.Create(ctx, pool("p0", 1)); !errors.Is(err, api.ErrAlreadyExists) {
+		t.Errorf("a second p0 after the migration: %v, want ErrAlreadyExists", err)
+	}
 }
