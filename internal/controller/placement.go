@@ -28,7 +28,10 @@ type Placement struct {
 	mu sync.Mutex // guards assumed, and makes each choice see the ones before
 	// assumed is the node of each placement written and not yet in the
 	// cache.
-	assumed   map[string]string
+	assumed map[string]string
+	// creating is the node and pool of each sandbox placed as it is
+	// created (placeNew), until its creation is in the cache.
+	creating  map[string]creation
 	st        store.Interface
 	log       *slog.Logger
 	now       func() time.Time
@@ -45,7 +48,7 @@ func NewPlacement(m *reconcile.Manager, st store.Interface, log *slog.Logger, no
 		now = time.Now
 	}
 	p := &Placement{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), nodes: m.Cache(api.KindNode), pools: m.Cache(api.KindSandboxPool),
-		templates: m.Cache(api.KindTemplate), assumed: map[string]string{}}
+		templates: m.Cache(api.KindTemplate), assumed: map[string]string{}, creating: map[string]creation{}}
 	p.q = m.Register(reconcile.Controller{Name: "placement", For: api.KindSandbox, Reconciler: p, Workers: placementWorkers,
 		Watches: []reconcile.Watch{{Kind: api.KindNode, Map: p.unplaced}}})
 	return p
@@ -86,6 +89,13 @@ func (p *Placement) Reconcile(ctx context.Context, name string) (reconcile.Resul
 	}
 	sb := o.(*api.Sandbox)
 	p.mu.Lock()
+	if _, ok := p.creating[name]; ok {
+		// Its creator placed it; the watch may bring the object before
+		// the status that says where (a Kubernetes store writes it
+		// second). Looked at again in case that write failed.
+		p.mu.Unlock()
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	node, why := p.choose(sb)
 	if node != "" {
 		p.assumed[name] = node
@@ -162,14 +172,25 @@ func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 				return true
 			}
 			node := m.Status.Node
-			if n, ok := p.assumed[m.Metadata.Name]; ok && node == "" {
-				node = n
+			if node == "" {
+				if n, ok := p.assumed[m.Metadata.Name]; ok {
+					node = n
+				} else if cr, ok := p.creating[m.Metadata.Name]; ok {
+					node = cr.node
+				}
 			}
 			if c := byName[node]; c != nil {
 				c.ofPool++
 			}
 			return true
 		})
+		for name, cr := range p.creating {
+			if _, cached := p.sandboxes.Latest(name); !cached && cr.pool == pool {
+				if c := byName[cr.node]; c != nil {
+					c.ofPool++
+				}
+			}
+		}
 	}
 	// A template captured from a sandbox (hvkube snapshot) is on the
 	// source's node alone.
@@ -206,6 +227,30 @@ func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 	})
 	return kept[0].name, ""
 }
+
+// placeNew chooses the node of sb, a sandbox about to be created, as
+// Reconcile chooses one for a sandbox that exists, and counts it as
+// placed there until done is called: after the creation, its result
+// expected in the cache, or after it failed. "" is no node (none has
+// room, or none has reported): the sandbox is created unplaced and
+// placed later.
+func (p *Placement) placeNew(sb *api.Sandbox) (node string, done func()) {
+	name := sb.Metadata.Name
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if node, _ = p.choose(sb); node == "" {
+		return "", func() {}
+	}
+	p.creating[name] = creation{node: node, pool: api.OwnerOf(sb, api.KindSandboxPool)}
+	return node, func() {
+		p.mu.Lock()
+		delete(p.creating, name)
+		p.mu.Unlock()
+	}
+}
+
+// creation is a sandbox placed as it is created.
+type creation struct{ node, pool string }
 
 // nodeLost reports whether a node is known to be gone (its Ready condition
 // says NodeLost).

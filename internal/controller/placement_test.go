@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,4 +187,84 @@ func TestPlacementsInFlightCount(t *testing.T) {
 	if per[""] != 1 {
 		t.Errorf("%d sandboxes left unplaced, want 1: %v", per[""], per)
 	}
+}
+
+// TestPlacedAsCreated: with placement beside it, the pool controller
+// creates its members placed (status.node in the creation, held by the
+// VM finalizer from it), spread over the nodes by maxPerHost while their
+// creations are in flight, with no placement write or Placed event of
+// their own; with no node to place it on, a member is created unplaced
+// and without the finalizer, for placement to place later.
+func TestPlacedAsCreated(t *testing.T) {
+	newPool := func(e *env, replicas, perHost int) {
+		pool := &api.SandboxPool{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandboxPool}}
+		pool.Metadata.Name = "web"
+		pool.Spec.Replicas = replicas
+		pool.Spec.MaxPerHost = perHost
+		pool.Spec.Template.Spec.TemplateRef = "desk"
+		api.Default(pool)
+		e.create(pool)
+	}
+	t.Run("spread", func(t *testing.T) {
+		const nodes = 3
+		e := newEnv(t)
+		fs := storefault.New(e.st)
+		p := NewPools(e.m, fs, e.log, e.clk.Now)
+		p.place = NewPlacement(e.m, fs, e.log, e.clk.Now).placeNew
+		for i := range nodes {
+			nd := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}}
+			nd.Metadata.Name = fmt.Sprintf("n%d", i)
+			nd.Status.Memory.FreeMB = 1000 * (i + 1)
+			at := e.clk.Now()
+			nd.Status.LastHeartbeat = &at
+			e.create(nd)
+		}
+		newPool(e, nodes, 1)
+		// Every creation waits until all have chosen their node: the
+		// choices count the creations still in flight.
+		var chosen sync.WaitGroup
+		chosen.Add(nodes)
+		fs.Inject(storefault.Fault{Op: storefault.Create, Kind: api.KindSandbox, Before: func(storefault.Call) {
+			chosen.Done()
+			chosen.Wait()
+		}})
+		for _, op := range []storefault.Op{storefault.Update, storefault.UpdateStatus, storefault.PatchStatus} {
+			fs.Inject(storefault.Fault{Op: op, Kind: api.KindSandbox, Before: func(c storefault.Call) {
+				t.Errorf("sandbox %s: %s after its creation", c.Name, op)
+			}})
+		}
+		e.sync()
+		if _, err := p.Reconcile(e.ctx, "web"); err != nil {
+			t.Fatal(err)
+		}
+		per := map[string]int{}
+		for _, sb := range e.members("web") {
+			per[sb.Status.Node]++
+			if !slices.Contains(sb.Metadata.Finalizers, api.FinalizerVM) {
+				t.Errorf("sandbox %s on node %q was created without the VM finalizer", sb.Metadata.Name, sb.Status.Node)
+			}
+			if len(e.events(api.KindSandbox, sb.Metadata.Name, "Placed")) != 0 {
+				t.Errorf("sandbox %s has a Placed event", sb.Metadata.Name)
+			}
+		}
+		for i := range nodes {
+			if n := per[fmt.Sprintf("n%d", i)]; n != 1 {
+				t.Errorf("node n%d holds %d of the pool, want 1 (maxPerHost): %v", i, n, per)
+			}
+		}
+	})
+	t.Run("no node", func(t *testing.T) {
+		e := newEnv(t)
+		p := NewPools(e.m, e.st, e.log, e.clk.Now)
+		p.place = NewPlacement(e.m, e.st, e.log, e.clk.Now).placeNew
+		newPool(e, 1, 0)
+		e.sync()
+		if _, err := p.Reconcile(e.ctx, "web"); err != nil {
+			t.Fatal(err)
+		}
+		members := e.members("web")
+		if len(members) != 1 || members[0].Status.Node != "" || len(members[0].Metadata.Finalizers) != 0 {
+			t.Fatalf("members %+v, want one unplaced, without finalizers", members)
+		}
+	})
 }

@@ -42,6 +42,11 @@ type Pools struct {
 
 	countsMu    sync.Mutex
 	countsWrote map[string]time.Time // by pool: when its status was last written
+
+	// place chooses the node of a member about to be created
+	// (Placement.placeNew); nil creates members unplaced, for placement
+	// to place.
+	place func(sb *api.Sandbox) (node string, done func())
 }
 
 // poolCountsEvery is how often at most a pool's status is written when
@@ -487,6 +492,16 @@ func (p *Pools) createMember(ctx context.Context, pool *api.SandboxPool) error {
 	sb.Spec = api.DeepCopy(&api.Sandbox{TypeMeta: sb.TypeMeta, Spec: pool.Spec.Template.Spec}).Spec
 	api.Default(sb)
 	sb.Status.Phase = api.SandboxPending
+	if p.place != nil {
+		// Placed as it is created: one write fewer, and its node holds
+		// it with the VM finalizer from the start (the node adds it
+		// before it clones; the lost-node controller removes it).
+		if node, done := p.place(sb); node != "" {
+			defer done()
+			sb.Status.Node = node
+			sb.Metadata.Finalizers = []string{api.FinalizerVM}
+		}
+	}
 	out, err := p.st.Create(ctx, sb)
 	if errors.Is(err, api.ErrAlreadyExists) {
 		return nil // a name taken by chance: the next round makes another

@@ -38,8 +38,8 @@ func Register(m *reconcile.Manager, st store.Interface, log *slog.Logger, opts O
 	now := opts.Now
 	NewScheduler(m, st, log, now)
 	NewAgents(m, st, log, now)
-	NewPools(m, st, log, now)
-	NewPlacement(m, st, log, now)
+	pools := NewPools(m, st, log, now)
+	pools.place = NewPlacement(m, st, log, now).placeNew
 	NewDisplayServices(m, st, log, now, opts.Display)
 	NewForkTemplates(m, st, log, now)
 	if opts.NodeGrace >= 0 {
