@@ -214,18 +214,23 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (reconcile.Re
 			return reconcile.Result{}, err
 		}
 	}
-	// Creating is shown for a first try; a retry of a sandbox that waits
-	// for memory stays Pending until the clone succeeds (flipping phases on
-	// every retry would be two writes for nothing).
+	// Creating is shown for a first try whose clone takes longer than
+	// creatingAfter; a retry of a sandbox that waits for memory stays
+	// Pending until the clone succeeds (flipping phases on every retry
+	// would be two writes for nothing).
+	var creating *deferred
 	if sb.Status.Phase != api.SandboxCreating && !(sb.Status.Phase == api.SandboxPending && sb.Status.Reason == "InsufficientMemory") {
-		n.setPhase(ctx, sb, api.SandboxCreating, "Cloning", fmt.Sprintf("cloning from template %s", tplName))
-		// The status write below starts from that write, not before it.
+		base, msg := sb, fmt.Sprintf("cloning from template %s", tplName)
+		creating = after(creatingAfter, func() { n.setPhase(ctx, base, api.SandboxCreating, "Cloning", msg) })
+	}
+	start := n.now()
+	info, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl, snapID))
+	if creating.stop() {
+		// The status writes below start from that write, not before it.
 		if o, err := n.read(ctx, api.KindSandbox, sb.Metadata.Name); err == nil {
 			sb = o.(*api.Sandbox)
 		}
 	}
-	start := n.now()
-	info, err := n.be.Create(ctx, n.sandboxSpec(sb, tpl, snapID))
 	switch {
 	case errors.Is(err, api.ErrUnavailable):
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, n.pending(ctx, sb, "InsufficientMemory", err.Error())
@@ -683,6 +688,37 @@ func (n *Node) setPhase(ctx context.Context, sb *api.Sandbox, phase, reason, msg
 			s.PID = 0
 		}
 	})
+}
+
+// creatingAfter is how long a sandbox's clone may take before its status
+// says Creating. A clone from a snapshot is usually done sooner, and the
+// sandbox then goes from Pending to its phase in one write, not two.
+const creatingAfter = 250 * time.Millisecond
+
+// deferred is a call made after a delay unless it is stopped first.
+type deferred struct {
+	t   *time.Timer
+	ran chan struct{} // closed once the call has returned
+}
+
+// after calls fn in its own goroutine after d, unless stopped before.
+func after(d time.Duration, fn func()) *deferred {
+	x := &deferred{ran: make(chan struct{})}
+	x.t = time.AfterFunc(d, func() {
+		defer close(x.ran)
+		fn()
+	})
+	return x
+}
+
+// stop cancels the call, or waits for it when it has begun, and reports
+// whether it was made. A nil deferred made none.
+func (x *deferred) stop() bool {
+	if x == nil || x.t.Stop() {
+		return false
+	}
+	<-x.ran
+	return true
 }
 
 // statusEqual reports whether two statuses are the same.

@@ -694,3 +694,27 @@ func (d *directNode) agent(name string) *api.Agent {
 	}
 	return o.(*api.Agent)
 }
+
+// TestDeferred: a deferred call stopped before its time is never made; one
+// stopped after it began is waited for and reported made.
+func TestDeferred(t *testing.T) {
+	var calls atomic.Int32
+	x := after(time.Hour, func() { calls.Add(1) })
+	if made := x.stop(); made || calls.Load() != 0 {
+		t.Errorf("stopped before its time: made %v, calls %d", made, calls.Load())
+	}
+	began := make(chan struct{})
+	x = after(time.Millisecond, func() {
+		close(began)
+		time.Sleep(50 * time.Millisecond)
+		calls.Add(1)
+	})
+	<-began
+	if !x.stop() || calls.Load() != 1 {
+		t.Errorf("stopped after it began: the call had not returned (calls %d)", calls.Load())
+	}
+	var none *deferred
+	if none.stop() {
+		t.Error("a nil deferred reported a call")
+	}
+}
