@@ -21,7 +21,9 @@ import (
 func TestCheckpointOnQEMU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	b, tpl := deskBackend(t, ctx, Config{NoSpares: true}, "checkpoint-base")
+	// NoWarm: a clone readied ahead in the background has run, and the
+	// refusals below are of one that never has.
+	b, tpl := deskBackend(t, ctx, Config{NoSpares: true, NoWarm: true}, "checkpoint-base")
 	var _ backend.Checkpointer = b
 	if _, err := b.Create(ctx, backend.SandboxSpec{ID: "long", TemplateID: tpl.ID}); err != nil {
 		t.Fatal(err)
