@@ -715,7 +715,37 @@ func migrateTo(ctx context.Context, mon *qmp.Monitor, uri string, caps map[strin
 	if err := mon.Migrate(ctx, uri); err != nil {
 		return qmp.MigrationInfo{}, err
 	}
-	return mon.WaitMigration(ctx)
+	info, err := mon.WaitMigration(ctx)
+	if err != nil {
+		return info, err
+	}
+	return info, leftFinishMigrate(ctx, mon)
+}
+
+// finalizeFor bounds the wait for a migrated VM to leave finish-migrate.
+const finalizeFor = 10 * time.Second
+
+// leftFinishMigrate waits until mon's VM has left finish-migrate. QEMU
+// reports a migration completed a moment before its VM moves on to
+// postmigrate, and a cont in between is refused ("Migration is not
+// finalized yet").
+func leftFinishMigrate(ctx context.Context, mon *qmp.Monitor) error {
+	ctx, cancel := context.WithTimeout(ctx, finalizeFor)
+	defer cancel()
+	for {
+		st, err := mon.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("after the migration: %w", err)
+		}
+		if st.Status != qmp.StateFinishMigrate {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the VM is still in finish-migrate %s after its migration completed: %w", finalizeFor, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // migrateFromFile loads a state file into a QEMU started with -incoming
