@@ -130,14 +130,7 @@ func TestPlacementsInFlightCount(t *testing.T) {
 	pool.Spec.Template.Spec.TemplateRef = "desk"
 	api.Default(pool)
 	pool = e.create(pool).(*api.SandboxPool)
-	for i := range nodes {
-		nd := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}}
-		nd.Metadata.Name = fmt.Sprintf("n%d", i)
-		nd.Status.Memory.FreeMB = 1000 * (i + 1)
-		at := e.clk.Now()
-		nd.Status.LastHeartbeat = &at
-		e.create(nd)
-	}
+	reportedNodes(e, nodes)
 	// One more sandbox than there is room for: it waits.
 	var names []string
 	for i := range nodes*perHost + 1 {
@@ -211,14 +204,7 @@ func TestPlacedAsCreated(t *testing.T) {
 		fs := storefault.New(e.st)
 		p := NewPools(e.m, fs, e.log, e.clk.Now)
 		p.place = NewPlacement(e.m, fs, e.log, e.clk.Now).placeNew
-		for i := range nodes {
-			nd := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}}
-			nd.Metadata.Name = fmt.Sprintf("n%d", i)
-			nd.Status.Memory.FreeMB = 1000 * (i + 1)
-			at := e.clk.Now()
-			nd.Status.LastHeartbeat = &at
-			e.create(nd)
-		}
+		reportedNodes(e, nodes)
 		newPool(e, nodes, 1)
 		// Every creation waits until all have chosen their node: the
 		// choices count the creations still in flight.
@@ -267,4 +253,17 @@ func TestPlacedAsCreated(t *testing.T) {
 			t.Fatalf("members %+v, want one unplaced, without finalizers", members)
 		}
 	})
+}
+
+// reportedNodes makes nodes n0…n(count-1), each reported, n(i) with
+// 1000×(i+1) MB free.
+func reportedNodes(e *env, count int) {
+	for i := range count {
+		nd := &api.Node{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindNode}}
+		nd.Metadata.Name = fmt.Sprintf("n%d", i)
+		nd.Status.Memory.FreeMB = 1000 * (i + 1)
+		at := e.clk.Now()
+		nd.Status.LastHeartbeat = &at
+		e.create(nd)
+	}
 }

@@ -17,8 +17,9 @@ import (
 )
 
 // fileLogs serves the logs of sandboxes and agents from files in a
-// directory, as the node serves them from its own: sandboxes/NAME.log and
-// agents/NAME/ATTEMPT/agent.log. Only Logs of Sandboxes is implemented.
+// directory: sandboxes/NAME.log and agents/NAME/ATTEMPT/REL (the node keeps
+// an attempt's agent.log beside that directory, and reads this layout
+// too). Only Logs of Sandboxes is implemented.
 type fileLogs struct {
 	Sandboxes
 	dir string
