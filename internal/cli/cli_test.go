@@ -203,3 +203,92 @@ func TestGetFollowsPages(t *testing.T) {
 		t.Fatalf("get listed %d agents (%q … %q), want %d", len(lines), lines[0], lines[len(lines)-1], n)
 	}
 }
+
+func TestKindArgs(t *testing.T) {
+	type group struct {
+		kind  string
+		names []string
+	}
+	tests := []struct {
+		args    []string
+		want    []group
+		wantErr string
+	}{
+		{args: []string{"agents"}, want: []group{{"Agent", nil}}},
+		{args: []string{"sb", "a", "b"}, want: []group{{"Sandbox", []string{"a", "b"}}}},
+		{args: []string{"pools,agents"}, want: []group{{"SandboxPool", nil}, {"Agent", nil}}},
+		{args: []string{"pool,sandbox", "x"}, want: []group{{"SandboxPool", []string{"x"}}, {"Sandbox", []string{"x"}}}},
+		{args: []string{"sb/a", "agent/b", "sandbox/c"}, want: []group{{"Sandbox", []string{"a", "c"}}, {"Agent", []string{"b"}}}},
+		{args: []string{"agents,widgets"}, wantErr: `unknown resource type "widgets"`},
+		{args: []string{"agents,"}, wantErr: `unknown resource type ""`},
+		{args: []string{"sb/a", "b"}, wantErr: `"b": when one argument is KIND/NAME, every argument must be`},
+		{args: []string{"sb/"}, wantErr: "every argument must be"},
+		{args: []string{"sb", "agent/b"}, wantErr: `"agent/b": give either KIND NAME… or KIND/NAME…`},
+	}
+	for _, tt := range tests {
+		got, err := kindArgs(tt.args)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("kindArgs(%q) = %v, want the error %q", tt.args, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("kindArgs(%q): %v", tt.args, err)
+			continue
+		}
+		var gs []group
+		for _, g := range got {
+			gs = append(gs, group{g.kind.Kind, g.names})
+		}
+		if fmt.Sprint(gs) != fmt.Sprint(tt.want) {
+			t.Errorf("kindArgs(%q) = %v, want %v", tt.args, gs, tt.want)
+		}
+	}
+}
+
+// TestGetSeveralKinds: kubectl's habits for several kinds at once, and
+// the mistakes refused before anything is read or deleted.
+func TestGetSeveralKinds(t *testing.T) {
+	url := startServer(t)
+	if _, errOut, code := run(t, url, "apply", "-f", "../../examples/"); code != 0 {
+		t.Fatal(errOut)
+	}
+	out, errOut, code := run(t, url, "get", "pools,agents")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	tables := strings.Split(out, "\n\n")
+	if len(tables) != 2 || !strings.Contains(tables[0], "browser-workers") || !strings.Contains(tables[1], "book-flight-task-123") {
+		t.Fatalf("get pools,agents printed:\n%s", out)
+	}
+	out, errOut, code = run(t, url, "get", "pool/browser-workers", "agent/book-flight-task-123", "-o", "name")
+	if code != 0 || out != "sandboxpool/browser-workers\nagent/book-flight-task-123\n" {
+		t.Fatalf("get KIND/NAME KIND/NAME -o name: exit %d, %q, %s", code, out, errOut)
+	}
+	out, _, code = run(t, url, "get", "pools,agents", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"kind": "List"`) || !strings.Contains(out, `"kind": "SandboxPool"`) || !strings.Contains(out, `"kind": "Agent"`) {
+		t.Fatalf("get pools,agents -o json: exit %d:\n%s", code, out)
+	}
+	out, errOut, code = run(t, url, "describe", "pool/browser-workers", "agent/book-flight-task-123")
+	if code != 0 || !strings.Contains(out, "Kind:             SandboxPool") || !strings.Contains(out, "Kind:             Agent") {
+		t.Fatalf("describe of two kinds: exit %d, %s\n%s", code, errOut, out)
+	}
+	for _, args := range [][]string{
+		{"get", "pools,agents", "-w"},
+		{"get", "agents", "book-flight-task-123", "-l", "a=b"},
+		{"delete", "agent/book-flight-task-123", "pool"},
+		{"delete", "agents,pools"},
+		{"delete", "agents,widgets", "book-flight-task-123"},
+	} {
+		if out, errOut, code := run(t, url, args...); code != 1 || out != "" || !strings.HasPrefix(errOut, "error: ") {
+			t.Errorf("hvkube %q: exit %d, stdout %q, stderr %q; want a refusal", args, code, out, errOut)
+		}
+	}
+	if out, _, code := run(t, url, "get", "agent/book-flight-task-123", "pool/browser-workers"); code != 0 {
+		t.Fatalf("a refused delete deleted: %q", out)
+	}
+	if out, errOut, code := run(t, url, "delete", "agent/book-flight-task-123"); code != 0 || !strings.Contains(out, `agent "book-flight-task-123" deleted`) {
+		t.Fatalf("delete agent/NAME: exit %d, %q, %s", code, out, errOut)
+	}
+}

@@ -17,7 +17,7 @@ func newDeleteCmd(e *env) *cobra.Command {
 	var recursive, wait bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "delete (KIND NAME... | KIND -l SELECTOR | -f FILE|DIR|-)",
+		Use:   "delete (KIND[,KIND...] NAME... | KIND/NAME... | KIND[,KIND...] -l SELECTOR | -f FILE|DIR|-)",
 		Short: "Delete objects by name or by the files that made them",
 		Long: `Delete objects. Deleting an agent cancels it; deleting a sandbox stops
 and removes its VM; deleting a pool deletes its sandboxes. Such objects stay,
@@ -25,6 +25,7 @@ being deleted, until that is done; delete waits for it (--wait=false
 returns at once).`,
 		Example: `  hvkube delete agent book-flight-task-123
   hvkube delete pool/browser-workers
+  hvkube delete agent/job-1 sandbox/desk-1
   hvkube delete sandbox -l hvkube.io/fork-of=desk
   hvkube delete -f examples/`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -44,38 +45,45 @@ returns at once).`,
 			case len(args) == 0:
 				return fmt.Errorf("delete needs KIND NAME or -f FILE")
 			default:
-				kind, names, err := splitKindArgs(args)
+				groups, err := kindArgs(args)
 				if err != nil {
 					return err
 				}
-				if kind.Kind == api.KindEvent {
-					return fmt.Errorf("events cannot be deleted")
-				}
-				if len(names) > 0 && selector != "" {
-					return fmt.Errorf("delete takes either names or -l, not both")
-				}
-				if selector != "" {
-					c, err := e.client()
-					if err != nil {
-						return err
+				for _, g := range groups {
+					if g.kind.Kind == api.KindEvent {
+						return fmt.Errorf("events cannot be deleted")
 					}
-					objs, err := c.List(cmd.Context(), kind.Kind, selector)
-					if err != nil {
-						return err
+					if len(g.names) > 0 && selector != "" {
+						return fmt.Errorf("delete takes either names or -l, not both")
 					}
-					if len(objs) == 0 {
-						fmt.Fprintf(e.out, "no %s matches %s\n", kind.Plural, selector)
-						return nil
-					}
-					for _, o := range objs {
-						names = append(names, o.GetMeta().Name)
+					if len(g.names) == 0 && selector == "" {
+						return fmt.Errorf("delete needs a name: hvkube delete %s NAME (or -l SELECTOR)", g.kind.Singular)
 					}
 				}
-				if len(names) == 0 {
-					return fmt.Errorf("delete needs a name: hvkube delete %s NAME (or -l SELECTOR)", kind.Singular)
+				for _, g := range groups {
+					names := g.names
+					if selector != "" {
+						c, err := e.client()
+						if err != nil {
+							return err
+						}
+						objs, err := c.List(cmd.Context(), g.kind.Kind, selector)
+						if err != nil {
+							return err
+						}
+						if len(objs) == 0 {
+							fmt.Fprintf(e.out, "no %s matches %s\n", g.kind.Plural, selector)
+						}
+						for _, o := range objs {
+							names = append(names, o.GetMeta().Name)
+						}
+					}
+					for _, n := range names {
+						targets = append(targets, target{g.kind.Kind, n})
+					}
 				}
-				for _, n := range names {
-					targets = append(targets, target{kind.Kind, n})
+				if len(targets) == 0 {
+					return nil
 				}
 			}
 			c, err := e.client()

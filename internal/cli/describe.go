@@ -16,38 +16,44 @@ import (
 
 func newDescribeCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:     "describe KIND NAME",
+		Use:     "describe KIND NAME... | KIND/NAME...",
 		Short:   "Show an object in detail, with its recent events",
 		Example: "  hvkube describe pool browser-workers\n  hvkube describe sandbox/desk-1",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, names, err := splitKindArgs(args)
+			groups, err := kindArgs(args)
 			if err != nil {
 				return err
 			}
-			if len(names) == 0 {
-				return fmt.Errorf("describe needs a name: hvkube describe %s NAME", kind.Singular)
-			}
-			if kind.Kind == api.KindEvent {
-				return fmt.Errorf("events cannot be described: use hvkube get events")
+			for _, g := range groups {
+				if len(g.names) == 0 {
+					return fmt.Errorf("describe needs a name: hvkube describe %s NAME", g.kind.Singular)
+				}
+				if g.kind.Kind == api.KindEvent {
+					return fmt.Errorf("events cannot be described: use hvkube get events")
+				}
 			}
 			c, err := e.client()
 			if err != nil {
 				return err
 			}
-			for i, name := range names {
-				o, err := c.Get(cmd.Context(), kind.Kind, name)
-				if err != nil {
-					return err
+			first := true
+			for _, g := range groups {
+				for _, name := range g.names {
+					o, err := c.Get(cmd.Context(), g.kind.Kind, name)
+					if err != nil {
+						return err
+					}
+					evs, err := c.Events(cmd.Context(), g.kind.Kind, name)
+					if err != nil {
+						return err
+					}
+					if !first {
+						fmt.Fprintln(e.out)
+					}
+					first = false
+					describe(e.out, o, evs, e.now())
 				}
-				evs, err := c.Events(cmd.Context(), kind.Kind, name)
-				if err != nil {
-					return err
-				}
-				if i > 0 {
-					fmt.Fprintln(e.out)
-				}
-				describe(e.out, o, evs, e.now())
 			}
 			return nil
 		},

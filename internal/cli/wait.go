@@ -18,7 +18,7 @@ func newWaitCmd(e *env) *cobra.Command {
 	var timeout time.Duration
 	var quiet bool
 	cmd := &cobra.Command{
-		Use:   "wait KIND NAME... --for phase=PHASE|condition=TYPE",
+		Use:   "wait (KIND NAME... | KIND/NAME...) --for phase=PHASE|condition=TYPE",
 		Short: "Wait until objects reach a phase or a condition, showing their events meanwhile",
 		Long: `Wait until each named object's status.phase is PHASE, or its condition TYPE
 is True. While waiting, the object's events are printed as they happen (a
@@ -30,12 +30,14 @@ template build shows its progress this way). Exits 1 if an object fails
   hvkube wait agent job-1 job-2 job-3 --for phase=Completed`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, names, err := splitKindArgs(args)
+			groups, err := kindArgs(args)
 			if err != nil {
 				return err
 			}
-			if len(names) == 0 {
-				return fmt.Errorf("wait needs a name: hvkube wait %s NAME --for phase=PHASE", kind.Singular)
+			for _, g := range groups {
+				if len(g.names) == 0 {
+					return fmt.Errorf("wait needs a name: hvkube wait %s NAME --for phase=PHASE", g.kind.Singular)
+				}
 			}
 			want, byPhase := strings.CutPrefix(cond, "phase=")
 			if !byPhase {
@@ -53,9 +55,11 @@ template build shows its progress this way). Exits 1 if an object fails
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			for _, name := range names {
-				if err := e.waitOne(ctx, cmd, c, kind, name, want, byPhase, quiet, timeout); err != nil {
-					return err
+			for _, g := range groups {
+				for _, name := range g.names {
+					if err := e.waitOne(ctx, cmd, c, g.kind, name, want, byPhase, quiet, timeout); err != nil {
+						return err
+					}
 				}
 			}
 			return nil
