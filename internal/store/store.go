@@ -63,6 +63,12 @@ type Store struct {
 	// commit order.
 	writeMu sync.Mutex
 
+	// latest holds objects as they were last committed, decoded, for the
+	// writer's reads (a status write reads its object first): copies of
+	// their own, handed out only as copies. Guarded by writeMu; emptied
+	// when a commit fails.
+	latest map[objKey]api.Object
+
 	// wstmts and rstmts are the writer's and the readers' prepared
 	// statements.
 	wstmts, rstmts *stmtCache
@@ -300,8 +306,11 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Tx) error) error {
 	}
 	if err := sqlTx.Commit(); err != nil {
 		sqlTx.Rollback()
+		// Whether any of it landed is not known: read the store again.
+		s.latest = nil
 		return s.classify(fmt.Errorf("commit: %w", err))
 	}
+	s.remember(tx.pending)
 	s.publish(tx.pending)
 	if tx.events > 0 || tx.changes > 0 {
 		s.maybePrune(ctx, tx.events, tx.changes)
@@ -324,7 +333,64 @@ func (tx *Tx) nextRV() (int64, error) {
 
 // Get reads one object inside the transaction.
 func (tx *Tx) Get(kind, name string) (api.Object, error) {
-	return getObject(tx.ctx, tx.q, kind, name)
+	return tx.current(kind, name)
+}
+
+// objKey names an object of Store.latest.
+type objKey struct{ kind, name string }
+
+// maxLatest bounds Store.latest; past it, it starts again empty.
+const maxLatest = 100000
+
+// current is the object as the transaction sees it, a copy of its own:
+// its latest write in the transaction, else as last committed (from
+// Store.latest, or read from the database and kept there).
+func (tx *Tx) current(kind, name string) (api.Object, error) {
+	for i := len(tx.pending) - 1; i >= 0; i-- {
+		ev := tx.pending[i]
+		if ev.Object.GetMeta().Name != name || ev.Object.GetTypeMeta().Kind != kind {
+			continue
+		}
+		if ev.Type == Deleted {
+			return nil, fmt.Errorf("%s %q %w", strings.ToLower(kind), name, api.ErrNotFound)
+		}
+		return api.DeepCopy(ev.Object), nil
+	}
+	if o, ok := tx.s.latest[objKey{kind, name}]; ok {
+		return api.DeepCopy(o), nil
+	}
+	o, err := getObject(tx.ctx, tx.q, kind, name)
+	if err != nil {
+		return nil, err
+	}
+	tx.s.keep(objKey{kind, name}, api.DeepCopy(o))
+	return o, nil
+}
+
+// keep puts o, as committed, in Store.latest. Callers hold writeMu.
+func (s *Store) keep(k objKey, o api.Object) {
+	if s.latest == nil || len(s.latest) >= maxLatest {
+		s.latest = make(map[objKey]api.Object)
+	}
+	s.latest[k] = o
+}
+
+// remember brings Store.latest up to the committed changes evs. Callers
+// hold writeMu.
+func (s *Store) remember(evs []WatchEvent) {
+	for _, ev := range evs {
+		kind := ev.Object.GetTypeMeta().Kind
+		if kind == api.KindEvent {
+			continue
+		}
+		k := objKey{kind, ev.Object.GetMeta().Name}
+		if ev.Type == Deleted {
+			delete(s.latest, k)
+			continue
+		}
+		// A copy: the watchers share ev.Object.
+		s.keep(k, api.DeepCopy(ev.Object))
+	}
 }
 
 // List reads the objects of a kind matching sel inside the transaction.
@@ -340,7 +406,7 @@ func (tx *Tx) Create(o api.Object) (api.Object, error) {
 	o = api.DeepCopy(o)
 	kind := o.GetTypeMeta().Kind
 	m := o.GetMeta()
-	if _, err := getObject(tx.ctx, tx.q, kind, m.Name); err == nil {
+	if _, err := tx.current(kind, m.Name); err == nil {
 		return nil, fmt.Errorf("%s %q %w", strings.ToLower(kind), m.Name, api.ErrAlreadyExists)
 	} else if !errors.Is(err, api.ErrNotFound) {
 		return nil, err
@@ -369,7 +435,7 @@ func (tx *Tx) Create(o api.Object) (api.Object, error) {
 // deleted whose last finalizer is removed is deleted.
 func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
 	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
-	cur, err := getObject(tx.ctx, tx.q, kind, m.Name)
+	cur, err := tx.current(kind, m.Name)
 	if err != nil {
 		return nil, false, err
 	}
@@ -397,7 +463,7 @@ func (tx *Tx) Update(o api.Object) (out api.Object, changed bool, err error) {
 // resourceVersion precondition applies as in Update. Nothing else changes.
 func (tx *Tx) UpdateStatus(o api.Object) (api.Object, error) {
 	kind, m := o.GetTypeMeta().Kind, o.GetMeta()
-	cur, err := getObject(tx.ctx, tx.q, kind, m.Name)
+	cur, err := tx.current(kind, m.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -417,7 +483,7 @@ func (tx *Tx) UpdateStatus(o api.Object) (api.Object, error) {
 // into the stored object's status, conditioned on resourceVersion rv when
 // it is set. An invalid patch is ErrInvalid.
 func (tx *Tx) PatchStatus(kind, name, rv string, patch []byte) (api.Object, error) {
-	cur, err := getObject(tx.ctx, tx.q, kind, name)
+	cur, err := tx.current(kind, name)
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +536,7 @@ type DeleteOptions struct {
 // (deletionTimestamp) and stays until they are removed; deleted then reports
 // false. ErrNotFound if there is no such object.
 func (tx *Tx) Delete(kind, name string, opts DeleteOptions) (obj api.Object, deleted bool, err error) {
-	cur, err := getObject(tx.ctx, tx.q, kind, name)
+	cur, err := tx.current(kind, name)
 	if err != nil {
 		return nil, false, err
 	}

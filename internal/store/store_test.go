@@ -451,3 +451,103 @@ func TestUpdateStatusGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterReadsWhatCommitted: the writer's reads come from the objects
+// as last committed (Store.latest): a write rolled back (a whole
+// transaction, or one write of a batch) leaves nothing there, a
+// transaction sees its own writes, a deletion is gone, and a watcher that
+// changes the object it was sent changes nothing that is written after.
+func TestWriterReadsWhatCommitted(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	_, w, err := s.ListAndWatch(ctx, api.KindSandboxPool, api.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Create(ctx, pool("p", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A transaction that fails after its write: the next write starts
+	// from what committed.
+	boom := errors.New("boom")
+	if err := s.Tx(ctx, func(tx *Tx) error {
+		if _, err := tx.UpdateStatus(withReady(p, 7)); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("tx: %v", err)
+	}
+	// A write that fails (a stale version) beside one that commits, in
+	// one transaction's savepoints.
+	stale := withReady(p, 9)
+	stale.Metadata.ResourceVersion = "1"
+	if err := s.Tx(ctx, func(tx *Tx) error {
+		if fnErr, err := tx.savepoint(func(tx *Tx) error {
+			_, err := tx.UpdateStatus(withReady(p, 8))
+			if err != nil {
+				return err
+			}
+			return boom
+		}); err != nil || !errors.Is(fnErr, boom) {
+			return fmt.Errorf("savepoint: %v, %v", fnErr, err)
+		}
+		// The transaction sees its own writes.
+		if _, err := tx.UpdateStatus(withReady(p, 2)); err != nil {
+			return err
+		}
+		cur, err := tx.Get(api.KindSandboxPool, "p")
+		if err != nil {
+			return err
+		}
+		if got := cur.(*api.SandboxPool).Status.Ready; got != 2 {
+			return fmt.Errorf("the transaction reads ready %d after writing 2", got)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A watcher scribbles on the object it was sent last.
+	var sent *api.SandboxPool
+	for sent == nil || sent.Status.Ready != 2 {
+		select {
+		case ev := <-w.Events():
+			sent = ev.Object.(*api.SandboxPool)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no watch event of the write of ready 2")
+		}
+	}
+	sent.Status.Ready, sent.Spec.Replicas = 99, 99
+	sent.Metadata.Labels["scribbled"] = "yes"
+	got, err := s.PatchStatus(ctx, api.KindSandboxPool, "p", "", []byte(`{"observedGeneration":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := got.(*api.SandboxPool)
+	if g.Status.Ready != 2 || g.Spec.Replicas != 1 || g.Metadata.Labels["scribbled"] != "" || g.Status.ObservedGeneration != 3 {
+		t.Fatalf("after the patch: ready %d, replicas %d, labels %v, observed %d; want 2, 1, no scribble, 3", g.Status.Ready, g.Spec.Replicas, g.Metadata.Labels, g.Status.ObservedGeneration)
+	}
+	// The stale version is refused against what committed.
+	if _, err := s.UpdateStatus(ctx, stale); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("a write at version 1: %v, want a conflict", err)
+	}
+	// Deleted, then created again: nothing of the old one.
+	if _, _, err := s.Delete(ctx, api.KindSandboxPool, "p", DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateStatus(ctx, withReady(g, 5)); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a status write of a deleted pool: %v, want not found", err)
+	}
+	if _, err := s.Create(ctx, pool("p", 4)); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.Get(ctx, api.KindSandboxPool, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.(*api.SandboxPool).Status.Ready != 0 || o.(*api.SandboxPool).Spec.Replicas != 4 {
+		t.Fatalf("created again: %+v", o.(*api.SandboxPool).Status)
+	}
+}
