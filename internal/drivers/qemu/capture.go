@@ -209,10 +209,13 @@ func (b *Backend) captureSandbox(ctx context.Context, sandboxID, id, dir string,
 	}
 	// Running again takes its disk back, whatever the copy did; one that
 	// was paused is paused again at once.
-	if cerr := v.p.mon.Cont(ctx); cerr != nil && err == nil {
-		err = fmt.Errorf("run sandbox %s again: %w", sandboxID, cerr)
-	}
-	if !wasRunning {
+	if cerr := contAfterMigration(ctx, v.p.mon); cerr != nil {
+		// It stands stopped: said so, for the next resume to try again.
+		v.pausedAt, v.paused = time.Now(), true
+		if err == nil {
+			err = fmt.Errorf("run sandbox %s again: %w", sandboxID, cerr)
+		}
+	} else if !wasRunning {
 		if serr := v.p.mon.Stop(ctx); serr != nil && err == nil {
 			err = serr
 		}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
@@ -48,11 +49,12 @@ func (b *Backend) Checkpoint(ctx context.Context, id string) (time.Duration, err
 	// way would be half way again in the restored guest, and its agent
 	// would not answer the next.
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	release, err := v.g.ga.Hold(hctx)
+	hold, err := v.g.ga.Hold(hctx)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint %s: the guest agent is busy: %w", id, err)
 	}
+	release := sync.OnceFunc(hold)
 	defer release()
 	// A running guest goes on while its memory is written (a live
 	// migration into the file): it stops only for the last pages, and
@@ -69,13 +71,11 @@ func (b *Backend) Checkpoint(ctx context.Context, id string) (time.Duration, err
 	}
 	// Running again takes its disk back, whatever the copy did; one that
 	// was paused is paused again at once.
-	if cerr := v.p.mon.Cont(ctx); cerr != nil && err == nil {
-		err = fmt.Errorf("run sandbox %s again: %w", id, cerr)
+	cerr := contAfterMigration(ctx, v.p.mon)
+	if cerr == nil && !wasRunning {
+		cerr = v.p.mon.Stop(ctx)
 	}
-	if !wasRunning {
-		if serr := v.p.mon.Stop(ctx); serr != nil && err == nil {
-			err = serr
-		}
+	if cerr != nil || !wasRunning {
 		v.pausedAt, v.paused = time.Now(), true
 	}
 	stopped := time.Duration(info.Downtime)*time.Millisecond + time.Since(ended)
@@ -88,12 +88,39 @@ func (b *Backend) Checkpoint(ctx context.Context, id string) (time.Duration, err
 	if err != nil {
 		os.Remove(state + ".tmp")
 		os.Remove(disk + ".tmp")
+		if cerr != nil {
+			err = fmt.Errorf("%w; and it stands stopped: %w", err, cerr)
+		}
 		return stopped, fmt.Errorf("checkpoint %s: %w", id, err)
 	}
 	now := time.Now().UTC()
 	v.meta.CheckpointAt = &now
-	return stopped, v.save()
+	if err := v.save(); err != nil {
+		return stopped, err
+	}
+	if cerr != nil {
+		// The checkpoint holds the guest as it stopped, and it has not
+		// run since: a new QEMU of it goes on with nothing lost.
+		b.log.Warn("the sandbox would not run again after its checkpoint: restarting it from the checkpoint", "sandbox", id, "err", cerr)
+		release()
+		if err := b.restoreCheckpointLocked(ctx, v); err != nil {
+			return time.Since(ended), fmt.Errorf("checkpoint %s: it would not run again (%w), nor start again from the checkpoint: %w", id, cerr, err)
+		}
+		// Its clock stood still from the migration's end.
+		v.pausedAt, v.paused = ended, true
+		if wasRunning {
+			if err := b.resumeLocked(ctx, v); err != nil {
+				return time.Since(ended), fmt.Errorf("checkpoint %s: started again from the checkpoint, but: %w", id, err)
+			}
+		}
+		stopped = time.Duration(info.Downtime)*time.Millisecond + time.Since(ended)
+	}
+	return stopped, nil
 }
+
+// contAfterMigration runs a VM again after a migration stopped it. A
+// variable for tests.
+var contAfterMigration = func(ctx context.Context, mon *qmp.Monitor) error { return mon.Cont(ctx) }
 
 // RestoreCheckpoint implements backend.Checkpointer.
 func (b *Backend) RestoreCheckpoint(ctx context.Context, id string) error {
@@ -102,6 +129,12 @@ func (b *Backend) RestoreCheckpoint(ctx context.Context, id string) error {
 		return err
 	}
 	defer v.mu.Unlock()
+	return b.restoreCheckpointLocked(ctx, v)
+}
+
+// restoreCheckpointLocked is RestoreCheckpoint; callers hold v.mu.
+func (b *Backend) restoreCheckpointLocked(ctx context.Context, v *vm) error {
+	id := v.meta.ID
 	state, disk := v.checkpointFiles()
 	if v.meta.CheckpointAt == nil {
 		return fmt.Errorf("sandbox %s has no checkpoint: %w", id, api.ErrNotFound)

@@ -5,12 +5,14 @@ package qemu
 import (
 	"context"
 	"errors"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hvkube/hvkube/internal/api"
 	"github.com/hvkube/hvkube/internal/backend"
+	"github.com/hvkube/hvkube/internal/drivers/qemu/qmp"
 	"github.com/hvkube/hvkube/internal/testbench"
 )
 
@@ -112,4 +114,68 @@ func BenchmarkCheckpointOnQEMU(b *testing.B) {
 	testbench.Percentiles(b, "stopped", stopped)
 	testbench.Percentiles(b, "checkpoint", total)
 	b.ReportMetric(0, "ns/op")
+}
+
+// TestCheckpointOfSpareOnQEMU: a desktop taken from a spare (whose QEMU
+// was given its disk as open files, so that the spare's files could move)
+// runs on after a checkpoint and after a capture, as one cloned by path
+// does: each stops it for a migration and runs it again.
+func TestCheckpointOfSpareOnQEMU(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	b, tpl := deskBackend(t, ctx, Config{NoWarm: true}, "checkpoint-spare")
+	sp := waitSpareOf(t, b, tpl.ID)
+	info, err := b.Create(ctx, backend.SandboxSpec{ID: "from-spare", TemplateID: tpl.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Delete(context.Background(), "from-spare")
+	if info.PID != sp.p.pid {
+		t.Fatalf("the sandbox runs QEMU %d, not the spare's %d", info.PID, sp.p.pid)
+	}
+	if err := b.Resume(ctx, "from-spare"); err != nil {
+		t.Fatal(err)
+	}
+	shOK(t, ctx, b, "from-spare", "true") // once its identity is written
+	for i := range 2 {
+		if _, err := b.Checkpoint(ctx, "from-spare"); err != nil {
+			t.Fatalf("checkpoint %d: %v", i+1, err)
+		}
+		if info, _ := b.Inspect(ctx, "from-spare"); info.State != backend.StateRunning {
+			t.Fatalf("after checkpoint %d the sandbox is %s, want it running on", i+1, info.State)
+		}
+		shOK(t, ctx, b, "from-spare", "echo "+strconv.Itoa(i)+" > /root/after-checkpoint && sync")
+	}
+	if _, err := b.CaptureTemplate(ctx, "from-spare", "captured-from-spare", nil); err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	defer b.DeleteTemplate(context.Background(), "captured-from-spare")
+	if info, _ := b.Inspect(ctx, "from-spare"); info.State != backend.StateRunning {
+		t.Fatalf("after the capture the sandbox is %s, want it running on", info.State)
+	}
+	if got := shOK(t, ctx, b, "from-spare", "cat /root/after-checkpoint && echo in-memory > /dev/shm/mem-marker && sync"); got != "1" {
+		t.Errorf("the desktop reads %q after the capture, want 1", got)
+	}
+
+	// A VM that will not run again after the checkpoint's migration is
+	// started again from the checkpoint, which holds it as it stopped.
+	t.Run("ContFails", func(t *testing.T) {
+		before, _ := b.Inspect(ctx, "from-spare")
+		cont := contAfterMigration
+		t.Cleanup(func() { contAfterMigration = cont })
+		contAfterMigration = func(context.Context, *qmp.Monitor) error {
+			return errors.New(`GenericError: Failed to get "write" lock`)
+		}
+		if _, err := b.Checkpoint(ctx, "from-spare"); err != nil {
+			t.Fatal(err)
+		}
+		contAfterMigration = cont
+		after, _ := b.Inspect(ctx, "from-spare")
+		if after.State != backend.StateRunning || after.PID == before.PID {
+			t.Fatalf("after a checkpoint whose cont failed: %s, QEMU %d (before: %d); want it running in a new QEMU", after.State, after.PID, before.PID)
+		}
+		if got := shOK(t, ctx, b, "from-spare", "cat /root/after-checkpoint /dev/shm/mem-marker"); got != "1\nin-memory" {
+			t.Errorf("the desktop reads %q, want what it had when it stopped", got)
+		}
+	})
 }

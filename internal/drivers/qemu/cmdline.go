@@ -81,14 +81,21 @@ func (m machine) args() []string {
 	if m.Initrd != "" {
 		a = append(a, "-initrd", m.Initrd)
 	}
-	disk := opt(m.Disk)
+	drive := "if=none,id=disk0,format=qcow2,cache=writeback,file=" + opt(m.Disk)
 	if m.DiskFDs {
 		a = append(a, "-add-fd", "fd=3,set=1,opaque=disk-rw", "-add-fd", "fd=4,set=1,opaque=disk-ro")
-		disk = "/dev/fdset/1"
+		// QEMU locks an image with OFD locks on the file it opens, and
+		// lets go of them by closing it; but a file of an fd set stays
+		// open in the set, so the read-write file's locks outlive a
+		// migration's switch to the read-only one, and the VM cannot
+		// take its disk back after it (cont: Failed to get "write"
+		// lock). The overlay is this VM's alone; its backing files,
+		// opened by path, are still locked.
+		drive = "if=none,id=disk0,format=qcow2,cache=writeback,file=/dev/fdset/1,file.locking=off"
 	}
 	a = append(a,
 		"-append", m.Append,
-		"-drive", "if=none,id=disk0,format=qcow2,cache=writeback,file="+disk,
+		"-drive", drive,
 		"-device", "virtio-blk-pci,drive=disk0",
 		"-vga", "std",
 		"-device", "qemu-xhci,id=xhci",

@@ -503,6 +503,12 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 		return err
 	}
 	defer v.mu.Unlock()
+	return b.resumeLocked(ctx, v)
+}
+
+// resumeLocked is Resume; callers hold v.mu.
+func (b *Backend) resumeLocked(ctx context.Context, v *vm) error {
+	id := v.meta.ID
 	if !v.hasProcess() && v.meta.Saved {
 		if err := b.restoreLocked(ctx, v); err != nil {
 			return err
@@ -555,7 +561,7 @@ func (b *Backend) Resume(ctx context.Context, id string) error {
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	ioStop.onStop(cancel)
-	err = v.g.answer(pctx, v.p)
+	err := v.g.answer(pctx, v.p)
 	if why := ioStop.reason(); why != "" {
 		v.ioStopped = true
 		return fmt.Errorf("resume %s: the guest stopped again on a failed disk write (%s): %w", id, why, api.ErrUnavailable)
