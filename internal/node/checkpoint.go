@@ -193,6 +193,10 @@ func (n *Node) resumeRun(ctx context.Context, a *api.Agent, c *api.CheckpointSta
 	return n.launch(out, now, cc), nil
 }
 
+// restoreTries is how many times a checkpoint is restored before its
+// attempt starts over.
+const restoreTries = 2
+
 // restoreCheckpoint brings the attempt's sandbox back to its checkpoint
 // and runs it, as acquire does a clean one.
 func (n *Node) restoreCheckpoint(ctx context.Context, name, agent string, c *api.CheckpointStatus) error {
@@ -204,11 +208,21 @@ func (n *Node) restoreCheckpoint(ctx context.Context, name, agent string, c *api
 		return err
 	}
 	start := n.now()
-	if err := ck.RestoreCheckpoint(ctx, name); err != nil {
-		return err
-	}
-	if err := n.be.Resume(ctx, name); err != nil {
-		return err
+	// A restored guest that is slow to answer (a busy host) is brought
+	// back from the checkpoint once more before the attempt gives up
+	// what it did since the start.
+	for try := 1; ; try++ {
+		err = ck.RestoreCheckpoint(ctx, name)
+		if err == nil {
+			err = n.be.Resume(ctx, name)
+		}
+		if err == nil {
+			break
+		}
+		if try == restoreTries || errors.Is(err, api.ErrNotFound) || ctx.Err() != nil {
+			return err
+		}
+		n.log.Warn("a checkpoint's restore failed: trying again", "sandbox", name, "agent", agent, "err", err)
 	}
 	n.setHolder(name, agent)
 	took := n.now().Sub(start)

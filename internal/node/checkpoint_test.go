@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -107,5 +108,31 @@ func TestCheckpointLostStartsOver(t *testing.T) {
 	evs := c.events(t, api.KindAgent, "job", "CheckpointLost", "Interrupted", "Completed")
 	if got, want := fmt.Sprint(evs), "[CheckpointLost Interrupted Completed]"; got != want {
 		t.Errorf("events %s, want %s", got, want)
+	}
+}
+
+// TestCheckpointRestoredAgain: a restored desktop whose guest does not
+// answer in time (a busy host) is restored from its checkpoint once more,
+// and the attempt goes on from it rather than starting over.
+func TestCheckpointRestoredAgain(t *testing.T) {
+	c := newClusterWith(t, clusterOptions{checkpointUnit: 100 * time.Millisecond})
+	c.create(t, yamlObj(t, poolYAML("web", 1, "")))
+	member := c.waitPool(t, "web", 1, api.SandboxPaused)[0]
+	c.create(t, yamlObj(t, checkpointAgent("2")))
+	eventually(t, "a checkpoint, and the agent in its last wait", func() (bool, string) {
+		ck := c.agent(t, "job").Status.Checkpoint
+		return c.be.Typed(member) == "abc" && ck != nil, fmt.Sprintf("typed %q", c.be.Typed(member))
+	})
+	c.be.FailNext(fake.OpResume, member, errors.New("resume: guest agent: qga guest-ping: context deadline exceeded"))
+	c.restart(t)
+	a := c.waitAgent(t, "job", api.AgentCompleted)
+	if got, want := [2]int{a.Status.Attempts, a.Status.Failures}, [2]int{1, 0}; got != want {
+		t.Errorf("attempts/failures %v, want %v: the attempt goes on", got, want)
+	}
+	if a.Status.Result == nil || a.Status.Result.ResumedFrom == nil {
+		t.Errorf("result %+v: want it to go on from the checkpoint", a.Status.Result)
+	}
+	if got := c.be.Count(fake.OpRestoreCkpt); got != 2 {
+		t.Errorf("%d checkpoint restores, want 2", got)
 	}
 }
