@@ -43,7 +43,7 @@ func TestMachineArgs(t *testing.T) {
 		{"incoming", func(m *machine) { m.Incoming = true }, []string{"-incoming", "defer"}, nil},
 		{"disk passed as fds", func(m *machine) { m.DiskFDs = true },
 			[]string{"-add-fd", "fd=3,set=1,opaque=disk-rw", "-add-fd", "fd=4,set=1,opaque=disk-ro", "-append", "quiet",
-				"-drive", "if=none,id=disk0,format=qcow2,cache=writeback,file=/dev/fdset/1"},
+				"-drive", "if=none,id=disk0,format=qcow2,cache=writeback,file=/dev/fdset/1,file.locking=off"},
 			[]string{"if=none,id=disk0,format=qcow2,cache=writeback,file=/data/sandboxes/a/disk.qcow2"}},
 		{"commas in paths are escaped", func(m *machine) { m.Disk = "/d/a,b.qcow2" },
 			[]string{"-drive", "if=none,id=disk0,format=qcow2,cache=writeback,file=/d/a,,b.qcow2"}, nil},
