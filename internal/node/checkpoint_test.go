@@ -83,18 +83,26 @@ func TestNodeRestartResumesFromCheckpoint(t *testing.T) {
 	}
 }
 
-// TestCheckpointLostStartsOver: when the checkpoint cannot be brought back
-// (here the backend refuses), the attempt is put back and runs again from
-// the start, as without checkpoints.
-func TestCheckpointLostStartsOver(t *testing.T) {
-	c := newClusterWith(t, clusterOptions{checkpointUnit: 100 * time.Millisecond})
+// checkpointedJob is a cluster with a pool of one, member, whose agent
+// job (checkpointAgent) has a checkpoint and is in its last wait.
+func checkpointedJob(t *testing.T) (c *cluster, member string) {
+	t.Helper()
+	c = newClusterWith(t, clusterOptions{checkpointUnit: 100 * time.Millisecond})
 	c.create(t, yamlObj(t, poolYAML("web", 1, "")))
-	member := c.waitPool(t, "web", 1, api.SandboxPaused)[0]
+	member = c.waitPool(t, "web", 1, api.SandboxPaused)[0]
 	c.create(t, yamlObj(t, checkpointAgent("2")))
 	eventually(t, "a checkpoint, and the agent in its last wait", func() (bool, string) {
 		ck := c.agent(t, "job").Status.Checkpoint
 		return c.be.Typed(member) == "abc" && ck != nil, fmt.Sprintf("typed %q", c.be.Typed(member))
 	})
+	return c, member
+}
+
+// TestCheckpointLostStartsOver: when the checkpoint cannot be brought back
+// (here the backend refuses), the attempt is put back and runs again from
+// the start, as without checkpoints.
+func TestCheckpointLostStartsOver(t *testing.T) {
+	c, member := checkpointedJob(t)
 	c.be.FailNext(fake.OpRestoreCkpt, member, fmt.Errorf("the checkpoint's files are gone: %w", api.ErrNotFound))
 	c.restart(t)
 	a := c.waitAgent(t, "job", api.AgentCompleted)
@@ -115,14 +123,7 @@ func TestCheckpointLostStartsOver(t *testing.T) {
 // answer in time (a busy host) is restored from its checkpoint once more,
 // and the attempt goes on from it rather than starting over.
 func TestCheckpointRestoredAgain(t *testing.T) {
-	c := newClusterWith(t, clusterOptions{checkpointUnit: 100 * time.Millisecond})
-	c.create(t, yamlObj(t, poolYAML("web", 1, "")))
-	member := c.waitPool(t, "web", 1, api.SandboxPaused)[0]
-	c.create(t, yamlObj(t, checkpointAgent("2")))
-	eventually(t, "a checkpoint, and the agent in its last wait", func() (bool, string) {
-		ck := c.agent(t, "job").Status.Checkpoint
-		return c.be.Typed(member) == "abc" && ck != nil, fmt.Sprintf("typed %q", c.be.Typed(member))
-	})
+	c, member := checkpointedJob(t)
 	c.be.FailNext(fake.OpResume, member, errors.New("resume: guest agent: qga guest-ping: context deadline exceeded"))
 	c.restart(t)
 	a := c.waitAgent(t, "job", api.AgentCompleted)
