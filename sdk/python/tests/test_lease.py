@@ -47,6 +47,10 @@ def test_pool_sandbox_is_held_by_a_lease_until_released(pool, server):
         with pytest.raises(TimeoutError) as e:
             Sandbox.create(pool="sdk", client=client, wait=1.5)
         assert "sdk" in str(e.value)
+        # Deleting waits for the agent's run finalizer, which its node
+        # takes off at once: the agent goes within moments.
+        for extra in {a["metadata"]["name"] for a in lease_agents(client)} - before:
+            wait_gone(client, "agents", extra, timeout=30)
         assert {a["metadata"]["name"] for a in lease_agents(client)} == before
         lease, name = sb.lease, sb.name
     assert sb.lease is None
