@@ -226,6 +226,7 @@ type startStatus struct {
 	StartedAt          *time.Time        `json:"startedAt"`
 	CompletedAt        *time.Time        `json:"completedAt"`
 	HumanRequest       *api.HumanRequest `json:"humanRequest"`
+	ReleasedSandbox    *string           `json:"releasedSandbox"`
 }
 
 // StartPatch is the JSON merge patch of an agent's status that starts the
@@ -251,6 +252,19 @@ func StartPatch(sb *api.Sandbox, now time.Time) ([]byte, error) {
 	api.SetCondition(&st.Conditions, api.Condition{Type: "Running", Status: api.ConditionTrue, Reason: "Started",
 		Message: msg, ObservedGeneration: c.Generation}, now)
 	return json.Marshal(st)
+}
+
+// Released reports whether sb is free for another claim although its
+// claim still names a: a finished on it, and its node reset it before it
+// wrote that outcome (api.AgentStatus.ReleasedSandbox). a is the agent
+// the claim names as the caller's cache shows it (nil when it has none).
+// A person's hold (status.control) keeps the sandbox: its node writes
+// that release itself.
+func Released(sb *api.Sandbox, a *api.Agent) bool {
+	c := sb.Status.Claim
+	return a != nil && c != nil && Finished(a) && a.Status.ReleasedSandbox == sb.Metadata.Name &&
+		a.Metadata.Name == sb.Status.CurrentAgent && a.Metadata.UID == c.UID && a.Status.Attempts == c.Attempt &&
+		sb.Status.Control == nil
 }
 
 // Startable reports whether a, as read, may start an attempt on sb's

@@ -140,3 +140,72 @@ func TestMCPDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestReleased: a sandbox is free for another claim while its claim still
+// names an agent only when that agent finished the attempt the claim
+// started and said the sandbox was reset before it (releasedSandbox), and
+// no person holds the sandbox; the next start clears what it said.
+func TestReleased(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	done := func(edit func(a *api.Agent, sb *api.Sandbox)) (*api.Agent, *api.Sandbox) {
+		a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}}
+		a.Metadata.Name, a.Metadata.UID, a.Metadata.ResourceVersion, a.Metadata.Generation = "job", "u1", "7", 1
+		sb := &api.Sandbox{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindSandbox}}
+		sb.Metadata.Name = "sb"
+		sb = Claim(sb, a, now)
+		a.Status.Phase, a.Status.Sandbox, a.Status.Attempts, a.Status.ReleasedSandbox = api.AgentCompleted, "sb", 1, "sb"
+		if edit != nil {
+			edit(a, sb)
+		}
+		return a, sb
+	}
+	tests := []struct {
+		name string
+		edit func(a *api.Agent, sb *api.Sandbox)
+		want bool
+	}{
+		{"completed, released", nil, true},
+		{"failed for good, released", func(a *api.Agent, _ *api.Sandbox) { a.Status.Phase = api.AgentFailed }, true},
+		{"not said", func(a *api.Agent, _ *api.Sandbox) { a.Status.ReleasedSandbox = "" }, false},
+		{"another sandbox said", func(a *api.Agent, _ *api.Sandbox) { a.Status.ReleasedSandbox = "other" }, false},
+		{"still running", func(a *api.Agent, _ *api.Sandbox) { a.Status.Phase = api.AgentRunning }, false},
+		{"pending again", func(a *api.Agent, _ *api.Sandbox) { a.Status.Phase = api.AgentPending }, false},
+		{"a later attempt", func(a *api.Agent, _ *api.Sandbox) { a.Status.Attempts = 2 }, false},
+		{"another agent of the name", func(a *api.Agent, _ *api.Sandbox) { a.Metadata.UID = "u2" }, false},
+		{"claimed by another", func(_ *api.Agent, sb *api.Sandbox) { sb.Status.CurrentAgent = "other" }, false},
+		{"no claim recorded", func(_ *api.Agent, sb *api.Sandbox) { sb.Status.Claim = nil }, false},
+		{"held by a person", func(_ *api.Agent, sb *api.Sandbox) {
+			sb.Status.Control = &api.SandboxControl{ID: "c", Holder: "alice", Since: now}
+		}, false},
+	}
+	for _, tt := range tests {
+		a, sb := done(tt.edit)
+		if got := Released(sb, a); got != tt.want {
+			t.Errorf("%s: Released %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if Released(&api.Sandbox{}, nil) {
+		t.Error("Released with no agent in the cache")
+	}
+
+	// The next start clears it.
+	a, sb := done(nil)
+	a.Status.Phase = api.AgentPending
+	next := Claim(sb, a, now)
+	patch, err := StartPatch(next, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(a.Status)
+	merged, err := jsonpatch.MergePatch(doc, patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st api.AgentStatus
+	if err := json.Unmarshal(merged, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ReleasedSandbox != "" || st.Phase != api.AgentRunning {
+		t.Errorf("after the start: phase %s, releasedSandbox %q; want Running and nothing said", st.Phase, st.ReleasedSandbox)
+	}
+}

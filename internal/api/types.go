@@ -859,10 +859,16 @@ type AgentStatus struct {
 	// FailedSandbox is the sandbox its last failed attempt ran on. A retry
 	// takes another sandbox when one is free, and this one only when it is
 	// the only choice (it is restored to its clean snapshot first).
-	FailedSandbox string     `json:"failedSandbox,omitempty"`
-	ScheduledAt   *time.Time `json:"scheduledAt,omitempty"`
-	StartedAt     *time.Time `json:"startedAt,omitempty"`
-	CompletedAt   *time.Time `json:"completedAt,omitempty"`
+	FailedSandbox string `json:"failedSandbox,omitempty"`
+	// ReleasedSandbox is the sandbox the agent's last attempt ran on when
+	// its node reset it before it wrote the outcome (a pool's sandbox kept
+	// warm in memory): it is clean, and another claim may take it while
+	// its claim still names this agent. The node writes the release
+	// itself only if no claim takes it within a moment.
+	ReleasedSandbox string     `json:"releasedSandbox,omitempty"`
+	ScheduledAt     *time.Time `json:"scheduledAt,omitempty"`
+	StartedAt       *time.Time `json:"startedAt,omitempty"`
+	CompletedAt     *time.Time `json:"completedAt,omitempty"`
 	// HeartbeatAt is the running attempt's last heartbeat
 	// (spec.completion.heartbeatSeconds).
 	HeartbeatAt *time.Time   `json:"heartbeatAt,omitempty"`

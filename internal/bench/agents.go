@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -507,8 +508,15 @@ type checker struct {
 	events          int               // events recorded since start
 	doubleBinds     []string
 	twoClaims       []string
-	watchErr        error
-	wg              sync.WaitGroup
+	// released maps an agent that finished with its sandbox released
+	// (status.releasedSandbox) to that sandbox and the version that said
+	// so; overtaken holds the claims that replaced an agent's claim
+	// before the agent stream showed that release, to check once it
+	// does (the two streams keep no order between them).
+	released  map[string]releasedAt
+	overtaken map[string][]overtake
+	watchErr  error
+	wg        sync.WaitGroup
 
 	// eventsWatched says whether events are followed (the Completed
 	// events are checked only then).
@@ -533,7 +541,8 @@ type seenAgent struct {
 func newChecker(want, sandboxes int) *checker {
 	return &checker{want: want, firstN: min(want, sandboxes), changed: make(chan struct{}),
 		agents: map[string]*seenAgent{}, holder: map[string]string{}, claims: map[string]string{},
-		claimOf: map[string]string{}, completedEvents: map[string]int{}, failures: map[string]string{}}
+		claimOf: map[string]string{}, completedEvents: map[string]int{}, failures: map[string]string{},
+		released: map[string]releasedAt{}, overtaken: map[string][]overtake{}}
 }
 
 // begin sets the time the measured load starts.
@@ -665,6 +674,21 @@ func (c *checker) applyAgent(typ string, a *api.Agent, now time.Time) {
 	if phase == api.AgentFailed && s.phase != api.AgentFailed {
 		c.failures[name] = a.Status.Reason + ": " + a.Status.Message
 	}
+	if r := a.Status.ReleasedSandbox; r != "" && (phase == api.AgentCompleted || phase == api.AgentFailed) {
+		if _, ok := c.released[name]; !ok {
+			c.released[name] = releasedAt{sandbox: r, rv: a.Metadata.ResourceVersion}
+		}
+	}
+	if typ == store.Deleted || phase == api.AgentCompleted || phase == api.AgentFailed {
+		// The agent's end, which says whether it released the sandboxes
+		// claimed from it since.
+		for _, o := range c.overtaken[name] {
+			if rel, ok := c.released[name]; !ok || rel.sandbox != o.sandbox || !before(rel.rv, o.rv) {
+				c.doubleBinds = append(c.doubleBinds, fmt.Sprintf("the claim on sandbox %s went from agent %s to agent %s", o.sandbox, name, o.to))
+			}
+		}
+		delete(c.overtaken, name)
+	}
 	finished := phase == api.AgentCompleted || phase == api.AgentFailed
 	if finished && !s.finished {
 		s.finished = true
@@ -677,6 +701,23 @@ func (c *checker) applyAgent(typ string, a *api.Agent, now time.Time) {
 	s.phase, s.sandbox = phase, sandbox
 }
 
+// releasedAt is a sandbox an agent's outcome released, and that
+// outcome's resourceVersion.
+type releasedAt struct{ sandbox, rv string }
+
+// overtake is a claim that replaced an agent's: of sandbox, for agent to,
+// at resourceVersion rv.
+type overtake struct{ sandbox, to, rv string }
+
+// before reports whether resourceVersion a was written before b, when
+// both are numbers (both stores number their writes in one sequence);
+// true when they are not.
+func before(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 != nil || err2 != nil || x < y
+}
+
 func (c *checker) applySandbox(typ string, sb *api.Sandbox, now time.Time) {
 	name := sb.Metadata.Name
 	cur := sb.Status.CurrentAgent
@@ -685,7 +726,15 @@ func (c *checker) applySandbox(typ string, sb *api.Sandbox, now time.Time) {
 	}
 	old := c.claims[name]
 	if old != "" && cur != "" && old != cur {
-		c.doubleBinds = append(c.doubleBinds, fmt.Sprintf("the claim on sandbox %s went from agent %s to agent %s", name, old, cur))
+		// A claim may replace that of an agent whose outcome released
+		// the sandbox (agentstate.Released), written before it.
+		rel, ok := c.released[old]
+		switch {
+		case !ok:
+			c.overtaken[old] = append(c.overtaken[old], overtake{sandbox: name, to: cur, rv: sb.Metadata.ResourceVersion})
+		case rel.sandbox != name || !before(rel.rv, sb.Metadata.ResourceVersion):
+			c.doubleBinds = append(c.doubleBinds, fmt.Sprintf("the claim on sandbox %s went from agent %s to agent %s", name, old, cur))
+		}
 	}
 	if cur != "" && cur != old {
 		if other := c.claimOf[cur]; other != "" && other != name && c.claims[other] == cur {
@@ -755,6 +804,13 @@ func (c *checker) result() (*checked, error) {
 	if len(c.scheduled) < c.want || len(c.completed) == 0 {
 		return nil, fmt.Errorf("%d scheduled, %d completed of %d", len(c.scheduled), len(c.completed), c.want)
 	}
+	for old, os := range c.overtaken {
+		// Claims that replaced an agent's whose release never showed.
+		for _, o := range os {
+			c.doubleBinds = append(c.doubleBinds, fmt.Sprintf("the claim on sandbox %s went from agent %s to agent %s", o.sandbox, old, o.to))
+		}
+	}
+	c.overtaken = map[string][]overtake{}
 	r := &checked{firstN: c.firstN, doubleBinds: len(c.doubleBinds), twoClaims: len(c.twoClaims), events: c.events, completed: len(c.completed), failed: len(c.failures)}
 	r.scheduledAll = c.scheduled[c.want-1]
 	r.scheduledFirstN = c.scheduled[c.firstN-1]

@@ -58,6 +58,9 @@ type ClaimsOptions struct {
 	ServerProfile func(ctx context.Context) error
 
 	traceCalls bool
+	// releaseWriteDelay is the nodes' Options.ReleaseWriteDelay (0: its
+	// default).
+	releaseWriteDelay time.Duration
 }
 
 // claimsTimeout bounds each wait of the benchmark.
@@ -142,7 +145,8 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 			}
 		}
 		v := views.view(name)
-		nd := node.New(node.Options{Store: v, Backend: be, Name: name, Logger: log, DataDir: filepath.Join(dir, name), WaitForPlacement: true})
+		nd := node.New(node.Options{Store: v, Backend: be, Name: name, Logger: log, DataDir: filepath.Join(dir, name), WaitForPlacement: true,
+			ReleaseWriteDelay: o.releaseWriteDelay})
 		if err := nd.Start(runCtx); err != nil {
 			return fmt.Errorf("node %s: %w", name, err)
 		}

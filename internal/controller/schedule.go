@@ -217,12 +217,20 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 		if s.onLostNode(sb) {
 			return true // being taken back: an agent bound to it would not run
 		}
-		if sb.Status.CurrentAgent != "" {
+		released := sb.Status.CurrentAgent != "" && s.released(sb)
+		if sb.Status.CurrentAgent != "" && !released {
 			claimed[sb.Status.CurrentAgent] = true
 			return true
 		}
+		v := scheduler.ViewOf(sb)
+		if released {
+			// Reset and paused by its node before the outcome of the
+			// agent its claim names: free, though written as that claim
+			// left it.
+			v.Agent, v.Phase, v.Released, v.IdleSince = "", api.SandboxPaused, true, time.Time{}
+		}
 		// The plan binds only open sandboxes: the others are left out.
-		if v := scheduler.ViewOf(sb); scheduler.Open(v) {
+		if scheduler.Open(v) {
 			seen[sb.Metadata.Name] = sb
 			sandboxes = append(sandboxes, v)
 		}
@@ -301,6 +309,20 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 	return reconcile.Result{}, nil
 }
 
+// free reports whether sb, as the round read it, takes a claim: no claim
+// names an agent, or the one that does finished and its node released
+// the sandbox without writing it (agentstate.Released).
+func (s *Scheduler) free(sb *api.Sandbox) bool {
+	return sb.Status.CurrentAgent == "" || s.released(sb)
+}
+
+// released reports whether the agent sb's claim names released it
+// (agentstate.Released), as the agent cache shows that agent.
+func (s *Scheduler) released(sb *api.Sandbox) bool {
+	o, ok := s.agents.Get(sb.Status.CurrentAgent)
+	return ok && agentstate.Released(sb, o.(*api.Agent))
+}
+
 // onLostNode reports whether sb's node is marked lost.
 func (s *Scheduler) onLostNode(sb *api.Sandbox) bool {
 	if sb.Status.Node == "" {
@@ -326,7 +348,7 @@ func (s *Scheduler) bindAll(ctx context.Context, gu groupUpdater, plan []schedul
 	conflicts := 0
 	for _, b := range plan {
 		seen, a := sandboxes[b.Sandbox], agents[b.Agent]
-		if seen == nil || a == nil || seen.Status.CurrentAgent != "" {
+		if seen == nil || a == nil || !s.free(seen) {
 			conflicts++
 			continue
 		}
@@ -395,7 +417,7 @@ func (s *Scheduler) bindEach(ctx context.Context, plan []scheduler.Binding, agen
 // conditioned on the resourceVersion the round read: if anything wrote
 // the sandbox since (another scheduler's claim among them) it fails.
 func (s *Scheduler) bind(ctx context.Context, a *api.Agent, seen *api.Sandbox, now time.Time) error {
-	if seen == nil || a == nil || seen.Status.CurrentAgent != "" {
+	if seen == nil || a == nil || !s.free(seen) {
 		return fmt.Errorf("sandbox is taken: %w", api.ErrConflict)
 	}
 	claimed, err := s.st.UpdateStatus(ctx, agentstate.Claim(seen, a, now))

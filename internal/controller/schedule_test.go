@@ -817,3 +817,62 @@ func TestAgentWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestSchedulerTakesReleasedSandboxes(t *testing.T) {
+	onClaimPaths(t, testSchedulerTakesReleasedSandboxes)
+}
+
+// testSchedulerTakesReleasedSandboxes: a sandbox whose claim names an
+// agent that finished and released it (agentstate.Released) is claimed
+// again, before one idle for long, and its claim's write is the only one;
+// a claim of a finished agent that did not say so, or whose record does
+// not match the claim, or a sandbox a person holds, is left alone.
+func testSchedulerTakesReleasedSandboxes(t *testing.T, path claimPath) {
+	e := newSchedEnv(t, path)
+	web := map[string]string{"pool": "web"}
+	e.createSandbox(testSandbox{name: "idle-long", labels: web, phase: api.SandboxPaused, idle: 10 * time.Minute})
+	// Each finished agent ran its attempt 1 on its sandbox.
+	finished := func(agent, sandbox string, edit func(a *api.Agent, sb *api.SandboxStatus)) {
+		e.createSandbox(testSandbox{name: sandbox, labels: web, phase: api.SandboxRunning})
+		a := e.create(newAgent(t, agent, nil)).(*api.Agent)
+		e.sync()
+		claimed := agentstate.Claim(e.sandbox(sandbox), a, e.clk.Now())
+		if _, err := e.st.UpdateStatus(e.ctx, claimed); err != nil {
+			t.Fatal(err)
+		}
+		a.Status.Phase, a.Status.Sandbox, a.Status.Attempts = api.AgentCompleted, sandbox, 1
+		a.Status.ReleasedSandbox = sandbox
+		e.editSandbox(sandbox, func(s *api.SandboxStatus) { edit(a, s) })
+		if _, err := e.st.UpdateStatus(e.ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finished("done", "released", func(*api.Agent, *api.SandboxStatus) {})
+	finished("unsaid", "not-said", func(a *api.Agent, _ *api.SandboxStatus) { a.Status.ReleasedSandbox = "" })
+	finished("elsewhere", "other-name", func(a *api.Agent, _ *api.SandboxStatus) { a.Status.ReleasedSandbox = "released" })
+	finished("retried", "old-attempt", func(a *api.Agent, _ *api.SandboxStatus) { a.Status.Attempts = 2 })
+	finished("held", "taken-over", func(_ *api.Agent, s *api.SandboxStatus) {
+		s.Control = &api.SandboxControl{ID: "c1", Holder: "alice", Since: t0}
+	})
+	e.clk.Advance(time.Second)
+	e.create(newAgent(t, "next", nil))
+	e.clk.Advance(time.Second)
+	e.create(newAgent(t, "after", nil))
+	e.clk.Advance(time.Second)
+	e.create(newAgent(t, "last", nil))
+	e.reconcile()
+	for agent, want := range map[string]string{"next": "released", "after": "idle-long", "last": ""} {
+		if got := e.binding(agent); got != want {
+			t.Errorf("%s bound to %q, want %q", agent, got, want)
+		}
+	}
+	sb := e.sandbox("released")
+	if c := sb.Status.Claim; c == nil || sb.Status.CurrentAgent != "next" || c.UID != e.agent("next").Metadata.UID || c.Attempt != 1 {
+		t.Errorf("released's claim is %q %+v, want the claim of agent next's attempt 1", sb.Status.CurrentAgent, c)
+	}
+	for sandbox, agent := range map[string]string{"not-said": "unsaid", "other-name": "elsewhere", "old-attempt": "retried", "taken-over": "held"} {
+		if got := e.sandbox(sandbox).Status.CurrentAgent; got != agent {
+			t.Errorf("%s claimed by %q, want %q's claim left", sandbox, got, agent)
+		}
+	}
+}

@@ -394,7 +394,19 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent, from *api.CheckpointSt
 	case errors.As(err, &lost):
 		reason = "HeartbeatLost"
 	}
-	out, uerr := n.updateAgent(bg, name, func(cur *api.Agent) bool {
+	written := func(out *api.Agent, uerr error) {
+		switch {
+		case uerr != nil:
+			lg.printf("could not record the outcome: %v", uerr)
+		case err == nil:
+			lg.printf("completed in %.1fs", res.DurationSeconds)
+			n.event(bg, out, api.EventNormal, "Completed", fmt.Sprintf("attempt %d succeeded in %.1fs on sandbox %s", attempt, res.DurationSeconds, sandbox))
+		default:
+			lg.printf("failed: %v", err)
+			n.event(bg, out, api.EventWarning, reason, fmt.Sprintf("attempt %d: %v", attempt, err))
+		}
+	}
+	released := n.finishAttempt(bg, sandbox, name, lg, func(cur *api.Agent) bool {
 		if cur.Status.Phase != api.AgentRunning || cur.Status.Attempts != attempt {
 			return false // deleted, or ended by the controller meanwhile
 		}
@@ -405,18 +417,124 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent, from *api.CheckpointSt
 			failAttempt(cur, reason, err.Error(), now)
 		}
 		return true
-	})
-	switch {
-	case uerr != nil:
-		lg.printf("could not record the outcome: %v", uerr)
-	case err == nil:
-		lg.printf("completed in %.1fs", res.DurationSeconds)
-		n.event(bg, out, api.EventNormal, "Completed", fmt.Sprintf("attempt %d succeeded in %.1fs on sandbox %s", attempt, res.DurationSeconds, sandbox))
-	default:
-		lg.printf("failed: %v", err)
-		n.event(bg, out, api.EventWarning, reason, fmt.Sprintf("attempt %d: %v", attempt, err))
+	}, written)
+	if !released {
+		n.releaseLogged(bg, sandbox, name, lg)
 	}
-	n.releaseLogged(bg, sandbox, name, lg)
+}
+
+// finishAttempt writes an attempt's outcome (end changes the agent as
+// read; false leaves it) and tells written how that went, at once. A pool's sandbox kept warm in memory is reset
+// first, under its lock, and an outcome that ends the agent says so
+// (api.AgentStatus.ReleasedSandbox): the scheduler may claim the sandbox
+// for another agent at once, and that claim's write is the release's
+// (deferRelease). The reset costs the outcome a few milliseconds (a spare
+// swapped in) and saves a write of the sandbox per claim; one that takes
+// longer than earlyReleaseWait is not waited for: the outcome is written
+// without it, and the release after it, as any other. released says the
+// sandbox was given back here, written or deferred.
+func (n *Node) finishAttempt(ctx context.Context, sandbox, agent string, lg *runLog, end func(*api.Agent) bool, written func(*api.Agent, error)) (released bool) {
+	if !n.releasesEarly(ctx, sandbox, agent) {
+		written(n.updateAgent(ctx, agent, end))
+		return false
+	}
+	type undone struct {
+		r   *releasing
+		err error
+	}
+	undo := make(chan undone, 1)
+	marked := make(chan bool, 1)
+	done := make(chan struct{})
+	// The attempt lasts until its sandbox is released (written or
+	// deferred): while it does, the node starts no other attempt of the
+	// agent on the claim the release clears.
+	defer func() { <-done }()
+	n.deferred.begin(sandbox)
+	go func() {
+		defer close(done)
+		defer n.deferred.end(sandbox)
+		unlock := n.locks.lock(sandbox)
+		defer unlock()
+		r, err := n.undoClaim(ctx, sandbox, agent, false)
+		undo <- undone{r, err}
+		if r == nil {
+			return
+		}
+		if <-marked {
+			n.deferRelease(r)
+			return
+		}
+		if err := n.writeRelease(ctx, r); err != nil {
+			lg.printf("release sandbox %s: %v", sandbox, err)
+			n.log.Warn("release sandbox", "sandbox", sandbox, "agent", agent, "err", err)
+		}
+	}()
+	var u undone
+	early := false
+	t := time.NewTimer(earlyReleaseWait)
+	select {
+	case u = <-undo:
+		early = true
+	case <-t.C:
+	}
+	t.Stop()
+	mark := false
+	out, err := n.updateAgent(ctx, agent, func(cur *api.Agent) bool {
+		mark = false
+		if !end(cur) {
+			return false
+		}
+		if early && u.r != nil && u.r.deferrable && agentstate.Finished(cur) {
+			cur.Status.ReleasedSandbox, mark = sandbox, true
+		}
+		return true
+	})
+	written(out, err)
+	if !early {
+		u = <-undo // the release goes on after the outcome, as any other
+	}
+	if u.err != nil {
+		// Given back again after the outcome, as any release.
+		lg.printf("release sandbox %s: %v", sandbox, u.err)
+		return false
+	}
+	if u.r != nil {
+		marked <- mark && err == nil
+	}
+	return true
+}
+
+// earlyReleaseWait bounds how long an attempt's outcome waits for the
+// reset of its sandbox (finishAttempt): a spare swapped in takes
+// milliseconds, a reset in place a few hundred.
+const earlyReleaseWait = 250 * time.Millisecond
+
+// releasesEarly reports whether the attempt of agent on sandbox gives it
+// back before its outcome (finishAttempt): a pool's sandbox reset to its
+// clean snapshot and kept in memory, held by no person, claimed by agent
+// as the node knows it, and the node not told to write every release at
+// once (Options.ReleaseWriteDelay). A release that saves or destroys the
+// sandbox takes longer, or would show the sandbox gone before the
+// outcome: it comes after it.
+func (n *Node) releasesEarly(ctx context.Context, sandbox, agent string) bool {
+	if n.opt.ReleaseWriteDelay < 0 || n.sessionPending(sandbox) {
+		// The session's file still being written (a slow guest) would
+		// hold the outcome back: the release waits for it after.
+		return false
+	}
+	if h := n.holder(sandbox); h != "" && h != agent {
+		return false
+	}
+	o, err := n.read(ctx, api.KindSandbox, sandbox)
+	if err != nil {
+		return false
+	}
+	sb := o.(*api.Sandbox)
+	if sb.Status.CurrentAgent != agent || sb.Status.Control != nil || sb.Metadata.DeletionTimestamp != nil || sb.Spec.Lifecycle.Ephemeral {
+		return false
+	}
+	policy, warmTier := n.releasePolicy(ctx, sb)
+	return policy == "reset" && warmTier != "saved"
 }
 
 // addArtifacts lists files the node kept of an attempt that was ended

@@ -93,6 +93,10 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 		n.setPhase(ctx, sb, api.SandboxError, "AcquireFailed", err.Error())
 		return err
 	}
+	// The claim of a sandbox released before its last agent's outcome
+	// is that release's write too: nothing is left to write of it, and
+	// the sandbox runs for this claim now.
+	n.deferred.take(name, "")
 	if api.OwnerOf(sb, api.KindSandboxPool) != "" {
 		if err := n.prepare(ctx, sb); err != nil {
 			n.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
@@ -232,6 +236,35 @@ func (n *Node) release(ctx context.Context, name, agent string) error {
 func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted bool) error {
 	unlock := n.locks.lock(name)
 	defer unlock()
+	if n.deferred.of(name) == agent {
+		// Reset before agent's outcome, which says so: the release is
+		// written by its timer, unless a new claim comes first.
+		return nil
+	}
+	r, err := n.undoClaim(ctx, name, agent, unstarted)
+	if err != nil || r == nil {
+		return err
+	}
+	return n.writeRelease(ctx, r)
+}
+
+// releasing is a release whose sandbox is given back (reset, saved or
+// kept, by its policy) and whose status is still to write.
+type releasing struct {
+	sb         *api.Sandbox // as the release read it
+	agent, msg string
+	phase      string
+	pid        int
+	policy     string
+	used       bool
+	deferrable bool // reset and paused in memory, held by no person
+}
+
+// undoClaim gives sandbox name back once agent is done with it, by its
+// release policy: everything of the release but the status write, which
+// it returns (nil when there is none to write). The caller holds the
+// sandbox's lock.
+func (n *Node) undoClaim(ctx context.Context, name, agent string, unstarted bool) (*releasing, error) {
 	// The sandbox as the node's watch shows it, or from the store while
 	// a write of the node's own is in flight (a release by the attempt,
 	// then here again as its agent finished, reads the store). A claim
@@ -240,18 +273,18 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 	// another since; and the node's own record of whom it acquired the
 	// sandbox for says the same after its watch lags its writes.
 	if h := n.holder(name); h != "" && h != agent {
-		return nil
+		return nil, nil
 	}
 	o, err := n.read(ctx, api.KindSandbox, name)
 	if errors.Is(err, api.ErrNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sb := o.(*api.Sandbox)
 	if sb.Status.CurrentAgent != agent {
-		return nil
+		return nil, nil
 	}
 	policy, warmTier := n.releasePolicy(ctx, sb)
 	start := n.now()
@@ -265,11 +298,11 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 	if policy == "destroy" || (policy == "reset" && used) {
 		// A write still under way would land in the clean desktop.
 		if err := n.settleSession(ctx, name); err != nil {
-			return fmt.Errorf("release %s: %w", name, err)
+			return nil, fmt.Errorf("release %s: %w", name, err)
 		}
 		n.sessions.forget(name)
 	} else if err := n.scrubSessionOf(ctx, name, n.agentWantsEnv(ctx, agent)); err != nil {
-		return fmt.Errorf("release %s: %w", name, err)
+		return nil, fmt.Errorf("release %s: %w", name, err)
 	}
 	var msg string
 	switch {
@@ -277,14 +310,14 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 		// An earlier release destroyed it (the attempt's end, then the
 		// agent's, reach here both): said once.
 		n.setHolder(name, "")
-		return nil
+		return nil, nil
 	case policy == "destroy":
 		if _, _, err := n.st.Delete(ctx, api.KindSandbox, name, store.DeleteOptions{}); err != nil && !errors.Is(err, api.ErrNotFound) {
-			return err
+			return nil, err
 		}
 		n.setHolder(name, "")
 		n.event(ctx, sb, api.EventNormal, "Released", fmt.Sprintf("agent %s is done: destroying the sandbox (%s)", agent, policy))
-		return nil
+		return nil, nil
 	case policy == "keep":
 		msg = fmt.Sprintf("agent %s is done; the sandbox stays as it left it", agent)
 	case !used:
@@ -292,18 +325,18 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 		msg = fmt.Sprintf("agent %s let go of it unused", agent)
 	case policy == "save":
 		if err := n.be.Save(ctx, name); err != nil {
-			return fmt.Errorf("release %s (save): %w", name, err)
+			return nil, fmt.Errorf("release %s (save): %w", name, err)
 		}
 		phase = api.SandboxSaved
 		msg = fmt.Sprintf("agent %s is done: saved as it left it in %s", agent, n.now().Sub(start).Round(time.Millisecond))
 	default: // reset
 		if err := n.be.Reset(ctx, name); err != nil {
-			return fmt.Errorf("release %s (reset): %w", name, err)
+			return nil, fmt.Errorf("release %s (reset): %w", name, err)
 		}
 		phase = api.SandboxPaused
 		if warmTier == "saved" {
 			if err := n.be.Save(ctx, name); err != nil {
-				return fmt.Errorf("release %s (save to the warm tier): %w", name, err)
+				return nil, fmt.Errorf("release %s (save to the warm tier): %w", name, err)
 			}
 			phase = api.SandboxSaved
 		}
@@ -316,16 +349,25 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 		}
 	}
 	n.event(ctx, sb, api.EventNormal, "Released", msg)
+	return &releasing{sb: sb, agent: agent, msg: msg, phase: phase, pid: info.PID, policy: policy, used: used,
+		deferrable: policy == "reset" && phase == api.SandboxPaused && sb.Status.Control == nil}, nil
+}
+
+// writeRelease writes the release r gave back: the claim cleared, and
+// the sandbox's phase as the release left it. A person's hold of a
+// sandbox reset to clean ends with it.
+func (n *Node) writeRelease(ctx context.Context, r *releasing) error {
+	name, agent := r.sb.Metadata.Name, r.agent
 	var ended *api.SandboxControl
-	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	err := n.updateStatus(ctx, r.sb, func(s *api.SandboxStatus) {
 		ended = nil
 		if s.CurrentAgent != agent {
 			return
 		}
 		now := n.now().UTC()
 		s.CurrentAgent, s.Claim, s.ClaimedAt, s.ReleasedAt = "", nil, nil, &now
-		s.Phase, s.Reason, s.Message, s.PID = phase, "Released", msg, info.PID
-		if policy == "reset" && used {
+		s.Phase, s.Reason, s.Message, s.PID = r.phase, "Released", r.msg, r.pid
+		if r.policy == "reset" && r.used {
 			// A take-over is of the desktop the agent left; the clean
 			// one goes to the next agent, whose input it must not refuse.
 			ended, s.Control = s.Control, nil
@@ -335,7 +377,7 @@ func (n *Node) releaseClaim(ctx context.Context, name, agent string, unstarted b
 		n.setHolder(name, "")
 	}
 	if err == nil && ended != nil {
-		n.event(ctx, sb, api.EventNormal, "ControlReleased", fmt.Sprintf("take-over %s of %s ended: the sandbox was reset to its clean snapshot", ended.ID, ended.Holder))
+		n.event(ctx, r.sb, api.EventNormal, "ControlReleased", fmt.Sprintf("take-over %s of %s ended: the sandbox was reset to its clean snapshot", ended.ID, ended.Holder))
 	}
 	return err
 }
@@ -491,4 +533,141 @@ func (n *Node) dropClaim(ctx context.Context, sb *api.Sandbox, why string) error
 	n.log.Info("letting go of a claim", "sandbox", sb.Metadata.Name, "agent", agent, "why", why)
 	n.claims.forget(agent)
 	return n.releaseClaim(ctx, sb.Metadata.Name, agent, true)
+}
+
+// deferredReleases are the releases given back before their agents'
+// outcomes and not written yet (Node.finishAttempt), by sandbox; and the
+// sandboxes being given back so, before their outcomes are written.
+type deferredReleases struct {
+	mu    sync.Mutex // guards m and early
+	m     map[string]deferredRelease
+	early map[string]int
+}
+
+// begin marks sandbox name as being released before its agent's outcome;
+// end undoes it, once the release is deferred (put) or written.
+func (d *deferredReleases) begin(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.early == nil {
+		d.early = map[string]int{}
+	}
+	d.early[name]++
+}
+
+func (d *deferredReleases) end(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.early[name]--; d.early[name] <= 0 {
+		delete(d.early, name)
+	}
+}
+
+// paused reports whether sandbox name is released and not yet written so:
+// its status still shows its last claim, Running, while its VM is reset
+// and paused (or is being reset), and no call reaches it until its next
+// claim resumes it. The agent of the last claim, whose outcome may not
+// show yet, acts on the clean desktop no more than anyone else.
+func (d *deferredReleases) paused(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.m[name]
+	return ok || d.early[name] > 0
+}
+
+type deferredRelease struct {
+	r     *releasing
+	timer *time.Timer
+}
+
+// of is the agent whose release of sandbox name is deferred, "" if none.
+func (d *deferredReleases) of(name string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if x, ok := d.m[name]; ok {
+		return x.r.agent
+	}
+	return ""
+}
+
+// put defers r, to be written by write after delay.
+func (d *deferredReleases) put(r *releasing, delay time.Duration, write func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[string]deferredRelease{}
+	}
+	name := r.sb.Metadata.Name
+	if old, ok := d.m[name]; ok {
+		old.timer.Stop()
+	}
+	d.m[name] = deferredRelease{r: r, timer: time.AfterFunc(delay, write)}
+}
+
+// take removes the deferred release of sandbox name and returns it: nil
+// if there is none, or it is not agent's ("" takes any).
+func (d *deferredReleases) take(name, agent string) *releasing {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	x, ok := d.m[name]
+	if !ok || (agent != "" && x.r.agent != agent) {
+		return nil
+	}
+	x.timer.Stop()
+	delete(d.m, name)
+	return x.r
+}
+
+// releaseWriteDelay is Options.ReleaseWriteDelay or its default.
+func (n *Node) releaseWriteDelay() time.Duration {
+	if n.opt.ReleaseWriteDelay != 0 {
+		return n.opt.ReleaseWriteDelay
+	}
+	return DefaultReleaseWriteDelay
+}
+
+// deferRelease keeps r unwritten: a claim of another agent is its write
+// (the scheduler takes a sandbox its agent released, agentstate.Released);
+// if none comes within the delay, writeDeferred writes it.
+func (n *Node) deferRelease(r *releasing) {
+	name, agent := r.sb.Metadata.Name, r.agent
+	n.setHolder(name, "")
+	n.deferred.put(r, n.releaseWriteDelay(), func() {
+		if err := n.writeDeferred(n.runCtx, name, agent); err != nil && n.runCtx.Err() == nil {
+			n.log.Warn("write a deferred release", "sandbox", name, "agent", agent, "err", err)
+		}
+	})
+}
+
+// writeDeferred writes the deferred release of sandbox name by agent, if
+// it is still deferred and no claim of another agent has taken the
+// sandbox since (its write is the release's then).
+func (n *Node) writeDeferred(ctx context.Context, name, agent string) error {
+	unlock := n.locks.lock(name)
+	defer unlock()
+	r := n.deferred.take(name, agent)
+	if r == nil {
+		return nil
+	}
+	return n.writeRelease(ctx, r)
+}
+
+// names are the sandboxes whose releases are deferred.
+func (d *deferredReleases) names() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for name := range d.m {
+		out = append(out, name)
+	}
+	return out
+}
+
+// flushDeferred writes every deferred release now (Stop).
+func (n *Node) flushDeferred(ctx context.Context) {
+	for _, name := range n.deferred.names() {
+		if err := n.writeDeferred(ctx, name, n.deferred.of(name)); err != nil {
+			n.log.Warn("write a deferred release", "sandbox", name, "err", err)
+		}
+	}
 }

@@ -189,6 +189,21 @@ func (n *Node) writeSession(ctx context.Context, sb *api.Sandbox, a *api.Agent) 
 	return nil
 }
 
+// sessionPending reports whether the session's file is still being
+// written into sandbox name (settleSession would wait for it).
+func (n *Node) sessionPending(name string) bool {
+	s, ok := n.sessions.get(name)
+	if !ok || s.file == nil {
+		return false
+	}
+	select {
+	case <-s.file.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // settleSession waits until the write of sandbox name's session file (if
 // one is under way) is over, or ctx ends.
 func (n *Node) settleSession(ctx context.Context, name string) error {

@@ -93,7 +93,18 @@ type Options struct {
 	// DefaultFenceAfter). FenceAfter plus StatusInterval must stay under
 	// the cluster's grace (controller.Options.NodeGrace).
 	FenceAfter time.Duration
+	// ReleaseWriteDelay is how long a pool's sandbox reset before its
+	// agent's outcome (api.AgentStatus.ReleasedSandbox) waits for a new
+	// claim before the node writes its release (0: DefaultReleaseWriteDelay;
+	// negative: the release is written after the outcome, never folded).
+	ReleaseWriteDelay time.Duration
 }
+
+// DefaultReleaseWriteDelay is Options.ReleaseWriteDelay's default: under
+// a backlog a new claim takes a released sandbox within milliseconds, and
+// its one write is the release's too; an idle pool's sandbox shows
+// released a second later.
+const DefaultReleaseWriteDelay = time.Second
 
 // Node reconciles this host's templates and sandboxes and serves their
 // operations. Its reconcilers run in a reconcile.Manager (Register).
@@ -116,6 +127,7 @@ type Node struct {
 	locks    keyedMutex
 	held     holders
 	claims   claimIndex
+	deferred deferredReleases
 
 	nodeMu   sync.Mutex // guards lastNode
 	lastNode *api.Node  // the Node object as its last heartbeat wrote it
@@ -178,7 +190,15 @@ func (n *Node) Stop() {
 	n.runCancel()
 	n.runs.wg.Wait()
 	n.status.Wait()
+	// The releases no claim took yet are written now: the next start
+	// need not reset their sandboxes again.
+	ctx, cancel := context.WithTimeout(context.Background(), stopFlushTimeout)
+	defer cancel()
+	n.flushDeferred(ctx)
 }
+
+// stopFlushTimeout bounds the writes of the releases Stop flushes.
+const stopFlushTimeout = 5 * time.Second
 
 // DefaultName is the host name, or "local" when it has none that is a DNS
 // label.

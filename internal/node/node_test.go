@@ -43,6 +43,8 @@ type cluster struct {
 	env       func(context.Context, *api.Sandbox, *api.Agent) (secrets.Env, error)
 	// checkpointUnit is the node's checkpointUnit.
 	checkpointUnit time.Duration
+	// releaseWriteDelay is the node's Options.ReleaseWriteDelay.
+	releaseWriteDelay time.Duration
 }
 
 // clusterOptions change what newClusterWith builds.
@@ -64,6 +66,8 @@ type clusterOptions struct {
 	env func(context.Context, *api.Sandbox, *api.Agent) (secrets.Env, error)
 	// checkpointUnit is what spec.checkpoint.everyMinutes counts in.
 	checkpointUnit time.Duration
+	// releaseWriteDelay is the node's Options.ReleaseWriteDelay.
+	releaseWriteDelay time.Duration
 }
 
 // testStore, when set, opens the store of each cluster instead of SQLite
@@ -91,7 +95,7 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c := &cluster{st: st, be: fake.New(opts.fake), dir: dir, log: log, now: opts.now, hostCommands: opts.hostCommands, statusInterval: opts.statusInterval, pressure: opts.pressure,
-		nodeStore: opts.nodeStore, env: opts.env, checkpointUnit: opts.checkpointUnit}
+		nodeStore: opts.nodeStore, env: opts.env, checkpointUnit: opts.checkpointUnit, releaseWriteDelay: opts.releaseWriteDelay}
 	c.nd, c.mgr = c.startNode(t)
 	c.create(t, yamlObj(t, `apiVersion: hvkube/v1
 kind: Template
@@ -113,7 +117,7 @@ func (c *cluster) startNode(t *testing.T) (*Node, *reconcile.Manager) {
 		nst = c.nodeStore(c.st)
 	}
 	nd := New(Options{Store: nst, Backend: c.be, Name: "n1", DataDir: c.dir, Logger: c.log, DefaultTemplate: "desk", Now: c.now, HostCommands: c.hostCommands,
-		StatusInterval: c.statusInterval, Pressure: c.pressure, Env: c.env})
+		StatusInterval: c.statusInterval, Pressure: c.pressure, Env: c.env, ReleaseWriteDelay: c.releaseWriteDelay})
 	nd.checkpointUnit = c.checkpointUnit
 	if err := nd.Start(context.Background()); err != nil {
 		t.Fatal(err)

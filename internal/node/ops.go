@@ -52,7 +52,7 @@ func (n *Node) lookAt(ctx context.Context, name string, check func(*api.Sandbox)
 		if err != nil {
 			return nil, err
 		}
-		sb, err := notDeleting(o.(*api.Sandbox))
+		sb, err := notDeleting(n.asReleased(o.(*api.Sandbox)))
 		if err == nil && check != nil {
 			err = check(sb)
 		}
@@ -76,6 +76,18 @@ func (n *Node) lookAt(ctx context.Context, name string, check func(*api.Sandbox)
 		n.busy(name)() // used now
 	}
 	return sb, err
+}
+
+// asReleased is sb as the data plane sees it: Paused while its release is
+// under way or deferred (deferredReleases.paused), whatever its status
+// still says. sb is not changed (it may be the cache's own).
+func (n *Node) asReleased(sb *api.Sandbox) *api.Sandbox {
+	if !n.deferred.paused(sb.Metadata.Name) {
+		return sb
+	}
+	c := *sb
+	c.Status.Phase, c.Status.Reason = api.SandboxPaused, "Released"
+	return &c
 }
 
 // inPhase is a sandboxWhere check: the sandbox is in one of phases.
@@ -262,7 +274,7 @@ func (n *Node) inputTo(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	sb, err := notDeleting(o.(*api.Sandbox))
+	sb, err := notDeleting(n.asReleased(o.(*api.Sandbox)))
 	if err != nil {
 		return err
 	}

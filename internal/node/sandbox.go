@@ -538,7 +538,13 @@ func (n *Node) observeSandbox(ctx context.Context, name string) (reconcile.Resul
 	}
 	err = n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		s.Phase, s.Reason, s.Message = phase, reason, msg
-		s.PID = info.PID
+		if s.CurrentAgent == "" || beat != nil && (s.LastHeartbeat == nil || beat.Sub(*s.LastHeartbeat) >= heartbeatEvery(sb)) {
+			// A claimed sandbox's new process (a reset before its last
+			// agent's outcome, agentstate.Released) is written with the
+			// next write there is, not in one of its own: the claim
+			// names the holder, whatever the process.
+			s.PID = info.PID
+		}
 		clearIOError(s, sb.Metadata.Generation, n.now())
 		nu.apply(s, sb.Metadata.Generation, n.now())
 		// The heartbeat is refreshed only now and then: a write per health

@@ -28,6 +28,10 @@ type Sandbox struct {
 	GPU      bool
 	// IdleSince is when it last became free (or ready).
 	IdleSince time.Time
+	// Released says its last agent released it and its node has not
+	// written that yet (agentstate.Released): a claim of it is the
+	// release's write too, and it is taken before the idle ones.
+	Released bool
 }
 
 // Agent is a pending agent.
@@ -80,12 +84,21 @@ func open(sb Sandbox) bool {
 // so that a long-idle warm sandbox never outranks a running one.
 const maxIdleScore = 49
 
+// releasedScore puts a sandbox released moments ago, whose claim is also
+// its release's write, above any idle one, and below a running one.
+const releasedScore = maxIdleScore + 1
+
 // Score ranks a feasible sandbox for a, as seed 000 does: running +100,
-// no agent +50, GPU match +25, and a point per 10 s idle (at most 49).
+// no agent +50, GPU match +25, and a point per 10 s idle (at most 49);
+// and released with its release unwritten +50 (a claim of it saves a
+// write).
 func Score(a Agent, sb Sandbox, now time.Time) int {
 	s := 0
 	if sb.Phase == api.SandboxRunning {
 		s += 100
+	}
+	if sb.Released {
+		s += releasedScore
 	}
 	if sb.Agent == "" {
 		s += 50

@@ -34,6 +34,7 @@ func TestScore(t *testing.T) {
 		{"gpu not asked", a, Sandbox{Phase: api.SandboxPaused, GPU: true}, 50},
 		{"idle 95s", a, Sandbox{Phase: api.SandboxPaused, IdleSince: t0.Add(-95 * time.Second)}, 59},
 		{"idle a day is capped", a, Sandbox{Phase: api.SandboxPaused, IdleSince: t0.Add(-24 * time.Hour)}, 99},
+		{"released, unwritten: above any idle one", a, Sandbox{Phase: api.SandboxPaused, Released: true}, 100},
 	}
 	for _, tt := range tests {
 		if got := Score(tt.a, tt.sb, t0); got != tt.score {
