@@ -424,8 +424,9 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent, from *api.CheckpointSt
 }
 
 // finishAttempt writes an attempt's outcome (end changes the agent as
-// read; false leaves it) and tells written how that went, at once. A pool's sandbox kept warm in memory is reset
-// first, under its lock, and an outcome that ends the agent says so
+// read; false leaves it) and tells written how that went, at once. A
+// pool's sandbox kept warm in memory is reset first, under its lock, and
+// an outcome that ends the agent says so
 // (api.AgentStatus.ReleasedSandbox): the scheduler may claim the sandbox
 // for another agent at once, and that claim's write is the release's
 // (deferRelease). The reset costs the outcome a few milliseconds (a spare

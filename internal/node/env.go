@@ -189,15 +189,25 @@ func (n *Node) writeSession(ctx context.Context, sb *api.Sandbox, a *api.Agent) 
 	return nil
 }
 
+// sessionFileDone is closed once the write of sandbox name's session file
+// is over; nil when none was started.
+func (n *Node) sessionFileDone(name string) <-chan struct{} {
+	s, ok := n.sessions.get(name)
+	if !ok || s.file == nil {
+		return nil
+	}
+	return s.file.done
+}
+
 // sessionPending reports whether the session's file is still being
 // written into sandbox name (settleSession would wait for it).
 func (n *Node) sessionPending(name string) bool {
-	s, ok := n.sessions.get(name)
-	if !ok || s.file == nil {
+	done := n.sessionFileDone(name)
+	if done == nil {
 		return false
 	}
 	select {
-	case <-s.file.done:
+	case <-done:
 		return false
 	default:
 		return true
@@ -207,12 +217,12 @@ func (n *Node) sessionPending(name string) bool {
 // settleSession waits until the write of sandbox name's session file (if
 // one is under way) is over, or ctx ends.
 func (n *Node) settleSession(ctx context.Context, name string) error {
-	s, ok := n.sessions.get(name)
-	if !ok || s.file == nil {
+	done := n.sessionFileDone(name)
+	if done == nil {
 		return nil
 	}
 	select {
-	case <-s.file.done:
+	case <-done:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the session's variables to be written: %w", context.Cause(ctx))
