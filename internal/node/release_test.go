@@ -186,6 +186,11 @@ func testDeferredReleaseAfterARestart(t *testing.T, crash bool) {
 	if got := c.sandbox(t, sb).Status.CurrentAgent; got != "job" {
 		t.Fatalf("claim %q, want job's left unwritten", got)
 	}
+	// The outcome shows a moment before the node defers the release.
+	eventually(t, "the release deferred", func() (bool, string) {
+		got := c.nd.deferred.of(sb)
+		return got == "job", fmt.Sprintf("deferred release of %q", got)
+	})
 	resets := c.be.Count(fake.OpReset)
 	if crash {
 		// What a crash leaves: nothing of the deferred release in memory.
