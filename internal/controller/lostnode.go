@@ -112,37 +112,61 @@ func (l *LostNodes) silence(node string, exists bool, beat, now time.Time) time.
 	return now.Sub(h.at)
 }
 
+// heard records what is seen of node (nd nil when it has no Node object)
+// and returns how long its heartbeat has not changed; done when there is
+// nothing to watch of it (no Node object and no sandbox on it).
+func (l *LostNodes) heard(node string, nd *api.Node, owned []*api.Sandbox) (silent time.Duration, done bool) {
+	if nd == nil && len(owned) == 0 {
+		l.forget(node)
+		return 0, true
+	}
+	var beat time.Time
+	if nd != nil {
+		beat = heartbeatOf(nd)
+	}
+	return l.silence(node, nd != nil, beat, l.clock()), false
+}
+
 func (l *LostNodes) forget(node string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.last, node)
 }
 
-// Reconcile implements Reconciler.
+// Reconcile implements Reconciler. A node's heartbeats are read from the
+// watch cache, and from the store itself only when one seems missed for
+// the whole grace: each heartbeat costs the API server no read.
 func (l *LostNodes) Reconcile(ctx context.Context, name string) (reconcile.Result, error) {
 	var nd *api.Node
-	o, err := l.st.Get(ctx, api.KindNode, name)
-	switch {
-	case errors.Is(err, api.ErrNotFound):
-	case err != nil:
-		return reconcile.Result{}, err
-	default:
+	if o, ok := l.nodes.Get(name); ok {
 		nd = o.(*api.Node)
 	}
-	var beat time.Time
-	if nd != nil {
-		beat = heartbeatOf(nd)
-	}
-	silent := l.silence(name, nd != nil, beat, l.clock())
 	owned := l.sandboxesOn(name)
-	if nd == nil && len(owned) == 0 {
-		l.forget(name)
+	silent, done := l.heard(name, nd, owned)
+	if !done && silent >= l.grace {
+		// The cache may lag behind the store: look there before acting.
+		o, err := l.st.Get(ctx, api.KindNode, name)
+		switch {
+		case errors.Is(err, api.ErrNotFound):
+			nd = nil
+		case err != nil:
+			return reconcile.Result{}, err
+		default:
+			nd = o.(*api.Node)
+		}
+		silent, done = l.heard(name, nd, owned)
+	}
+	if done {
 		return reconcile.Result{}, nil
 	}
 	if silent < l.grace {
 		// Asked again when the heartbeat would have been missed for the
 		// whole grace; a new one (a write of the Node) asks sooner.
 		return reconcile.Result{RequeueAfter: l.grace - silent}, nil
+	}
+	var beat time.Time
+	if nd != nil {
+		beat = heartbeatOf(nd)
 	}
 	why := fmt.Sprintf("no heartbeat from node %s for %s", name, silent.Round(time.Second))
 	if nd == nil {

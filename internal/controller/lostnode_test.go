@@ -185,6 +185,29 @@ func TestLostNode(t *testing.T) {
 	}
 }
 
+// TestLostNodeCacheBehind: heartbeats are read from the watch cache; one
+// the cache has not seen yet, when the grace seems past, is found in the
+// store before the node is marked lost.
+func TestLostNodeCacheBehind(t *testing.T) {
+	e := newLostEnv(t)
+	e.reconcile("n1")
+	e.clk.Advance(testGrace + time.Second)
+	e.beat("n1") // written, not yet in the cache
+	res, err := e.l.Reconcile(e.ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nd := e.get(api.KindNode, "n1").(*api.Node); nodeLost(nd) {
+		t.Fatalf("n1 lost on a stale cache (conditions %+v)", nd.Status.Conditions)
+	}
+	if res.RequeueAfter != testGrace {
+		t.Errorf("requeue after %s, want %s (the grace from the new heartbeat)", res.RequeueAfter, testGrace)
+	}
+	if a := e.agent("job"); a.Status.Phase != api.AgentRunning {
+		t.Errorf("job %s, want Running", a.Status.Phase)
+	}
+}
+
 // TestLostNodeRunningAgentWithoutRetries: an attempt lost with its node,
 // and no retry left, fails the agent.
 func TestLostNodeRunningAgentWithoutRetries(t *testing.T) {
