@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -14,8 +15,9 @@ import (
 )
 
 // The node writes its Node object (capacity, desktops by phase, what each
-// template takes and how many more fit) every StatusInterval, and watches
-// memory pressure on the same beat: when the host runs short, the least
+// template takes and how many more fit) every other StatusInterval (its
+// heartbeat), and on the next one when something the cluster acts on
+// changed (heartbeatDue); it watches memory pressure on each beat: when the host runs short, the least
 // recently used idle paused desktops of pools move to disk (paused →
 // saved). They stay in their pools, warm on the saved tier, and a claim
 // restores them through the usual fallback chain. Running desktops and
@@ -23,9 +25,15 @@ import (
 
 // Defaults of the pressure policy.
 const (
-	// DefaultStatusInterval is how often the node writes its status and
-	// looks at memory pressure.
+	// DefaultStatusInterval is how often the node measures its host,
+	// looks at memory pressure and writes its status when it changed.
 	DefaultStatusInterval = 5 * time.Second
+	// DefaultHeartbeatInterval is how often the node writes its Node
+	// object when nothing the cluster acts on changed: every other status
+	// round, as a kubelet renews its lease every 10 s.
+	DefaultHeartbeatInterval = heartbeatRounds * DefaultStatusInterval
+	// heartbeatRounds is how many status rounds one heartbeat lasts.
+	heartbeatRounds = 2
 	// DefaultFenceAfter is how long a node goes without writing its Node
 	// object before it fences itself (Options.FenceAfter); the cluster
 	// marks a node lost only after a longer silence.
@@ -93,6 +101,12 @@ func (n *Node) statusEvery() time.Duration {
 	return DefaultStatusInterval
 }
 
+// heartbeatEvery is how often the node writes its Node object when
+// nothing the cluster acts on changed: heartbeatRounds status rounds.
+func (n *Node) heartbeatEvery() time.Duration {
+	return heartbeatRounds * n.statusEvery()
+}
+
 // statusRound is one beat: measure, move desktops to disk if the host is
 // under pressure, and write the Node object.
 func (n *Node) statusRound(ctx context.Context) error {
@@ -127,9 +141,13 @@ func (n *Node) statusRound(ctx context.Context) error {
 	return err
 }
 
-// heartbeat writes the Node object and tells the fence it did.
+// heartbeat writes the Node object when it is due and tells the fence it
+// did.
 func (n *Node) heartbeat(ctx context.Context, c backend.Capacity, sbs []*api.Sandbox, tpls []*api.Template) error {
 	wasLost, err := n.writeNode(ctx, c, sbs, tpls)
+	if errors.Is(err, errNotDue) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -317,8 +335,11 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 			}
 		}
 	}
+	if last != nil && !heartbeatDue(&last.Status, &st, n.heartbeatEvery()-n.statusEvery()/2) {
+		return false, errNotDue
+	}
 	ready := api.Condition{Type: ConditionReady, Status: api.ConditionTrue, Reason: ReasonHeartbeat,
-		Message: fmt.Sprintf("the node writes its status every %s", n.statusEvery())}
+		Message: fmt.Sprintf("the node writes its status every %s", n.heartbeatEvery())}
 	change := func(o *api.Node) bool {
 		old := api.FindCondition(o.Status.Conditions, ConditionReady)
 		wasLost = old != nil && old.Status == api.ConditionFalse && old.Reason == reasonNodeLost
@@ -349,6 +370,42 @@ func (n *Node) writeNode(ctx context.Context, c backend.Capacity, sbs []*api.San
 	n.nodeMu.Unlock()
 	return wasLost, err
 }
+
+// errNotDue: the Node object was written recently and nothing the
+// cluster acts on changed since (writeNode).
+var errNotDue = errors.New("the heartbeat is not due")
+
+// heartbeatDue reports whether the node's status st must be written, last
+// being its last write: when that is older than within (the heartbeat),
+// or when something the cluster acts on changed since: its templates and
+// what fits, its pressure and conditions, its address, or its memory by
+// more than memoryNoise of the host's. The counts of its sandboxes by
+// phase, only shown, wait for the heartbeat.
+func heartbeatDue(last, st *api.NodeStatus, within time.Duration) bool {
+	if last.LastHeartbeat == nil || st.LastHeartbeat.Sub(*last.LastHeartbeat) >= within {
+		return true
+	}
+	if last.Backend != st.Backend || last.Address != st.Address || !reflect.DeepEqual(last.Templates, st.Templates) ||
+		!reflect.DeepEqual(last.Pressure, st.Pressure) {
+		return true
+	}
+	for _, c := range st.Conditions {
+		old := api.FindCondition(last.Conditions, c.Type)
+		if old == nil || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message {
+			return true
+		}
+	}
+	noise := int(float64(st.Memory.TotalMB) * memoryNoise)
+	moved := func(a, b int) bool { return a-b > noise || b-a > noise }
+	lm, m := last.Memory, st.Memory
+	return lm.TotalMB != m.TotalMB || lm.LimitMB != m.LimitMB || moved(lm.AvailableMB, m.AvailableMB) ||
+		moved(lm.UsedMB, m.UsedMB) || moved(lm.ReservedMB, m.ReservedMB) || moved(lm.FreeMB, m.FreeMB)
+}
+
+// memoryNoise is the share of the host's memory a measure may move by
+// between two status rounds without the Node object being written before
+// its heartbeat is due.
+const memoryNoise = 0.01
 
 // listTemplates lists the Template objects.
 func (n *Node) listTemplates(ctx context.Context) ([]*api.Template, error) {

@@ -192,3 +192,46 @@ spec:
 		t.Errorf("the agent ran on %s, want one of the moved %v", sb, moved)
 	}
 }
+
+// TestHeartbeatDue: the Node object is written when its heartbeat is due,
+// or sooner when something the cluster acts on changed; counts by phase
+// and the measures' noise wait.
+func TestHeartbeatDue(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	base := func() *api.NodeStatus {
+		return &api.NodeStatus{Backend: "fake", LastHeartbeat: &t0,
+			Memory:     api.NodeMemory{TotalMB: 10000, AvailableMB: 6000, LimitMB: 9000, UsedMB: 3000, ReservedMB: 500, FreeMB: 5500},
+			Sandboxes:  map[string]int{api.SandboxPaused: 3},
+			Templates:  []api.NodeTemplate{{Name: "desk", Snapshot: "desk-g1", CloneMB: 40, Fit: 100}},
+			Conditions: []api.Condition{{Type: ConditionMemoryPressure, Status: api.ConditionFalse, Reason: "EnoughMemory"}}}
+	}
+	const within = 7500 * time.Millisecond
+	tests := []struct {
+		name   string
+		change func(st *api.NodeStatus)
+		want   bool
+	}{
+		{"nothing changed, 5 s on", func(st *api.NodeStatus) {}, false},
+		{"nothing changed, 10 s on", func(st *api.NodeStatus) { at := t0.Add(10 * time.Second); st.LastHeartbeat = &at }, true},
+		{"counts by phase", func(st *api.NodeStatus) { st.Sandboxes = map[string]int{api.SandboxRunning: 1, api.SandboxPaused: 2} }, false},
+		{"memory within the noise", func(st *api.NodeStatus) { st.Memory.AvailableMB -= 50; st.Memory.FreeMB -= 99 }, false},
+		{"memory past the noise", func(st *api.NodeStatus) { st.Memory.FreeMB -= 101 }, true},
+		{"what fits", func(st *api.NodeStatus) { st.Templates[0].Fit = 99 }, true},
+		{"a new template", func(st *api.NodeStatus) { st.Templates = append(st.Templates, api.NodeTemplate{Name: "web"}) }, true},
+		{"pressure", func(st *api.NodeStatus) {
+			st.Conditions[0] = api.Condition{Type: ConditionMemoryPressure, Status: api.ConditionTrue, Reason: "LowMemory"}
+		}, true},
+		{"address", func(st *api.NodeStatus) { st.Address = "10.0.0.2:7443" }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			last, st := base(), base()
+			at := t0.Add(5 * time.Second)
+			st.LastHeartbeat = &at
+			tt.change(st)
+			if got := heartbeatDue(last, st, within); got != tt.want {
+				t.Errorf("due %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -72,8 +72,10 @@ type Options struct {
 	// conditioned on what it read (a lone node, as hvkube serve runs one;
 	// placement may get there first, and then one of the two writes loses).
 	WaitForPlacement bool
-	// StatusInterval is how often the node writes its Node object and
-	// looks at memory pressure (default DefaultStatusInterval).
+	// StatusInterval is how often the node looks at memory pressure and
+	// writes its Node object when what the cluster acts on changed; it
+	// writes it every other one regardless, its heartbeat (default
+	// DefaultStatusInterval).
 	StatusInterval time.Duration
 	// Pressure is the memory pressure policy (memory.go).
 	Pressure Pressure
