@@ -200,11 +200,12 @@ func TestControlLoopOnQEMU(t *testing.T) {
 			}
 			s := o.(*api.Sandbox).Status
 			pid = s.PID
-			evs, err := l.c.Events(context.Background(), api.KindSandbox, sandbox)
+			// The agent's Started event comes once its sandbox is acquired.
+			evs, err := l.c.Events(context.Background(), api.KindAgent, "survivor")
 			if err != nil {
 				return false, err.Error()
 			}
-			acquired := slices.ContainsFunc(evs, func(ev *api.Event) bool { return ev.Reason == "Acquired" })
+			acquired := slices.ContainsFunc(evs, func(ev *api.Event) bool { return ev.Reason == "Started" })
 			return s.Phase == api.SandboxRunning && acquired && pid != 0, fmt.Sprintf("%s %s, acquired %v", s.Phase, s.Reason, acquired)
 		})
 		syscall.Kill(pid, syscall.SIGKILL)

@@ -250,13 +250,6 @@ func (n *Node) startRun(ctx context.Context, a *api.Agent, now time.Time) (recon
 // now) in the background; from, when set, is the checkpoint it goes on
 // from (the agent as its resume wrote it).
 func (n *Node) launch(started *api.Agent, now time.Time, from *api.CheckpointStatus) reconcile.Result {
-	if from == nil {
-		msg := started.Status.Message
-		if at := started.Status.ScheduledAt; at != nil {
-			msg += fmt.Sprintf(", claimed %s before", now.Sub(*at).Round(time.Millisecond))
-		}
-		n.event(n.runCtx, started, api.EventNormal, "Started", msg)
-	}
 	r := &run{attempt: started.Status.Attempts, done: make(chan struct{})}
 	// Context deadlines run on the wall clock, whatever the node's clock.
 	fctx, fence := context.WithCancelCause(n.runCtx)
@@ -302,6 +295,17 @@ func (n *Node) stopRun(name string) bool {
 	return false
 }
 
+// startedEvent says that a's attempt started, once its sandbox is
+// acquired (how: what was done): the one event of a claim's start, its
+// sandbox's included.
+func (n *Node) startedEvent(ctx context.Context, a *api.Agent, how string) {
+	msg := a.Status.Message + ": " + how
+	if at := a.Status.ScheduledAt; at != nil {
+		msg += fmt.Sprintf(", claimed %s before", n.now().Sub(*at).Round(time.Millisecond))
+	}
+	n.event(ctx, a, api.EventNormal, "Started", msg)
+}
+
 // attempt runs one attempt of a, writes its outcome, and releases the
 // sandbox. A run cut short by the node stopping writes nothing: the next
 // start of the node runs the attempt again, from its checkpoint if it has
@@ -328,8 +332,12 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent, from *api.CheckpointSt
 		}
 		pg.results = slices.Clone(from.Results)
 		lg.printf("sandbox %s restored to the checkpoint of %s (%d steps done) in %s", sandbox, from.At.Format(time.RFC3339), from.Steps, n.now().Sub(start).Round(time.Millisecond))
-	} else if err = n.acquire(ctx, sandbox, name); err == nil {
-		lg.printf("sandbox %s acquired in %s", sandbox, n.now().Sub(start).Round(time.Millisecond))
+	} else {
+		var how string
+		if how, err = n.acquire(ctx, sandbox, name); err == nil {
+			lg.printf("sandbox %s %s", sandbox, how)
+			n.startedEvent(bg, a, how)
+		}
 	}
 	if err == nil {
 		err = n.claimSession(ctx, a, lg)

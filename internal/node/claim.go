@@ -61,17 +61,19 @@ func (n *Node) setHolder(name, agent string) {
 // acquire makes the sandbox an agent was bound to run, with seed 001's
 // fallback chain: resume it (from RAM or disk); if that fails, return it to
 // its clean snapshot and resume; if that fails too, throw its VM away and
-// clone a new one. Each step's failure is an event. The guest clock is set
-// by the backend's Resume.
-func (n *Node) acquire(ctx context.Context, name, agent string) error {
+// clone a new one. Each step's failure is an event of the sandbox, and so
+// is an acquire that needed one; a plain resume is said only in the
+// agent's Started event (how, returned: what was done, and how long it
+// took). The guest clock is set by the backend's Resume.
+func (n *Node) acquire(ctx context.Context, name, agent string) (how string, err error) {
 	if n.fenced() {
-		return fmt.Errorf("node %s is fenced (it cannot write its Node object): %w", n.name, api.ErrUnavailable)
+		return "", fmt.Errorf("node %s is fenced (it cannot write its Node object): %w", n.name, api.ErrUnavailable)
 	}
 	unlock := n.locks.lock(name)
 	defer unlock()
 	sb, err := n.claimedBy(ctx, name, agent)
 	if err != nil {
-		return err
+		return "", err
 	}
 	start := n.now()
 	how, kind := "resumed", "resume"
@@ -91,7 +93,7 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 	if err != nil {
 		n.event(ctx, sb, api.EventWarning, "AcquireFailed", fmt.Sprintf("agent %s: %v", agent, err))
 		n.setPhase(ctx, sb, api.SandboxError, "AcquireFailed", err.Error())
-		return err
+		return "", err
 	}
 	// The claim of a sandbox released before its last agent's outcome
 	// is that release's write too: nothing is left to write of it, and
@@ -100,7 +102,7 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 	if api.OwnerOf(sb, api.KindSandboxPool) != "" {
 		if err := n.prepare(ctx, sb); err != nil {
 			n.event(ctx, sb, api.EventWarning, "StartupFailed", err.Error())
-			return err
+			return "", err
 		}
 	}
 	n.setHolder(name, agent)
@@ -109,13 +111,16 @@ func (n *Node) acquire(ctx context.Context, name, agent string) error {
 		n.opt.ObserveAcquire(kind, took)
 	}
 	pid := n.pidAfter(ctx, sb, kind == "resume" && sb.Status.Phase != api.SandboxSaved)
-	n.event(ctx, sb, api.EventNormal, "Acquired", fmt.Sprintf("%s for agent %s in %s", how, agent, took.Round(time.Millisecond)))
+	how = fmt.Sprintf("%s in %s", how, took.Round(time.Millisecond))
+	if kind != "resume" {
+		n.event(ctx, sb, api.EventNormal, "Acquired", fmt.Sprintf("%s for agent %s", how, agent))
+	}
 	if kind == "resume" && sb.Status.Phase == api.SandboxRunning && pid == sb.Status.PID {
 		// Resumed from memory as its claim said (agentstate.Claim): the
 		// status is already true.
-		return nil
+		return how, nil
 	}
-	return n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
+	return how, n.updateStatus(ctx, sb, func(s *api.SandboxStatus) {
 		now := n.now().UTC()
 		s.Phase, s.Reason, s.Message, s.PID = api.SandboxRunning, "Acquired", fmt.Sprintf("in use by agent %s", agent), pid
 		s.LastResumedAt = &now
@@ -348,7 +353,12 @@ func (n *Node) undoClaim(ctx context.Context, name, agent string, unstarted bool
 			phase = p
 		}
 	}
-	n.event(ctx, sb, api.EventNormal, "Released", msg)
+	if policy != "reset" || !used || api.OwnerOf(sb, api.KindSandboxPool) == "" {
+		// A pool member's reset after each agent is said by its status
+		// (and its agents' events): an event each would double every
+		// claim's events.
+		n.event(ctx, sb, api.EventNormal, "Released", msg)
+	}
 	return &releasing{sb: sb, agent: agent, msg: msg, phase: phase, pid: info.PID, policy: policy, used: used,
 		deferrable: policy == "reset" && phase == api.SandboxPaused && sb.Status.Control == nil}, nil
 }
@@ -648,6 +658,12 @@ func (n *Node) writeDeferred(ctx context.Context, name, agent string) error {
 	r := n.deferred.take(name, agent)
 	if r == nil {
 		return nil
+	}
+	// The sandbox as the node knows it now: others may have written it
+	// since the release was deferred, and a write from the old copy would
+	// lose to theirs and read the store.
+	if o, err := n.read(ctx, api.KindSandbox, name); err == nil {
+		r.sb = o.(*api.Sandbox)
 	}
 	return n.writeRelease(ctx, r)
 }

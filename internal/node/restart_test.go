@@ -227,7 +227,7 @@ spec:
 		}); err != nil {
 			r.t.Fatal(err)
 		}
-		if err := r.nd.acquire(r.ctx, sandbox, name); err != nil {
+		if _, err := r.nd.acquire(r.ctx, sandbox, name); err != nil {
 			r.t.Fatal(err)
 		}
 	}

@@ -582,7 +582,7 @@ func TestClaimMakesAWarmSandboxRunning(t *testing.T) {
 	if got := d.sandbox("box"); got.Metadata.ResourceVersion != claimed.Metadata.ResourceVersion {
 		t.Errorf("a health check before the resume wrote the sandbox: %s/%s", got.Status.Phase, got.Status.Reason)
 	}
-	if err := d.nd.acquire(d.ctx, "box", "job"); err != nil {
+	if _, err := d.nd.acquire(d.ctx, "box", "job"); err != nil {
 		t.Fatal(err)
 	}
 	if info, _ := d.be.Inspect(d.ctx, "box"); info.State != backend.StateRunning {
