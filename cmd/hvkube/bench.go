@@ -627,6 +627,9 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 				kind = "LIST"
 			}
 		}
+		if isEvents(r.URL.Path) {
+			kind = "event " + kind
+		}
 		c.mu.Lock()
 		if c.n == nil {
 			c.n = bench.RequestCounts{}
@@ -635,6 +638,17 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		c.mu.Unlock()
 		return rt.RoundTrip(r)
 	})
+}
+
+// isEvents reports whether an API path is of core/v1 Events.
+func isEvents(path string) bool {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range parts {
+		if p == "namespaces" && i+2 < len(parts) {
+			return parts[i+2] == "events"
+		}
+	}
+	return false
 }
 
 // isCollection reports whether an API path names a collection (…/sandboxes)

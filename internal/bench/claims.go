@@ -328,6 +328,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	// checks.
 	time.Sleep(2 * time.Second)
 	callCounts := counted.snapshot()
+	allReqs := o.requests().since(reqsBefore)
 	stopWatch()
 	chk.wait()
 	res, err := chk.result()
@@ -378,6 +379,10 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	}
 	if len(reqs) > 0 {
 		rep.Facts = append(rep.Facts, fmt.Sprintf("API requests of all clients (controllers, nodes, submitters, checker) from the first claim until the last agent ran: %s", reqs.perClaim(o.Claims)))
+		// Events are queued, never waited for: many are written after
+		// the last agent ran.
+		rep.Facts = append(rep.Facts, fmt.Sprintf("Event writes from the first claim until 2 s after the last release: %.1f per claim (%.1f until the last agent ran)",
+			float64(allReqs.events())/float64(o.Claims), float64(reqs.events())/float64(o.Claims)))
 	}
 	for _, f := range res.failures {
 		rep.Facts = append(rep.Facts, "failed: "+f)
@@ -457,7 +462,8 @@ func (o ClaimsOptions) requests() RequestCounts {
 }
 
 // RequestCounts are API requests by kind of request ("GET", "PUT",
-// "POST", "DELETE", "LIST", "WATCH").
+// "POST", "DELETE", "LIST", "WATCH"), those of Events prefixed "event "
+// ("event POST").
 type RequestCounts map[string]int64
 
 // since is c less before.
@@ -469,6 +475,17 @@ func (c RequestCounts) since(before RequestCounts) RequestCounts {
 		}
 	}
 	return out
+}
+
+// events is how many requests of c were of Events ("event POST", …).
+func (c RequestCounts) events() int64 {
+	var n int64
+	for k, v := range c {
+		if strings.HasPrefix(k, "event ") {
+			n += v
+		}
+	}
+	return n
 }
 
 // perClaim says how many requests of each kind c holds per claim.
