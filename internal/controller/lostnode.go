@@ -80,6 +80,12 @@ func NewLostNodes(m *reconcile.Manager, st store.Interface, log *slog.Logger, no
 	}
 	l := &LostNodes{st: st, log: log, now: now, grace: grace, clock: time.Now,
 		sandboxes: m.Cache(api.KindSandbox), agents: m.Cache(api.KindAgent), nodes: m.Cache(api.KindNode), last: map[string]heard{}}
+	l.sandboxes.AddIndex(sandboxNodeIndex, func(o api.Object) []string {
+		if node := o.(*api.Sandbox).Status.Node; node != "" {
+			return []string{node}
+		}
+		return nil
+	})
 	m.Register(reconcile.Controller{Name: "lost-node", For: api.KindNode, Reconciler: l, Workers: 1,
 		Watches: []reconcile.Watch{{Kind: api.KindSandbox, Map: l.nodeOf}}})
 	return l
@@ -202,6 +208,10 @@ func (l *LostNodes) Reconcile(ctx context.Context, name string) (reconcile.Resul
 	return reconcile.Result{}, l.takeBack(ctx, name, owned, why)
 }
 
+// sandboxNodeIndex holds the sandboxes by their node (status.node): a
+// look at one node's heartbeat does not go over every sandbox.
+const sandboxNodeIndex = "node"
+
 // heartbeatOf is a node's last heartbeat, zero when it has none.
 func heartbeatOf(n *api.Node) time.Time {
 	if n.Status.LastHeartbeat == nil {
@@ -213,7 +223,7 @@ func heartbeatOf(n *api.Node) time.Time {
 // sandboxesOn lists the sandboxes placed on node, by name.
 func (l *LostNodes) sandboxesOn(node string) []*api.Sandbox {
 	var out []*api.Sandbox
-	l.sandboxes.RangeLatest(func(o api.Object) bool {
+	l.sandboxes.RangeLatestIn(sandboxNodeIndex, node, func(o api.Object) bool {
 		if sb := o.(*api.Sandbox); sb.Status.Node == node {
 			out = append(out, sb)
 		}

@@ -49,10 +49,21 @@ func NewPlacement(m *reconcile.Manager, st store.Interface, log *slog.Logger, no
 	}
 	p := &Placement{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), nodes: m.Cache(api.KindNode), pools: m.Cache(api.KindSandboxPool),
 		templates: m.Cache(api.KindTemplate), assumed: map[string]string{}, creating: map[string]creation{}}
+	p.sandboxes.AddIndex(ownerPoolIndex, func(o api.Object) []string {
+		if pool := api.OwnerOf(o, api.KindSandboxPool); pool != "" {
+			return []string{pool}
+		}
+		return nil
+	})
 	p.q = m.Register(reconcile.Controller{Name: "placement", For: api.KindSandbox, Reconciler: p, Workers: placementWorkers,
 		Watches: []reconcile.Watch{{Kind: api.KindNode, Map: p.unplaced}}})
 	return p
 }
+
+// ownerPoolIndex holds the sandboxes by the pool that owns them: a
+// placement counts a pool's members on each node without going over every
+// sandbox of the cluster.
+const ownerPoolIndex = "owner-pool"
 
 // placementWorkers is how many placements are written at once.
 const placementWorkers = 8
@@ -166,9 +177,9 @@ func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 		}
 		// Its own placements count before the watch brings them, and
 		// those still being written too.
-		p.sandboxes.RangeLatest(func(o api.Object) bool {
+		p.sandboxes.RangeLatestIn(ownerPoolIndex, pool, func(o api.Object) bool {
 			m := o.(*api.Sandbox)
-			if m.Metadata.DeletionTimestamp != nil || api.OwnerOf(m, api.KindSandboxPool) != pool {
+			if m.Metadata.DeletionTimestamp != nil {
 				return true
 			}
 			node := m.Status.Node

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -268,6 +269,40 @@ func (c *Cache) RangeLatest(fn func(api.Object) bool) {
 	}
 	for name, e := range c.expect {
 		if _, cached := c.objects[name]; cached || e.gone || !live(e) {
+			continue
+		}
+		if !fn(e.obj) {
+			return
+		}
+	}
+}
+
+// RangeLatestIn is RangeLatest over the objects index name holds under
+// value, each as its latest version has it (a write in flight that moves
+// an object into value, or out of it, counts). fn must not call the
+// cache.
+func (c *Cache) RangeLatestIn(index, value string, fn func(api.Object) bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	x := c.mustIndexLocked(index)
+	now := c.now()
+	live := func(e expectation) bool { return now.Sub(e.at) < ExpectationTTL }
+	in := x.by[value]
+	for name := range in {
+		o := c.objects[name]
+		if e, ok := c.expect[name]; ok && live(e) {
+			if e.gone || !slices.Contains(x.fn(e.obj), value) {
+				continue
+			}
+			o = e.obj
+		}
+		if !fn(o) {
+			return
+		}
+	}
+	// Writes in flight are few: those that bring an object into value.
+	for name, e := range c.expect {
+		if _, ok := in[name]; ok || e.gone || !live(e) || !slices.Contains(x.fn(e.obj), value) {
 			continue
 		}
 		if !fn(e.obj) {

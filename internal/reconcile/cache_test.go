@@ -192,6 +192,35 @@ func TestCacheRangeLatest(t *testing.T) {
 	}
 }
 
+// TestCacheRangeLatestIn: RangeLatest by an index, each object as its
+// latest version has it: a write in flight moves an object into a value
+// or out of it, a creation in flight is in its value, a deletion is not.
+func TestCacheRangeLatestIn(t *testing.T) {
+	at := func(name string, rv int64, pool string) *api.Sandbox {
+		sb := sandboxAt(name, rv)
+		sb.Metadata.Labels = map[string]string{"pool": pool}
+		return sb
+	}
+	c := newCache(api.KindSandbox)
+	c.reset([]api.Object{at("x", 1, "a"), at("y", 1, "a"), at("z", 1, "b"), at("gone", 1, "a"), at("left", 1, "a")})
+	c.AddIndex("pool", func(o api.Object) []string { return []string{o.GetMeta().Labels["pool"]} })
+	c.Expect(at("x", 9, "a"))    // rewritten, stays
+	c.Expect(at("z", 9, "a"))    // moved in
+	c.Expect(at("left", 9, "b")) // moved out
+	c.Expect(at("new", 10, "a")) // created
+	c.Expect(at("other", 10, "b"))
+	c.ExpectDeleted(at("gone", 1, "a"))
+	var got []string
+	c.RangeLatestIn("pool", "a", func(o api.Object) bool {
+		got = append(got, o.GetMeta().Name+"@"+o.GetMeta().ResourceVersion)
+		return true
+	})
+	slices.Sort(got)
+	if want := []string{"new@10", "x@9", "y@1", "z@9"}; !slices.Equal(got, want) {
+		t.Errorf("RangeLatestIn saw %v, want %v", got, want)
+	}
+}
+
 // TestCacheIndex: an index follows every change the watch brings, a list
 // and a reset, and RangeSettledIn leaves out what the caller's own writes
 // keep Pending, as RangeSettled does.
