@@ -49,9 +49,9 @@ func NewPlacement(m *reconcile.Manager, st store.Interface, log *slog.Logger, no
 	}
 	p := &Placement{st: st, log: log, now: now, sandboxes: m.Cache(api.KindSandbox), nodes: m.Cache(api.KindNode), pools: m.Cache(api.KindSandboxPool),
 		templates: m.Cache(api.KindTemplate), assumed: map[string]string{}, creating: map[string]creation{}}
-	p.sandboxes.AddIndex(ownerPoolIndex, func(o api.Object) []string {
-		if pool := api.OwnerOf(o, api.KindSandboxPool); pool != "" {
-			return []string{pool}
+	p.sandboxes.AddIndex(poolNodeIndex, func(o api.Object) []string {
+		if pool := api.OwnerOf(o, api.KindSandboxPool); pool != "" && o.GetMeta().DeletionTimestamp == nil {
+			return []string{poolNodeKey(pool, o.(*api.Sandbox).Status.Node)}
 		}
 		return nil
 	})
@@ -60,10 +60,14 @@ func NewPlacement(m *reconcile.Manager, st store.Interface, log *slog.Logger, no
 	return p
 }
 
-// ownerPoolIndex holds the sandboxes by the pool that owns them: a
-// placement counts a pool's members on each node without going over every
-// sandbox of the cluster.
-const ownerPoolIndex = "owner-pool"
+// poolNodeIndex holds the live members of pools by pool and node
+// (poolNodeKey): a placement counts a pool's members on each node without
+// going over every sandbox of the cluster, or of the pool.
+const poolNodeIndex = "pool-node"
+
+// poolNodeKey is the poolNodeIndex value of pool's members on node ("":
+// none yet).
+func poolNodeKey(pool, node string) string { return pool + "/" + node }
 
 // placementWorkers is how many placements are written at once.
 const placementWorkers = 8
@@ -177,18 +181,22 @@ func (p *Placement) choose(sb *api.Sandbox) (string, string) {
 		}
 		// Its own placements count before the watch brings them, and
 		// those still being written too.
-		p.sandboxes.RangeLatestIn(ownerPoolIndex, pool, func(o api.Object) bool {
-			m := o.(*api.Sandbox)
-			if m.Metadata.DeletionTimestamp != nil {
-				return true
-			}
-			node := m.Status.Node
-			if node == "" {
-				if n, ok := p.assumed[m.Metadata.Name]; ok {
-					node = n
-				} else if cr, ok := p.creating[m.Metadata.Name]; ok {
-					node = cr.node
-				}
+		keys := make([]string, len(cands))
+		for i, c := range cands {
+			keys[i] = poolNodeKey(pool, c.name)
+		}
+		for i, n := range p.sandboxes.CountLatestIn(poolNodeIndex, keys) {
+			cands[i].ofPool = n
+		}
+		// Members with no node written yet: placed here, or being made
+		// on a node.
+		p.sandboxes.RangeLatestIn(poolNodeIndex, poolNodeKey(pool, ""), func(o api.Object) bool {
+			name := o.GetMeta().Name
+			node := ""
+			if n, ok := p.assumed[name]; ok {
+				node = n
+			} else if cr, ok := p.creating[name]; ok {
+				node = cr.node
 			}
 			if c := byName[node]; c != nil {
 				c.ofPool++

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -170,8 +172,25 @@ func (n *Node) readHost(ctx context.Context) (backend.Capacity, []*api.Sandbox, 
 	return c, sbs, tpls, err
 }
 
-// ownSandboxes lists the sandboxes placed on this node.
+// ownSandboxes lists the sandboxes placed on this node: from the node's
+// watch once it has listed them (each status round would otherwise list
+// them from the API server), else from the store. They are the caller's
+// to change.
 func (n *Node) ownSandboxes(ctx context.Context) ([]*api.Sandbox, error) {
+	if c := n.cache(api.KindSandbox); c != nil && c.Synced() {
+		var out []*api.Sandbox
+		c.RangeLatest(func(o api.Object) bool {
+			if sb := o.(*api.Sandbox); sb.Status.Node == n.name {
+				out = append(out, sb)
+			}
+			return true
+		})
+		slices.SortFunc(out, func(a, b *api.Sandbox) int { return strings.Compare(a.Metadata.Name, b.Metadata.Name) })
+		for i, sb := range out {
+			out[i] = api.DeepCopy(sb)
+		}
+		return out, nil
+	}
 	items, _, err := n.st.List(ctx, api.KindSandbox, api.Selector{})
 	if err != nil {
 		return nil, err
@@ -407,8 +426,21 @@ func heartbeatDue(last, st *api.NodeStatus, within time.Duration) bool {
 // its heartbeat is due.
 const memoryNoise = 0.01
 
-// listTemplates lists the Template objects.
+// listTemplates lists the Template objects, from the node's watch once it
+// has listed them, else from the store. They are the caller's to change.
 func (n *Node) listTemplates(ctx context.Context) ([]*api.Template, error) {
+	if c := n.cache(api.KindTemplate); c != nil && c.Synced() {
+		var out []*api.Template
+		c.RangeLatest(func(o api.Object) bool {
+			out = append(out, o.(*api.Template))
+			return true
+		})
+		slices.SortFunc(out, func(a, b *api.Template) int { return strings.Compare(a.Metadata.Name, b.Metadata.Name) })
+		for i, t := range out {
+			out[i] = api.DeepCopy(t)
+		}
+		return out, nil
+	}
 	items, _, err := n.st.List(ctx, api.KindTemplate, api.Selector{})
 	if err != nil {
 		return nil, err

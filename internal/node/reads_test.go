@@ -33,6 +33,13 @@ func (r *readCounter) Get(ctx context.Context, kind, name string) (api.Object, e
 	return r.API.Get(ctx, kind, name)
 }
 
+func (r *readCounter) List(ctx context.Context, kind string, sel api.Selector) ([]api.Object, string, error) {
+	r.mu.Lock()
+	r.gets["List "+kind]++
+	r.mu.Unlock()
+	return r.API.List(ctx, kind, sel)
+}
+
 func (r *readCounter) count(kind string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -47,8 +54,9 @@ func (r *readCounter) reset() {
 
 // TestNodeReadsItsWatch checks the reads a node saves the store (on
 // Kubernetes, the API server): screen and input calls on a running
-// sandbox read it from the node's watch, and each heartbeat writes the
-// Node object from its last write without reading it.
+// sandbox read it from the node's watch, each heartbeat writes the Node
+// object from its last write without reading it, and the status rounds
+// list nothing from the store.
 func TestNodeReadsItsWatch(t *testing.T) {
 	rc := &readCounter{gets: map[string]int{}}
 	c := newClusterWith(t, clusterOptions{statusInterval: 20 * time.Millisecond, nodeStore: func(st store.API) store.API {
@@ -127,6 +135,11 @@ func TestNodeReadsItsWatch(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // about 15 heartbeats
 	if got := rc.count(api.KindNode); got > 1 {
 		t.Errorf("heartbeats read the Node object %d times in 300 ms, want at most 1 (each writes from its last write)", got)
+	}
+	for _, kind := range []string{api.KindSandbox, api.KindTemplate} {
+		if got := rc.count("List " + kind); got != 0 {
+			t.Errorf("status rounds listed %s objects from the store %d times in 300 ms, want 0 (the node's watch has them)", kind, got)
+		}
 	}
 	o, err := c.st.Get(ctx, api.KindNode, "n1")
 	if err != nil {

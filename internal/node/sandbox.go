@@ -272,7 +272,12 @@ func (n *Node) createSandbox(ctx context.Context, sb *api.Sandbox) (reconcile.Re
 	if info, err = n.be.Inspect(ctx, sb.Metadata.Name); err != nil {
 		return reconcile.Result{}, err
 	}
-	n.event(ctx, sb, api.EventNormal, "Started", msg)
+	if api.OwnerOf(sb, api.KindSandboxPool) == "" {
+		// A pool's member says it in its status (Started, with how long
+		// the clone took) and its pool in events of the whole fill: an
+		// event per member would cost a pool of thousands as many writes.
+		n.event(ctx, sb, api.EventNormal, "Started", msg)
+	}
 	nu := n.networkOf(sb, info)
 	if nu.newlyMissing(sb) {
 		n.event(ctx, sb, api.EventWarning, reasonNoNetworkDevice, nu.missing)

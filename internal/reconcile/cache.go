@@ -52,6 +52,15 @@ type Cache struct {
 	ring    []seenKey
 	next    int // where ring's next pair goes
 	indexes map[string]*cacheIndex
+	listed  bool // a list filled it (Synced)
+}
+
+// Synced reports whether a list has filled the cache: before it, an empty
+// cache says nothing of what exists.
+func (c *Cache) Synced() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.listed
 }
 
 // IndexFunc names the values under which an index finds an object (none:
@@ -311,6 +320,46 @@ func (c *Cache) RangeLatestIn(index, value string, fn func(api.Object) bool) {
 	}
 }
 
+// CountLatestIn is how many objects index name holds under each of
+// values, each object as its latest version has it (as RangeLatestIn
+// sees them), without going over them: a cached count, corrected by the
+// caller's writes in flight.
+func (c *Cache) CountLatestIn(index string, values []string) []int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	x := c.mustIndexLocked(index)
+	out := make([]int, len(values))
+	at := make(map[string]int, len(values))
+	for i, v := range values {
+		out[i] = len(x.by[v])
+		at[v] = i
+	}
+	now := c.now()
+	for name, e := range c.expect {
+		if now.Sub(e.at) >= ExpectationTTL {
+			continue
+		}
+		var was, is []string
+		if o, ok := c.objects[name]; ok {
+			was = x.fn(o)
+		}
+		if !e.gone {
+			is = x.fn(e.obj)
+		}
+		for _, v := range was {
+			if i, ok := at[v]; ok && !slices.Contains(is, v) {
+				out[i]--
+			}
+		}
+		for _, v := range is {
+			if i, ok := at[v]; ok && !slices.Contains(was, v) {
+				out[i]++
+			}
+		}
+	}
+	return out
+}
+
 // Len is the number of cached objects.
 func (c *Cache) Len() int {
 	c.mu.RLock()
@@ -436,6 +485,7 @@ func (c *Cache) relist(items []api.Object, since time.Time) (deleted []api.Objec
 		}
 	}
 	c.objects = fresh
+	c.listed = true
 	c.reindexLocked()
 	for name, e := range c.expect {
 		if e.at.Before(since) {
@@ -457,6 +507,7 @@ func (c *Cache) reset(items []api.Object) {
 	}
 	c.reindexLocked()
 	clear(c.expect)
+	c.listed = true
 }
 
 // Latest is getLatest for a caller outside the package: the object is

@@ -194,7 +194,8 @@ func TestCacheRangeLatest(t *testing.T) {
 
 // TestCacheRangeLatestIn: RangeLatest by an index, each object as its
 // latest version has it: a write in flight moves an object into a value
-// or out of it, a creation in flight is in its value, a deletion is not.
+// or out of it, a creation in flight is in its value, a deletion is not;
+// and CountLatestIn counts the same.
 func TestCacheRangeLatestIn(t *testing.T) {
 	at := func(name string, rv int64, pool string) *api.Sandbox {
 		sb := sandboxAt(name, rv)
@@ -218,6 +219,9 @@ func TestCacheRangeLatestIn(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"new@10", "x@9", "y@1", "z@9"}; !slices.Equal(got, want) {
 		t.Errorf("RangeLatestIn saw %v, want %v", got, want)
+	}
+	if got, want := c.CountLatestIn("pool", []string{"a", "b", "c"}), []int{4, 2, 0}; !slices.Equal(got, want) {
+		t.Errorf("CountLatestIn gave %v, want %v", got, want)
 	}
 }
 

@@ -199,8 +199,13 @@ func (m *Manager) Start(ctx context.Context) error {
 		in := &informer{kind: kind, cache: m.caches[kind], handlers: handlers}
 		if in.cache == nil {
 			// Kept even when no controller reads it: a relist diffs
-			// against it to find the deletions it missed.
+			// against it to find the deletions it missed, and a resync
+			// ranges over it.
 			in.cache = newCache(kind)
+			if m.caches == nil {
+				m.caches = map[string]*Cache{}
+			}
+			m.caches[kind] = in.cache
 		}
 		items, wt, err := m.st.ListAndWatch(ctx, kind, api.Selector{})
 		if err != nil {
@@ -380,8 +385,25 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 	}
 }
 
-// EnqueueAll adds the name of every object of kind to q.
+// EnqueueAll adds the name of every object of kind to q: from the kind's
+// cache once a list has filled it (a resync costs the store nothing; its
+// watch and the relists that follow a broken one keep the cache whole),
+// else as the store lists them.
 func (m *Manager) EnqueueAll(ctx context.Context, kind string, q *Queue) {
+	m.mu.Lock()
+	c := m.caches[kind]
+	m.mu.Unlock()
+	if c != nil && c.Synced() {
+		var names []string
+		c.Range(func(o api.Object) bool {
+			names = append(names, o.GetMeta().Name)
+			return true
+		})
+		for _, name := range names {
+			q.Add(name)
+		}
+		return
+	}
 	items, _, err := m.st.List(ctx, kind, api.Selector{})
 	if err != nil {
 		if ctx.Err() == nil {

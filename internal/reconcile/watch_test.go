@@ -302,3 +302,27 @@ func TestResyncLogsListErrors(t *testing.T) {
 		t.Fatalf("log %q does not report the failed resync", got)
 	}
 }
+
+// TestResyncReadsTheCache: once the Manager's watches run, a resync takes
+// the names from the cache: the store is not listed (a list that would
+// fail is never made) and every object is enqueued.
+func TestResyncReadsTheCache(t *testing.T) {
+	var out testlog.Buffer
+	r := newWatchRig(t, slog.New(slog.NewTextHandler(&out, nil)))
+	r.create(labelled("a", ""))
+	r.create(labelled("b", "p1"))
+	r.start()
+	r.fs.Inject(storefault.Fault{Op: storefault.List, Kind: api.KindSandbox, Err: errors.New("disk I/O error")})
+	q := NewQueue("q", r.m.log)
+	defer q.ShutDown()
+	r.m.EnqueueAll(context.Background(), api.KindSandbox, q)
+	if got := q.Len(); got != 2 {
+		t.Errorf("%d names enqueued, want 2", got)
+	}
+	if got := r.fs.Calls(storefault.List); got != 0 {
+		t.Errorf("the resync listed the store %d times, want 0", got)
+	}
+	if strings.Contains(out.String(), "disk I/O error") {
+		t.Errorf("the resync listed the store: %s", out.String())
+	}
+}
