@@ -180,7 +180,7 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 		members = append(members, so.(*api.Sandbox))
 		return true
 	})
-	sort.Slice(members, func(i, j int) bool { return members[i].Metadata.Name < members[j].Metadata.Name })
+	slices.SortFunc(members, func(a, b *api.Sandbox) int { return strings.Compare(a.Metadata.Name, b.Metadata.Name) })
 	if pool.Metadata.DeletionTimestamp != nil {
 		return p.deletePool(ctx, pool, members)
 	}
