@@ -89,7 +89,9 @@ func TestRequestCounterKinds(t *testing.T) {
 		{"GET", "/apis/hvkube.io/v1/namespaces/ns/sandboxes", "LIST"},
 		{"GET", "/apis/hvkube.io/v1/namespaces/ns/sandboxes?watch=true&resourceVersion=5", "WATCH"},
 		{"PUT", "/apis/hvkube.io/v1/namespaces/ns/sandboxes/sb-1/status", "PUT"},
-		{"POST", "/api/v1/namespaces/ns/events", "POST"},
+		{"POST", "/apis/hvkube.io/v1/namespaces/ns/agents", "POST"},
+		{"POST", "/api/v1/namespaces/ns/events", "event POST"},
+		{"PATCH", "/api/v1/namespaces/ns/events/sb-1.18a2", "event PATCH"},
 	}
 	c := &requestCounter{}
 	rt := c.wrap(roundTripperFunc(func(*http.Request) (*http.Response, error) { return &http.Response{StatusCode: 200}, nil }))
