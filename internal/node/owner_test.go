@@ -127,8 +127,10 @@ spec:
 func TestLateNodeBuildsItsOwnCopy(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	start := func(name string, be *fake.Backend, controllers bool) { startNodeOn(t, st, name, be, controllers) }
-	start("n1", fake.New(fake.Options{}), true)
+	start := func(name string, be *fake.Backend, controllers bool) *reconcile.Manager {
+		return startNodeOn(t, st, name, be, controllers)
+	}
+	cluster := start("n1", fake.New(fake.Options{}), true)
 	if _, err := st.Create(ctx, yamlObj(t, "apiVersion: hvkube/v1\nkind: Template\nmetadata: {name: desk}\nspec:\n  qemu: {image: linux-desktop}\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +149,11 @@ func TestLateNodeBuildsItsOwnCopy(t *testing.T) {
 		return 0
 	}})
 	start("n2", slow, false)
-	waitFor(t, 30*time.Second, 20*time.Millisecond, "n2 reports its memory", func() (bool, string) {
-		o, err := st.Get(ctx, api.KindNode, "n2")
-		if err != nil {
-			return false, err.Error()
+	// As placement sees it: its watch of the nodes may lag the store.
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "placement sees n2's memory", func() (bool, string) {
+		o, ok := cluster.Cache(api.KindNode).Get("n2")
+		if !ok {
+			return false, "not in the watch"
 		}
 		return o.(*api.Node).Status.Memory.FreeMB > 0, "no free memory yet"
 	})
@@ -196,7 +199,7 @@ func openStore(t *testing.T) *store.Store {
 // startNodeOn starts a node named name on st and be (waiting for
 // placement, as on a cluster), with the cluster controllers beside it if
 // controllers is set; both stop when the test ends.
-func startNodeOn(t *testing.T, st store.API, name string, be *fake.Backend, controllers bool) {
+func startNodeOn(t *testing.T, st store.API, name string, be *fake.Backend, controllers bool) *reconcile.Manager {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -213,6 +216,7 @@ func startNodeOn(t *testing.T, st store.API, name string, be *fake.Backend, cont
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mgr.Stop(); nd.Stop() })
+	return mgr
 }
 
 // TestDeletedTemplateLeavesNoNode: when a template is deleted, every node
