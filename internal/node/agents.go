@@ -461,9 +461,13 @@ func (n *Node) finishAttempt(ctx context.Context, sandbox, agent string, lg *run
 	n.deferred.begin(sandbox)
 	go func() {
 		defer close(done)
-		defer n.deferred.end(sandbox)
 		unlock := n.locks.lock(sandbox)
 		defer unlock()
+		// Ended before the lock goes: the next claim's acquire, which
+		// waits for it, must find the sandbox given back (deferred, or
+		// written), not still being released, or its agent's first
+		// input would be refused as to a paused desktop.
+		defer n.deferred.end(sandbox)
 		r, err := n.undoClaim(ctx, sandbox, agent, false)
 		undo <- undone{r, err}
 		if r == nil {
