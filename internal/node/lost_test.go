@@ -517,9 +517,12 @@ spec:
     - {action: wait, duration: 3}
     - {action: type, text: "b"}
 `)
+	// Running on its acquired sandbox: the Started event says so (an
+	// attempt cut off before it would record none).
 	waitFor(t, 30*time.Second, 10*time.Millisecond, "the attempt runs", func() (bool, string) {
 		a := r.get(api.KindAgent, "job").(*api.Agent)
-		return n1.nd.runs.get("job") != nil && a.Status.Phase == api.AgentRunning, a.Status.Phase
+		started := count(storeEvents(t, r.st, api.KindAgent, "job"), "Started")
+		return n1.nd.runs.get("job") != nil && a.Status.Phase == api.AgentRunning && started == 1, fmt.Sprintf("%s, %d Started", a.Status.Phase, started)
 	})
 	n1.part.setCut(true)
 	waitFor(t, 30*time.Second, 10*time.Millisecond, "n1 fences itself and ends the attempt", func() (bool, string) {
