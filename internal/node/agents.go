@@ -314,7 +314,7 @@ func (n *Node) attempt(ctx context.Context, a *api.Agent, from *api.CheckpointSt
 	name, sandbox, attempt := a.Metadata.Name, a.Status.Sandbox, a.Status.Attempts
 	bg := context.WithoutCancel(ctx)
 	dir := n.attemptDir(name, attempt)
-	lg := n.newRunLog(name, attempt)
+	lg := n.newRunLog(a, attempt)
 	defer lg.Close()
 	lg.printf("attempt %d of agent %s (%s) on sandbox %s, node %s", attempt, name, a.Spec.Type, sandbox, n.name)
 	start := n.now()
@@ -620,6 +620,7 @@ func (n *Node) attemptDir(agent string, attempt int) string {
 // removeAgentFiles removes what the node kept of an agent that is gone.
 func (n *Node) removeAgentFiles(agent string) {
 	if n.opt.DataDir != "" {
+		n.journal.remove(agent)
 		n.logs.remove(n.agentsDir(), agent)
 		os.RemoveAll(filepath.Join(n.agentsDir(), agent))
 	}
@@ -639,7 +640,8 @@ func (n *Node) AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser,
 	if err != nil {
 		return nil, err
 	}
-	attempt := o.(*api.Agent).Status.Attempts
+	a := o.(*api.Agent)
+	attempt := a.Status.Attempts
 	if attempt == 0 {
 		return nil, fmt.Errorf("agent %s has not run yet: %w", agent, api.ErrNotFound)
 	}
@@ -665,8 +667,11 @@ func (n *Node) AgentFile(ctx context.Context, agent, rel string) (io.ReadCloser,
 	}
 	var f *os.File
 	if rel == "agent.log" {
-		// Beside the attempt's directory (attemptlog.go), or in it for a
-		// log written before that layout.
+		if rc, ok := n.journal.open(journalKey(agent, a.Metadata.UID), attempt); ok {
+			return rc, nil
+		}
+		// Logs written before the journal: beside the attempt's directory
+		// (attemptlog.go), or in it for the layout before that.
 		if f, err = openIn(n.agentsDir(), attemptLogName(agent, attempt)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, failed(err)
 		}

@@ -69,9 +69,9 @@ func (c *cluster) attemptDir(agent string, attempt int) string {
 	return filepath.Join(c.dir, "agents", agent, fmt.Sprint(attempt))
 }
 
-// attemptLog is the log of agent's attempt, beside its directory.
-func (c *cluster) attemptLog(agent string, attempt int) string {
-	return filepath.Join(c.dir, "agents", agent+"."+fmt.Sprint(attempt)+".log")
+// attemptLog is what the node logged of agent's attempt.
+func (c *cluster) attemptLog(agent string, attempt int) ([]byte, error) {
+	return attemptLogOf(c.nd, agent, attempt)
 }
 
 // waitReleased waits until sandbox name has no agent and is in phase.
@@ -188,7 +188,7 @@ spec:
 
 	c.waitEvents(t, api.KindAgent, "job", "Completed", 1)
 	// The run logs its outcome after writing it, before its event.
-	if b, err := os.ReadFile(c.attemptLog("job", 1)); err != nil || !strings.Contains(string(b), "completed") {
+	if b, err := c.attemptLog("job", 1); err != nil || !strings.Contains(string(b), "completed") {
 		t.Errorf("agent.log: %v, %q", err, b)
 	}
 	// The claim is recorded by no event of its own: the node's start

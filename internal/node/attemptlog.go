@@ -8,14 +8,13 @@ import (
 	"sync"
 )
 
-// An attempt's log is a file of its own, agents/NAME.ATTEMPT.log, beside
-// (not in) the attempt's directory agents/NAME/ATTEMPT, which is made only
-// when the attempt keeps a screenshot, a recording or an artifact. Two
-// directories cost the node more than the file does (up to half a
-// millisecond of system CPU an attempt on ext4), and most short attempts
-// keep nothing but their log. Agent names are DNS labels, without dots,
-// so NAME.ATTEMPT.log names one attempt. Logs written before this layout
-// (agents/NAME/ATTEMPT/agent.log) are still read.
+// Before the journal (logjournal.go), an attempt's log was a file of its
+// own, agents/NAME.ATTEMPT.log, beside (not in) the attempt's directory
+// agents/NAME/ATTEMPT, which is made only when the attempt keeps a
+// screenshot, a recording or an artifact; and before that, the file
+// agents/NAME/ATTEMPT/agent.log. Logs of both layouts are still read, and
+// removed with their agents. Agent names are DNS labels, without dots, so
+// NAME.ATTEMPT.log names one attempt.
 
 // attemptLogName is the name of an attempt's log in the agents directory.
 func attemptLogName(agent string, attempt int) string {
@@ -40,28 +39,14 @@ func parseAttemptLog(name string) (agent string, attempt int, ok bool) {
 	return agent, attempt, true
 }
 
-// attemptLogs knows which attempts' logs the node keeps of each agent, so
-// that an agent's removal removes its logs without reading the whole
-// agents directory each time. What the node kept before it started is
-// learnt by reading the directory once, at the first removal.
+// attemptLogs knows which attempts' logs of the layout before the journal
+// the node keeps of each agent, so that an agent's removal removes them
+// without reading the whole agents directory each time. It learns them by
+// reading the directory once, at the first removal.
 type attemptLogs struct {
 	scanned sync.Once
 	mu      sync.Mutex
 	by      map[string]map[int]struct{} // by agent: its attempts' logs
-}
-
-// create creates (or opens again, to append) the log of attempt in dir,
-// the agents directory, making dir when it is missing.
-func (l *attemptLogs) create(dir, agent string, attempt int) (*os.File, error) {
-	l.add(agent, attempt)
-	path := filepath.Join(dir, attemptLogName(agent, attempt))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if os.IsNotExist(err) {
-		if err = os.MkdirAll(dir, 0o700); err == nil {
-			f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		}
-	}
-	return f, err
 }
 
 func (l *attemptLogs) add(agent string, attempt int) {

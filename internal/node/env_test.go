@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -103,9 +104,18 @@ spec:
 	if !strings.Contains(steps[2].Output, "export API_KEY='***'") || !strings.Contains(steps[2].Output, "export MODE='plain'") {
 		t.Errorf("the session file, as the step shows it: %q", steps[2].Output)
 	}
-	log, _ := os.ReadFile(c.attemptLog("reader", 1))
+	log, _ := c.attemptLog("reader", 1)
 	if strings.Contains(string(log), sessionSecret) || !strings.Contains(string(log), "session variables resolved") {
 		t.Errorf("the attempt's log:\n%s", log)
+	}
+	if segs, _ := filepath.Glob(filepath.Join(c.dir, "agents", "*.journal")); len(segs) == 0 {
+		t.Error("no journal of the logs")
+	} else {
+		for _, seg := range segs {
+			if b, _ := os.ReadFile(seg); strings.Contains(string(b), sessionSecret) {
+				t.Errorf("the journal %s holds the Secret's value", filepath.Base(seg))
+			}
+		}
 	}
 	c.waitReleased(t, "box", api.SandboxRunning)
 	if _, ok := c.be.ReadFile("box", sessionEnvFile); ok {

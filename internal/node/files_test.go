@@ -110,11 +110,12 @@ func TestAgentFile(t *testing.T) {
 	}
 }
 
-// TestAttemptLogs: an attempt's log is a file beside the attempt's
-// directory, which the log alone does not make; AgentFile reads it, and a
-// log of the layout before it; a link put in its place is refused; the
-// agent's removal removes its logs and its directories, also those a node
-// before a restart wrote, and no other agent's.
+// TestAttemptLogs: an attempt's log goes to the node's journal and makes
+// no directory or file of its own; AgentFile reads the latest attempt's,
+// and logs of the two layouts before the journal; a link put in place of
+// an old log is refused; the agent's removal removes its logs of every
+// layout and its directories, also those a node before a restart wrote,
+// and no other agent's; a node started again reads the journal.
 func TestAttemptLogs(t *testing.T) {
 	dir := t.TempDir()
 	st, err := store.Open(t.Context(), t.TempDir(), store.Options{})
@@ -123,7 +124,7 @@ func TestAttemptLogs(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	ctx := t.Context()
-	for _, name := range []string{"job", "job-2", "old"} {
+	for _, name := range []string{"job", "job-2", "old", "older"} {
 		a := &api.Agent{TypeMeta: api.TypeMeta{APIVersion: api.Version, Kind: api.KindAgent}, Metadata: api.ObjectMeta{Name: name},
 			Spec: api.AgentSpec{SandboxName: "desk", Type: "mcp-agent"}}
 		api.Default(a)
@@ -139,11 +140,12 @@ func TestAttemptLogs(t *testing.T) {
 	}
 	agents := filepath.Join(dir, "agents")
 	write := func(n *Node, agent string, attempt int, line string) {
-		lg := n.newRunLog(agent, attempt)
-		lg.printf("%s", line)
-		if lg.f == nil {
-			t.Fatalf("no log for %s attempt %d", agent, attempt)
+		o, err := st.Get(ctx, api.KindAgent, agent)
+		if err != nil {
+			t.Fatal(err)
 		}
+		lg := n.newRunLog(o.(*api.Agent), attempt)
+		lg.printf("%s", line)
 		lg.Close()
 	}
 	read := func(n *Node, agent string) (string, error) {
@@ -155,48 +157,74 @@ func TestAttemptLogs(t *testing.T) {
 		b, err := io.ReadAll(f)
 		return string(b), err
 	}
+	list := func() []string {
+		left, _ := os.ReadDir(agents)
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		return names
+	}
 
 	n := New(Options{Store: st, Name: "n1", DataDir: dir})
 	write(n, "job", 1, "first attempt")
 	write(n, "job", 2, "second attempt")
 	write(n, "job-2", 2, "another agent")
-	if _, err := os.Stat(filepath.Join(agents, "job")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a log alone made the attempt's directory: %v", err)
+	if got, want := list(), []string{journalName(0)}; !slices.Equal(got, want) {
+		t.Errorf("three logs made %v in the agents directory, want %v", got, want)
 	}
 	if got, err := read(n, "job"); err != nil || !strings.Contains(got, "second attempt") || strings.Contains(got, "first attempt") {
 		t.Errorf("the latest attempt's log: %q, %v", got, err)
 	}
-	old := filepath.Join(agents, "old", "2")
-	if err := os.MkdirAll(old, 0o700); err != nil {
+	// The two layouts before the journal.
+	os.WriteFile(filepath.Join(agents, "old.2.log"), []byte("a file of its own\n"), 0o600)
+	if got, err := read(n, "old"); err != nil || got != "a file of its own\n" {
+		t.Errorf("a log of the layout before the journal: %q, %v", got, err)
+	}
+	older := filepath.Join(agents, "older", "2")
+	if err := os.MkdirAll(older, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(old, "agent.log"), []byte("older layout\n"), 0o600)
-	if got, err := read(n, "old"); err != nil || got != "older layout\n" {
+	os.WriteFile(filepath.Join(older, "agent.log"), []byte("older layout\n"), 0o600)
+	if got, err := read(n, "older"); err != nil || got != "older layout\n" {
 		t.Errorf("a log of the older layout: %q, %v", got, err)
 	}
 	os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("secret"), 0o600)
+	os.Remove(filepath.Join(agents, "old.2.log"))
 	if err := os.Symlink(filepath.Join(dir, "secret.txt"), filepath.Join(agents, "old.2.log")); err == nil {
 		if got, err := read(n, "old"); !errors.Is(err, api.ErrNotFound) || strings.Contains(got, "secret") {
 			t.Errorf("a link in place of the log: %q, %v; want ErrNotFound", got, err)
 		}
 	}
+	os.WriteFile(filepath.Join(agents, "job.1.log"), []byte("before the journal\n"), 0o600)
 
-	// A node started again knows only what the directory holds.
+	// A node started again reads the journal; it appends to a segment of
+	// its own.
+	n.journal.close()
 	n = New(Options{Store: st, Name: "n1", DataDir: dir})
+	if got, err := read(n, "job-2"); err != nil || got == "" || !strings.HasSuffix(got, " another agent\n") {
+		t.Errorf("job-2's log, read by the node started again: %q, %v", got, err)
+	}
 	os.MkdirAll(filepath.Join(agents, "job", "2", "artifacts"), 0o700)
 	n.removeAgentFiles("job")
-	left, _ := os.ReadDir(agents)
-	var names []string
-	for _, e := range left {
-		names = append(names, e.Name())
+	if got, want := list(), []string{journalName(0), "old.2.log", "older"}; !slices.Equal(got, want) {
+		t.Errorf("after job's removal the agents directory holds %v, want %v", got, want)
 	}
-	if want := []string{"job-2.2.log", "old", "old.2.log"}; !slices.Equal(names, want) {
-		t.Errorf("after job's removal the agents directory holds %v, want %v", names, want)
+	if _, err := read(n, "job"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("job's log after its removal: %v, want ErrNotFound", err)
 	}
 	write(n, "job-2", 3, "a third attempt")
 	n.removeAgentFiles("job-2")
-	if _, err := os.Stat(filepath.Join(agents, "job-2.3.log")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a log written after the scan outlived its agent: %v", err)
+	if got, want := list(), []string{journalName(1), "old.2.log", "older"}; !slices.Equal(got, want) {
+		t.Errorf("after job-2's removal the agents directory holds %v, want %v: a segment of no agent's records is removed, but for the one appended to", got, want)
+	}
+	n.removeAgentFiles("older")
+	n.removeAgentFiles("old")
+	n.journal.close()
+	n = New(Options{Store: st, Name: "n1", DataDir: dir})
+	n.journal.load()
+	if got := list(); len(got) != 0 {
+		t.Errorf("after every agent's removal and a restart the agents directory holds %v", got)
 	}
 }
 

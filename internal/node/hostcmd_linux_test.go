@@ -51,7 +51,7 @@ func newHostCommandSetup(t *testing.T, u *HostUser) *hostCommandSetup {
 		{filepath.Join(s.data, "hvkube.db"), 0o600},
 		{filepath.Join(s.data, "token.key"), 0o600},
 		{filepath.Join(s.data, "token"), 0o600},
-		{filepath.Join(s.data, "agents", "job.1.log"), 0o600},
+		{filepath.Join(s.data, "agents", journalName(0)), 0o600},
 		{filepath.Join(s.data, "agents", "job", "1", "result.json"), 0o600},
 		{s.tokenFile, 0o600},
 		{s.public, 0o644},
@@ -72,19 +72,15 @@ func (s *hostCommandSetup) run(t *testing.T, argv ...string) (string, int, strin
 	t.Helper()
 	a := &api.Agent{Metadata: api.ObjectMeta{Name: "job"}, Status: api.AgentStatus{Sandbox: "box", Attempts: 1}}
 	a.Spec.Type, a.Spec.Task.Command = "custom", argv
-	logFile := filepath.Join(t.TempDir(), "agent.log")
-	f, err := os.Create(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lg := &runLog{f: f}
+	j := &logJournal{dir: t.TempDir()}
+	lg := &runLog{j: j, key: "job/1", attempt: 1}
 	out, code, err := s.nd.runHost(t.Context(), a, lg)
 	lg.Close()
 	if err != nil {
 		t.Fatalf("%v: %v", argv, err)
 	}
-	b, _ := os.ReadFile(logFile)
-	return string(out), code, string(b)
+	b, _ := readAll(j, "job/1", 1)
+	return string(out), code, b
 }
 
 func requireRootAndNobody(t *testing.T) *HostUser {
@@ -117,7 +113,7 @@ func TestHostCommandCannotReadServerSecrets(t *testing.T) {
 		{"the signing key", []string{"cat", filepath.Join(s.data, "token.key")}, false},
 		{"the token file in the data directory", []string{"cat", filepath.Join(s.data, "token")}, false},
 		{"the --token-file", []string{"cat", s.tokenFile}, false},
-		{"an agent's log", []string{"cat", filepath.Join(s.data, "agents", "job.1.log")}, false},
+		{"the agents' logs", []string{"cat", filepath.Join(s.data, "agents", journalName(0))}, false},
 		{"an attempt's file", []string{"cat", filepath.Join(s.data, "agents", "job", "1", "result.json")}, false},
 		{"a listing of the data directory", []string{"ls", s.data}, false},
 		{"the server's initial environment", []string{"cat", fmt.Sprintf("/proc/%d/environ", os.Getpid())}, false},

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -445,7 +444,7 @@ spec:
 	if got := most.Load(); got != 1 {
 		t.Errorf("at most %d runs of the agent at once, want 1", got)
 	}
-	if b, err := os.ReadFile(filepath.Join(n2.dir, "agents", "job.1.log")); err != nil || !strings.Contains(string(b), "fenced") {
+	if b, err := attemptLogOf(n2.nd, "job", 1); err != nil || !strings.Contains(string(b), "fenced") {
 		t.Errorf("n2's log of attempt 1 does not say it fenced: %q (%v)", b, err)
 	}
 	if got := n2.be.Typed(member); got != "a" {

@@ -138,7 +138,8 @@ type Node struct {
 	runCtx    context.Context
 	runCancel context.CancelFunc
 	runs      runs
-	logs      attemptLogs
+	logs      attemptLogs // of the layouts before the journal
+	journal   logJournal  // the attempts' logs (logjournal.go)
 	// status is the status loop (memory.go), started by Start.
 	status   sync.WaitGroup
 	pressure pressureBook
@@ -177,6 +178,9 @@ func New(opts Options) *Node {
 		opts.Name = DefaultName()
 	}
 	n := &Node{be: opts.Backend, log: opts.Logger.With("node", opts.Name), opt: opts, name: opts.Name, now: opts.Now}
+	if opts.DataDir != "" {
+		n.journal.dir = n.agentsDir()
+	}
 	n.st = reconcile.Expecting{Interface: opts.Store, Caches: n.cache}
 	n.runs.m = map[string]*run{}
 	n.actions = display.NewActions(n)
@@ -197,6 +201,7 @@ func (n *Node) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), stopFlushTimeout)
 	defer cancel()
 	n.flushDeferred(ctx)
+	n.journal.close()
 }
 
 // stopFlushTimeout bounds the writes of the releases Stop flushes.
@@ -228,10 +233,17 @@ func (n *Node) Register(m *reconcile.Manager) {
 	n.sandboxes = m.Register(reconcile.Controller{Name: "sandbox", For: api.KindSandbox, Workers: SandboxWorkers(runtime.NumCPU()),
 		Reconciler: reconcile.ReconcilerFunc(n.reconcileSandbox),
 		Watches:    []reconcile.Watch{{Kind: api.KindTemplate, Map: n.sandboxesWaitingFor}}})
-	n.agentsQ = m.Register(reconcile.Controller{Name: "agent-run", For: api.KindAgent, Workers: 4,
+	n.agentsQ = m.Register(reconcile.Controller{Name: "agent-run", For: api.KindAgent, Workers: agentWorkers,
 		Reconciler: reconcile.ReconcilerFunc(n.reconcileAgent),
 		Watches:    []reconcile.Watch{{Kind: api.KindSandbox, Map: n.claimant}}})
 }
+
+// agentWorkers is how many of the node's agents are reconciled at once.
+// A start is one write of the agent, awaited: with four workers a node
+// started at most four agents per store commit (a few milliseconds), under
+// a thousand a second, however many claims waited; the store's group
+// commit takes sixteen writes as one.
+const agentWorkers = 16
 
 // claimant maps a sandbox to the agent its claim names: a new claim is
 // how the node learns of an agent to start (its watch shows it no agent

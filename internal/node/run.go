@@ -490,11 +490,13 @@ func copyOut(ctx context.Context, g backend.Guest, sandbox, from, to string) err
 	return err
 }
 
-// runLog is an attempt's log file.
+// runLog is an attempt's log, in the node's journal (logjournal.go).
 type runLog struct {
-	mu   sync.Mutex
-	f    *os.File
-	mask func(string) string // hides Secret values (env.go); nil: none
+	mu      sync.Mutex
+	j       *logJournal // nil: the node keeps no logs
+	key     string      // the agent's (journalKey)
+	attempt int
+	mask    func(string) string // hides Secret values (env.go); nil: none
 }
 
 // setMask has every later line of the log pass through mask.
@@ -504,12 +506,12 @@ func (l *runLog) setMask(mask func(string) string) {
 	l.mask = mask
 }
 
-// newRunLog opens the log of agent's attempt (attemptlog.go), or keeps no
-// log when it cannot be created.
-func (n *Node) newRunLog(agent string, attempt int) *runLog {
-	l := &runLog{}
+// newRunLog begins the log of a's attempt; a node without a data
+// directory keeps none.
+func (n *Node) newRunLog(a *api.Agent, attempt int) *runLog {
+	l := &runLog{key: journalKey(a.Metadata.Name, a.Metadata.UID), attempt: attempt}
 	if n.opt.DataDir != "" {
-		l.f, _ = n.logs.create(n.agentsDir(), agent, attempt)
+		l.j = &n.journal
 	}
 	return l
 }
@@ -517,12 +519,14 @@ func (n *Node) newRunLog(agent string, attempt int) *runLog {
 func (l *runLog) printf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.f != nil {
+	if l.j != nil {
 		line := fmt.Sprintf(format, args...)
 		if l.mask != nil {
 			line = l.mask(line)
 		}
-		fmt.Fprintf(l.f, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), line)
+		// A line the journal cannot take is lost, as one a full disk
+		// refuses: the attempt goes on.
+		_ = l.j.append(l.key, l.attempt, []byte(time.Now().UTC().Format("15:04:05.000")+" "+line+"\n"))
 	}
 }
 
@@ -538,12 +542,8 @@ func (l *runLog) writer(stream string) io.Writer {
 	})
 }
 
-func (l *runLog) Close() error {
-	if l.f == nil {
-		return nil
-	}
-	return l.f.Close()
-}
+// Close ends the log: nothing is left to write.
+func (l *runLog) Close() error { return nil }
 
 type writerFunc func([]byte) (int, error)
 

@@ -73,7 +73,7 @@ spec:
 	if b, err := os.ReadFile(filepath.Join(dir, "screenshots", "step-05.png")); err != nil || !strings.HasPrefix(string(b), "\x89PNG") {
 		t.Errorf("take_screenshot's image: %v", err)
 	}
-	if b, err := os.ReadFile(c.attemptLog("job", 1)); err != nil || !strings.Contains(string(b), "intent: press the corner") {
+	if b, err := c.attemptLog("job", 1); err != nil || !strings.Contains(string(b), "intent: press the corner") {
 		t.Errorf("agent.log keeps no intent: %v, %q", err, b)
 	}
 }
