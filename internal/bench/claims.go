@@ -192,6 +192,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 	if o.HealthInterval > 0 {
 		pool.Spec.Template.Spec.HealthCheck.IntervalSeconds = int(o.HealthInterval / time.Second)
 	}
+	fillReqsBefore := o.requests()
 	fillStart := time.Now()
 	if _, err := st.Create(ctx, pool); err != nil {
 		return nil, nil, err
@@ -217,6 +218,7 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 		return nil, nil, fmt.Errorf("pool: waiting for %d warm sandboxes: %w", size, err)
 	}
 	fill := time.Since(fillStart)
+	fillReqs := o.requests().since(fillReqsBefore)
 	logf("pool filled in %s", fill.Round(time.Millisecond))
 
 	// The checker follows agents and sandboxes from a watch of their
@@ -377,6 +379,9 @@ func runClaims(ctx context.Context, o ClaimsOptions) (*Report, *checked, error) 
 				used.Seconds(), fmtDur(claimedIn), used.Seconds()/claimedIn.Seconds(), float64(o.Claims)/used.Seconds()))
 		}
 	}
+	if len(fillReqs) > 0 {
+		rep.Facts = append(rep.Facts, fmt.Sprintf("API requests of all clients during the fill, from the pool's creation until it was warm: %s", fillReqs.per(size, "sandbox")))
+	}
 	if len(reqs) > 0 {
 		rep.Facts = append(rep.Facts, fmt.Sprintf("API requests of all clients (controllers, nodes, submitters, checker) from the first claim until the last agent ran: %s", reqs.perClaim(o.Claims)))
 		// Events are queued, never waited for: many are written after
@@ -489,7 +494,10 @@ func (c RequestCounts) events() int64 {
 }
 
 // perClaim says how many requests of each kind c holds per claim.
-func (c RequestCounts) perClaim(claims int) string {
+func (c RequestCounts) perClaim(claims int) string { return c.per(claims, "claim") }
+
+// per says how many requests of each kind c holds per one of n units.
+func (c RequestCounts) per(n int, unit string) string {
 	var total int64
 	keys := make([]string, 0, len(c))
 	for k, v := range c {
@@ -499,7 +507,7 @@ func (c RequestCounts) perClaim(claims int) string {
 	slices.SortFunc(keys, func(a, b string) int { return int(c[b] - c[a]) })
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.1f", k, float64(c[k])/float64(claims)))
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, float64(c[k])/float64(n)))
 	}
-	return fmt.Sprintf("%.1f per claim (%s)", float64(total)/float64(claims), strings.Join(parts, ", "))
+	return fmt.Sprintf("%.1f per %s (%s)", float64(total)/float64(n), unit, strings.Join(parts, ", "))
 }

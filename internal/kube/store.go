@@ -252,7 +252,8 @@ func (s *Store) ListRaw(ctx context.Context, kind string, pg store.Page) ([]json
 }
 
 // Create stores a new object. Its status, if it has one, is written next
-// (the API server ignores status on create), and a Created event recorded.
+// (the API server ignores status on create), and a Created event recorded
+// (store.RecordsCreated).
 func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 	r, err := s.res(o.GetTypeMeta().Kind)
 	if err != nil {
@@ -285,7 +286,9 @@ func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 			out = withStatus
 		}
 	}
-	s.ev.record(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
+	if store.RecordsCreated(o) {
+		s.ev.record(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
+	}
 	return out, nil
 }
 

@@ -117,3 +117,12 @@ func Merge(cur, o api.Object) (next api.Object, specChanged, changed bool, err e
 	}
 	return next, specChanged, specChanged || !jsonEqual(cur.GetMeta(), nm), nil
 }
+
+// RecordsCreated reports whether the creation of o is recorded as an
+// event (reason Created) on it. A pool's member's is not: the pool's
+// ScaledUp event counts its members as it creates them, and an event per
+// member was a write per member, a quarter of a fill's requests on
+// Kubernetes.
+func RecordsCreated(o api.Object) bool {
+	return api.OwnerOf(o, api.KindSandboxPool) == ""
+}

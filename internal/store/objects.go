@@ -54,7 +54,7 @@ func (s *Store) Create(ctx context.Context, o api.Object) (api.Object, error) {
 	err := s.write(ctx, func(tx *Tx) error {
 		var err error
 		out, err = tx.Create(o)
-		if err == nil {
+		if err == nil && RecordsCreated(o) {
 			err = tx.Emit(out, api.EventNormal, "Created", fmt.Sprintf("%s %s created", o.GetTypeMeta().Kind, o.GetMeta().Name))
 		}
 		return err
