@@ -36,6 +36,7 @@ func Run(t *testing.T, open Open) {
 		{"WatchFrom", testWatchFrom},
 		{"WatchSelector", testWatchSelector},
 		{"RecordEvent", testRecordEvent},
+		{"CreatedEvent", testCreatedEvent},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -411,5 +412,39 @@ func testRecordEvent(t *testing.T, s store.Interface) {
 			t.Fatalf("event %+v, want Normal ScaledUp of SandboxPool web with its message", e)
 		}
 		return
+	}
+}
+
+// testCreatedEvent: a sandbox's creation is recorded (reason Created), a
+// pool's member's is not (store.RecordsCreated).
+func testCreatedEvent(t *testing.T, s store.Interface) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, w, err := s.ListAndWatch(ctx, api.KindEvent, api.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustCreate(t, s, pool("web", 1, nil))
+	member := sandbox("web-abcde")
+	member.Metadata.OwnerReferences = []api.OwnerReference{{Kind: api.KindSandboxPool, Name: "web", UID: p.GetMeta().UID}}
+	m := mustCreate(t, s, member)
+	mustCreate(t, s, sandbox("own"))
+	if err := s.RecordEvent(ctx, m, api.EventNormal, "Marked", "after its creation"); err != nil {
+		t.Fatal(err)
+	}
+	var ownCreated, marked bool
+	for !ownCreated || !marked {
+		e, ok := next(t, w).Object.(*api.Event)
+		if !ok || e.InvolvedObject.Kind != api.KindSandbox {
+			continue
+		}
+		switch {
+		case e.InvolvedObject.Name == "own" && e.Reason == "Created":
+			ownCreated = true
+		case e.InvolvedObject.Name == "web-abcde" && e.Reason == "Marked":
+			marked = true
+		case e.InvolvedObject.Name == "web-abcde":
+			t.Errorf("the pool's member recorded %s: %s", e.Reason, e.Message)
+		}
 	}
 }
