@@ -738,7 +738,7 @@ func (b *Backend) footprintLocked(s *sandbox) int {
 // accountLocked counts the host's memory without except's process (which
 // is being replaced).
 func (b *Backend) accountLocked(except *sandbox) capacity.Account {
-	var ds []capacity.Desktop
+	ds := make([]capacity.Desktop, 0, len(b.sandboxes))
 	used := 0
 	for _, s := range b.sandboxes {
 		if s == except || !s.hasProcess() {
