@@ -218,11 +218,19 @@ func (j *logJournal) append(agent string, attempt int, p []byte) error {
 		if err := os.MkdirAll(j.dir, 0o700); err != nil {
 			return err
 		}
-		f, err := os.OpenFile(filepath.Join(j.dir, journalName(j.curSeg)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return err
+		// A segment of that number made since the load (by another
+		// process on the same directory) is skipped, not appended to.
+		for try := 0; ; try++ {
+			f, err := os.OpenFile(filepath.Join(j.dir, journalName(j.curSeg)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+			if err == nil {
+				j.cur = f
+				break
+			}
+			if !errors.Is(err, os.ErrExist) || try == 100 {
+				return err
+			}
+			j.curSeg++
 		}
-		j.cur = f
 	}
 	n, err := j.cur.Write(rec)
 	off := j.curSize

@@ -234,3 +234,21 @@ func TestJournalBounds(t *testing.T) {
 		t.Error("a journal of no directory has a log")
 	}
 }
+
+// TestJournalSkipsATakenSegment: a segment made by someone else since the
+// journal's load is not appended to.
+func TestJournalSkipsATakenSegment(t *testing.T) {
+	dir := t.TempDir()
+	j := &logJournal{dir: dir}
+	j.load()
+	os.WriteFile(filepath.Join(dir, journalName(0)), []byte("not ours"), 0o600)
+	if err := j.append("a/1", 1, []byte("line\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, journalName(0))); string(b) != "not ours" {
+		t.Errorf("the taken segment holds %q", b)
+	}
+	if got, err := readAll(j, "a/1", 1); err != nil || got != "line\n" {
+		t.Errorf("the log: %q, %v", got, err)
+	}
+}
