@@ -42,7 +42,8 @@ type restartRig struct {
 }
 
 // afterWrite is the store with a hook that runs once, right after the
-// next status write lands.
+// next status write of an object other than a Node lands (the node's
+// heartbeat writes its Node object whenever its status loop runs).
 type afterWrite struct {
 	store.Interface
 	mu   sync.Mutex // guards next
@@ -51,7 +52,7 @@ type afterWrite struct {
 
 func (h *afterWrite) UpdateStatus(ctx context.Context, o api.Object) (api.Object, error) {
 	out, err := h.Interface.UpdateStatus(ctx, o)
-	if err != nil {
+	if err != nil || o.GetTypeMeta().Kind == api.KindNode {
 		return out, err
 	}
 	h.mu.Lock()
