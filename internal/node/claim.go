@@ -659,13 +659,37 @@ func (n *Node) writeDeferred(ctx context.Context, name, agent string) error {
 	if r == nil {
 		return nil
 	}
+	return n.writeTaken(ctx, r)
+}
+
+// writeTaken writes r, a release taken from the deferred ones, under its
+// sandbox's lock.
+func (n *Node) writeTaken(ctx context.Context, r *releasing) error {
 	// The sandbox as the node knows it now: others may have written it
 	// since the release was deferred, and a write from the old copy would
 	// lose to theirs and read the store.
-	if o, err := n.read(ctx, api.KindSandbox, name); err == nil {
+	if o, err := n.read(ctx, api.KindSandbox, r.sb.Metadata.Name); err == nil {
 		r.sb = o.(*api.Sandbox)
 	}
 	return n.writeRelease(ctx, r)
+}
+
+// releaseBefore writes sandbox name's deferred release, if it has one,
+// before a person's operation on it (verb), under the sandbox's lock: the
+// operation acts on the released desktop, reset and paused, while the
+// status still shows the last claim, Running; and the deferred write, later,
+// would undo what the operation wrote. A release that cannot be written
+// stays deferred, and the operation fails.
+func (n *Node) releaseBefore(ctx context.Context, name, verb string) error {
+	r := n.deferred.take(name, "")
+	if r == nil {
+		return nil
+	}
+	if err := n.writeTaken(ctx, r); err != nil {
+		n.deferRelease(r)
+		return fmt.Errorf("cannot %s sandbox %s: the release by agent %s is not written yet: %w", verb, name, r.agent, err)
+	}
+	return nil
 }
 
 // names are the sandboxes whose releases are deferred.

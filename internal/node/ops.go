@@ -133,6 +133,9 @@ func (n *Node) Save(ctx context.Context, name string) error {
 func (n *Node) Reset(ctx context.Context, name string) error {
 	unlock := n.locks.lock(name)
 	defer unlock()
+	if err := n.releaseBefore(ctx, name, "reset"); err != nil {
+		return err
+	}
 	sb, err := n.sandboxFor(ctx, name)
 	if err != nil {
 		return err
@@ -175,6 +178,9 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 func (n *Node) transition(ctx context.Context, name, verb string, from []string, to string, op func(context.Context, string) error) error {
 	unlock := n.locks.lock(name)
 	defer unlock()
+	if err := n.releaseBefore(ctx, name, verb); err != nil {
+		return err
+	}
 	sb, err := n.sandboxFor(ctx, name)
 	if err != nil {
 		return err

@@ -110,6 +110,54 @@ func TestReleaseFoldedIntoTheNextClaim(t *testing.T) {
 	}
 }
 
+// TestOperationWritesTheDeferredRelease: a person's pause, resume, save
+// or reset of a sandbox whose release is deferred writes the release
+// first, so the operation acts on a sandbox whose status says what its
+// desktop is, and no deferred write undoes the operation's afterwards.
+func TestOperationWritesTheDeferredRelease(t *testing.T) {
+	tests := []struct {
+		op   string
+		want string
+	}{
+		{"pause", api.SandboxPaused},
+		{"resume", api.SandboxRunning},
+		{"save", api.SandboxSaved},
+		{"reset", api.SandboxPaused},
+	}
+	for _, tt := range tests {
+		t.Run(tt.op, func(t *testing.T) {
+			c := newClusterWith(t, clusterOptions{releaseWriteDelay: time.Hour})
+			c.create(t, yamlObj(t, poolYAML("web", 1, "")))
+			sb := c.waitPool(t, "web", 1, api.SandboxPaused)[0]
+			c.poolAgent(t, "first", `{action: type, text: "x"}`)
+			c.waitAgent(t, "first", api.AgentCompleted)
+			if got := c.nd.deferred.of(sb); got != "first" {
+				t.Fatalf("deferred release of %q, want first's", got)
+			}
+			ctx := context.Background()
+			op := map[string]func(context.Context, string) error{
+				"pause": c.nd.Pause, "resume": c.nd.Resume, "save": c.nd.Save, "reset": c.nd.Reset,
+			}[tt.op]
+			if err := op(ctx, sb); err != nil {
+				t.Fatalf("%s: %v", tt.op, err)
+			}
+			if got := c.nd.deferred.of(sb); got != "" {
+				t.Errorf("after %s the release by %q is still deferred", tt.op, got)
+			}
+			got := c.sandbox(t, sb)
+			if got.Status.CurrentAgent != "" || got.Status.ReleasedAt == nil || got.Status.Phase != tt.want {
+				t.Errorf("after %s: claim %q, releasedAt %v, phase %s; want no claim, released, %s", tt.op, got.Status.CurrentAgent, got.Status.ReleasedAt, got.Status.Phase, tt.want)
+			}
+			if tt.op == "resume" {
+				// The data plane takes calls at once: the desktop runs.
+				if err := c.nd.TypeText(ctx, sb, "z"); err != nil {
+					t.Errorf("typing after the resume: %v", err)
+				}
+			}
+		})
+	}
+}
+
 // TestReleaseWrittenWhenNoClaimComes: with no claim within the delay, the
 // node writes the release itself.
 func TestReleaseWrittenWhenNoClaimComes(t *testing.T) {

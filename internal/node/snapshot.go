@@ -37,6 +37,9 @@ func (n *Node) Capture(ctx context.Context, sandbox, template string) (backend.T
 	}
 	unlock := n.locks.lock(sandbox)
 	defer unlock()
+	if err := n.releaseBefore(ctx, sandbox, "take a snapshot of"); err != nil {
+		return backend.TemplateInfo{}, err
+	}
 	sb, err := n.sandboxFor(ctx, sandbox)
 	if err != nil {
 		return backend.TemplateInfo{}, err
