@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -175,12 +174,13 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 		// watch event counts it (and asks for this pool again).
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	var members []*api.Sandbox
+	// The members in no order: a pool of thousands is counted at every
+	// change of one of them; what is done to some of them is ordered.
+	members := make([]*api.Sandbox, 0, p.sandboxes.IndexLen(ownerIndex, name))
 	p.sandboxes.RangeIn(ownerIndex, name, func(so api.Object) bool {
 		members = append(members, so.(*api.Sandbox))
 		return true
 	})
-	slices.SortFunc(members, func(a, b *api.Sandbox) int { return strings.Compare(a.Metadata.Name, b.Metadata.Name) })
 	if pool.Metadata.DeletionTimestamp != nil {
 		return p.deletePool(ctx, pool, members)
 	}
@@ -212,12 +212,19 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 		}
 	}
 
-	// Replace what failed, recycle what is too old.
+	// Replace what failed, recycle what is too old, in the order of their
+	// names.
+	type replacement struct {
+		sb          *api.Sandbox
+		unhealthy   bool
+		reason, msg string
+	}
+	var replace []replacement
 	for _, sb := range members {
 		if sb.Metadata.DeletionTimestamp != nil {
 			continue
 		}
-		reason, msg := "", ""
+		reason, msg, unhealthy := "", "", false
 		switch {
 		case (sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated) && p.heldByItsAgent(sb):
 			// The attempt on it ends first (failed, or interrupted by a
@@ -227,20 +234,26 @@ func (p *Pools) Reconcile(ctx context.Context, name string) (reconcile.Result, e
 		case sb.Status.Phase == api.SandboxError || sb.Status.Phase == api.SandboxTerminated:
 			reason, msg = "Replaced", fmt.Sprintf("sandbox %s is %s (%s): replacing it", sb.Metadata.Name, sb.Status.Phase, orDefault(sb.Status.Message, sb.Status.Reason))
 		case sb.Status.Reason == "Unhealthy" && sb.Status.CurrentAgent == "":
-			reconcile.Event(ctx, p.st, p.log, pool, api.EventWarning, "Unhealthy", fmt.Sprintf("sandbox %s: %s", sb.Metadata.Name, sb.Status.Message))
+			unhealthy = true
 			reason, msg = "Replaced", fmt.Sprintf("sandbox %s failed its health check: replacing it", sb.Metadata.Name)
 		case s.maxAge > 0 && sb.Status.CurrentAgent == "" && now.Sub(sb.Metadata.CreationTimestamp) >= s.maxAge:
 			reason, msg = "Recycled", fmt.Sprintf("sandbox %s is older than maxAge (%s): replacing it", sb.Metadata.Name, pool.Spec.MaxAge)
 		case s.maxAge > 0 && sb.Status.CurrentAgent == "":
 			soon(sb.Metadata.CreationTimestamp.Add(s.maxAge).Sub(now))
 		}
-		if reason == "" {
-			continue
+		if reason != "" {
+			replace = append(replace, replacement{sb, unhealthy, reason, msg})
 		}
-		if err := p.deleteMember(ctx, sb); err != nil {
+	}
+	slices.SortFunc(replace, func(a, b replacement) int { return strings.Compare(a.sb.Metadata.Name, b.sb.Metadata.Name) })
+	for _, r := range replace {
+		if r.unhealthy {
+			reconcile.Event(ctx, p.st, p.log, pool, api.EventWarning, "Unhealthy", fmt.Sprintf("sandbox %s: %s", r.sb.Metadata.Name, r.sb.Status.Message))
+		}
+		if err := p.deleteMember(ctx, r.sb); err != nil {
 			return reconcile.Result{}, err
 		}
-		reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, reason, msg)
+		reconcile.Event(ctx, p.st, p.log, pool, api.EventNormal, r.reason, r.msg)
 		s.live--
 	}
 
@@ -315,7 +328,9 @@ type poolState struct {
 	// reason more sandboxes would not fix.
 	started, unstarted, unplaceable int
 	blocked, blockedMsg             string
-	maxAge                          time.Duration
+	// blockedBy is the unplaceable sandbox blocked is of.
+	blockedBy *api.Sandbox
+	maxAge    time.Duration
 }
 
 // maxUnstarted bounds how many of a pool's sandboxes may wait to start at
@@ -377,8 +392,9 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 			s.unstarted++
 			if sb.Status.Phase != api.SandboxCreating && api.Unsatisfiable(sb.Status.Reason) {
 				s.unplaceable++
-				if s.blocked == "" {
-					s.blocked, s.blockedMsg = sb.Status.Reason, fmt.Sprintf("sandbox %s: %s", sb.Metadata.Name, sb.Status.Message)
+				if s.blocked == "" || sb.Metadata.Name < s.blockedBy.Metadata.Name {
+					// The first by name says why.
+					s.blocked, s.blockedBy = sb.Status.Reason, sb
 				}
 			}
 		}
@@ -410,8 +426,8 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 		s.desired = min(s.desired, m*max(p.liveNodes(), 1))
 	}
 	if s.blocked != "" {
-		s.blockedMsg = fmt.Sprintf("%d of %d sandboxes started; %d cannot start (%s), so no more are added; %s",
-			s.started, s.desired, s.unplaceable, s.blocked, s.blockedMsg)
+		s.blockedMsg = fmt.Sprintf("%d of %d sandboxes started; %d cannot start (%s), so no more are added; sandbox %s: %s",
+			s.started, s.desired, s.unplaceable, s.blocked, s.blockedBy.Metadata.Name, s.blockedBy.Status.Message)
 	}
 	return s
 }
@@ -426,9 +442,7 @@ func (p *Pools) removeUnstarted(ctx context.Context, pool *api.SandboxPool, memb
 			cands = append(cands, sb)
 		}
 	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		return cands[i].Metadata.CreationTimestamp.After(cands[j].Metadata.CreationTimestamp)
-	})
+	slices.SortFunc(cands, newestFirst)
 	gone := map[string]bool{}
 	for _, sb := range cands[:min(live-desired, len(cands))] {
 		if err := p.deleteMember(ctx, sb); err != nil {
@@ -458,14 +472,25 @@ func idleFirst(members []*api.Sandbox) []*api.Sandbox {
 			out = append(out, sb)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		ri, rj := out[i].Status.Phase == api.SandboxRunning, out[j].Status.Phase == api.SandboxRunning
-		if ri != rj {
-			return !ri
+	slices.SortFunc(out, func(a, b *api.Sandbox) int {
+		ra, rb := a.Status.Phase == api.SandboxRunning, b.Status.Phase == api.SandboxRunning
+		if ra != rb {
+			if ra {
+				return 1
+			}
+			return -1
 		}
-		return out[i].Metadata.CreationTimestamp.After(out[j].Metadata.CreationTimestamp)
+		return newestFirst(a, b)
 	})
 	return out
+}
+
+// newestFirst orders sandboxes by creation, newest first, then by name.
+func newestFirst(a, b *api.Sandbox) int {
+	if c := b.Metadata.CreationTimestamp.Compare(a.Metadata.CreationTimestamp); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Metadata.Name, b.Metadata.Name)
 }
 
 // createParallel bounds the members a pool creates at once: a fill of

@@ -212,9 +212,10 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 	// not brought yet is left for a later round: its view here is older
 	// than the write; its own claims are in the cache as written.
 	claimed := map[string]bool{}
+	lost := s.lostNodes()
 	inFlight := rangeSandboxes(func(o api.Object) bool {
 		sb := o.(*api.Sandbox)
-		if s.onLostNode(sb) {
+		if lost[sb.Status.Node] {
 			return true // being taken back: an agent bound to it would not run
 		}
 		released := sb.Status.CurrentAgent != "" && s.released(sb)
@@ -323,13 +324,20 @@ func (s *Scheduler) released(sb *api.Sandbox) bool {
 	return ok && agentstate.Released(sb, o.(*api.Agent))
 }
 
-// onLostNode reports whether sb's node is marked lost.
-func (s *Scheduler) onLostNode(sb *api.Sandbox) bool {
-	if sb.Status.Node == "" {
-		return false
-	}
-	n, ok := s.nodes.Get(sb.Status.Node)
-	return ok && nodeLost(n.(*api.Node))
+// lostNodes are the nodes marked lost, by name (nil when none is): read
+// once per round, not once per sandbox.
+func (s *Scheduler) lostNodes() map[string]bool {
+	var lost map[string]bool
+	s.nodes.Range(func(o api.Object) bool {
+		if n := o.(*api.Node); nodeLost(n) {
+			if lost == nil {
+				lost = map[string]bool{}
+			}
+			lost[n.Metadata.Name] = true
+		}
+		return true
+	})
+	return lost
 }
 
 // groupUpdater is a store that writes groups of status updates in one
