@@ -140,9 +140,19 @@ func (p *Pools) liveNodes() int {
 
 // poolsFor maps a pending agent to the pools that scale with the queue
 // (scaling.scaleUpThreshold) and whose sandboxes it selects: no other pool
-// counts pending agents.
+// counts pending agents. A finished agent that released its sandbox
+// (status.releasedSandbox) maps to that sandbox's pool, which counts it
+// warm again before its node writes the release.
 func (p *Pools) poolsFor(o api.Object) []string {
 	a := o.(*api.Agent)
+	if a.Status.ReleasedSandbox != "" && agentstate.Finished(a) {
+		if so, ok := p.sandboxes.Get(a.Status.ReleasedSandbox); ok {
+			if pool := api.OwnerOf(so, api.KindSandboxPool); pool != "" {
+				return []string{pool}
+			}
+		}
+		return nil
+	}
 	if a.Spec.SandboxSelector == nil || !agentstate.Pending(a) {
 		return nil // a bound agent's pool hears of it through the sandbox's claim
 	}
@@ -352,6 +362,14 @@ func unstarted(sb *api.Sandbox) bool {
 	return false
 }
 
+// released reports whether the agent sb's claim names released it
+// (agentstate.Released): it is free for the next claim, whose write is
+// the release's, or its node writes the release within seconds.
+func (p *Pools) released(sb *api.Sandbox) bool {
+	o, ok := p.agents.Get(sb.Status.CurrentAgent)
+	return ok && agentstate.Released(sb, o.(*api.Agent))
+}
+
 // heldByItsAgent reports whether the agent sb's claim names is still bound
 // to sb (scheduled or running on it, and not being deleted).
 func (p *Pools) heldByItsAgent(sb *api.Sandbox) bool {
@@ -376,7 +394,9 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 			continue
 		}
 		s.live++
-		if sb.Status.CurrentAgent != "" {
+		released := sb.Status.CurrentAgent != "" && p.released(sb)
+		held := sb.Status.CurrentAgent != "" && !released
+		if held {
 			s.busy++
 		}
 		switch sb.Status.Phase {
@@ -384,7 +404,9 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 			s.started++
 			if sb.Status.Healthy() {
 				s.ready++
-				if sb.Status.CurrentAgent == "" && sb.Status.Phase != api.SandboxRunning {
+				// A sandbox its agent released is reset and paused,
+				// though its status still shows that claim, Running.
+				if !held && (sb.Status.Phase != api.SandboxRunning || released) {
 					s.warm++
 				}
 			}

@@ -719,6 +719,49 @@ func TestPoolDesired(t *testing.T) {
 	}
 }
 
+// TestPoolCountsAReleasedSandboxWarm: a sandbox whose claim still names
+// an agent that finished and released it (its node reset it and writes
+// the release later, or the next claim does) is warm, not busy: minReady
+// adds no sandbox for it. One a finished agent did not release stays busy.
+func TestPoolCountsAReleasedSandboxWarm(t *testing.T) {
+	tests := []struct {
+		name        string
+		released    bool
+		wantDesired int
+		wantBusy    int
+		wantWarm    int
+	}{
+		{"released", true, 2, 0, 2},
+		{"not released", false, 3, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newPoolEnv(t)
+			e.create(newPool(t, "web", func(p *api.SandboxPool) { p.Spec.Replicas, p.Spec.MinReady = 2, 2 }))
+			e.reconcile("web")
+			names := e.live("web")
+			e.ready(names...)
+			a := newAgent(t, "done", nil)
+			a.Status.Phase, a.Status.Attempts, a.Status.Sandbox = api.AgentCompleted, 1, names[0]
+			if tt.released {
+				a.Status.ReleasedSandbox = names[0]
+			}
+			e.create(a)
+			uid := e.agent("done").Metadata.UID
+			e.editSandbox(names[0], func(s *api.SandboxStatus) {
+				at := e.clk.Now()
+				s.Phase, s.CurrentAgent, s.ClaimedAt = api.SandboxRunning, "done", &at
+				s.Claim = &api.AgentClaim{UID: uid, Attempt: 1}
+			})
+			e.reconcile("web")
+			st := e.pool("web").Status
+			if st.Desired != tt.wantDesired || st.Busy != tt.wantBusy || st.Warm != tt.wantWarm {
+				t.Errorf("desired %d, busy %d, warm %d; want %d, %d, %d", st.Desired, st.Busy, st.Warm, tt.wantDesired, tt.wantBusy, tt.wantWarm)
+			}
+		})
+	}
+}
+
 // TestPoolQueueCountsOnlyPendingAgents checks that agents that run, are
 // finished or are being deleted do not scale the pool up.
 func TestPoolQueueCountsOnlyPendingAgents(t *testing.T) {
