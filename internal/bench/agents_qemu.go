@@ -187,8 +187,14 @@ func Agents(ctx context.Context, o AgentsOptions) (rep *Report, err error) {
 		envDone.Samples = append(envDone.Samples, seen[name].completed.Sub(t))
 	}
 	rep.Results = append(rep.Results, toRun, toAcq, toDone, envDone)
-	rep.Facts = append(rep.Facts, fmt.Sprintf("one at a time, p50: submitted → claimed %s, claimed → Running %s, Running → sandbox resumed %s (as seen by a watch of the API; a claim marks a warm sandbox Running, so its resume is seen with the claim)",
-		fmtDur(toSched.Percentile(50)), fmtDur(schedToRun.Percentile(50)), fmtDur(runToAcq.Percentile(50))))
+	// A claim marks a warm sandbox Running, so its watch may bring the
+	// resume before the agent's shows it Running.
+	resumed := "Running → sandbox resumed " + fmtDur(runToAcq.Percentile(50))
+	if d := runToAcq.Percentile(50); d < 0 {
+		resumed = "sandbox resumed " + fmtDur(-d) + " before Running"
+	}
+	rep.Facts = append(rep.Facts, fmt.Sprintf("one at a time, p50: submitted → claimed %s, claimed → Running %s, %s (as seen by watches of the API; a claim marks a warm sandbox Running, so its resume is seen with the claim)",
+		fmtDur(toSched.Percentile(50)), fmtDur(schedToRun.Percentile(50)), resumed))
 	if err := deletePool(ctx, h, "single"); err != nil {
 		return nil, err
 	}
