@@ -105,6 +105,10 @@ type vm struct {
 	// ioStopped: QEMU stopped the vCPUs on a failed disk write (see
 	// ioerror.go) and no resume has run them since.
 	ioStopped bool
+	// answered: the guest of this process has answered a resume. Until
+	// it has (a clone, a restore), its code runs for the first time in
+	// this process, translated anew under emulation: slow on a busy host.
+	answered bool
 	// denials are what its guest networks refused (network.go).
 	denials *denials
 	// pace parts its key events from its pointer events (screen.go).
@@ -447,7 +451,7 @@ func (v *vm) attachGuest(p *proc, ga *qga.Client) {
 	v.live.Store(p)
 	v.g = newGuest(ga, v.tpl.Image)
 	v.meta.PID = p.pid
-	v.paused, v.ioStopped = true, false
+	v.paused, v.ioStopped, v.answered = true, false, false
 	v.connectLink()
 }
 
@@ -553,9 +557,10 @@ func (b *Backend) resumeLocked(ctx context.Context, v *vm) error {
 		v.g.ga.Abort()
 	}
 	// A guest that QEMU stopped on a failed write first completes the
-	// writes that waited: it is given longer to answer.
+	// writes that waited, and one that runs for the first time in its
+	// process is translated anew: they are given longer to answer.
 	wait := 10 * time.Second
-	if v.ioStopped {
+	if v.ioStopped || !v.answered {
 		wait = 30 * time.Second
 	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
@@ -569,7 +574,7 @@ func (b *Backend) resumeLocked(ctx context.Context, v *vm) error {
 	if err != nil {
 		return fmt.Errorf("resume %s: guest agent: %w", id, err)
 	}
-	v.ioStopped = false
+	v.ioStopped, v.answered = false, true
 	steps.Mark("guest answers (ping)")
 	b.startIdentityLocked(v)
 	// The guest's clock stood still while it was paused. It is set in the
