@@ -69,5 +69,12 @@ for a in "${agents[@]}"; do
   printf '%-15s artifacts/result.txt: %s\n' "$a" "$(cat "$out/$a-result.txt")"
 done
 step agent result "${agents[0]}"
+# A pool's desktop shows its last agent's claim for up to three seconds
+# after the agent ends (the next claim's write is its release;
+# docs/agents.md): list them once released.
+for _ in $(seq 50); do
+  "$hv" get sandboxes -l pool=demo -o json | grep -q '"currentAgent"' || break
+  sleep 0.1
+done
 step get sandboxes
 printf '\nScreenshots and artifacts: %s\n' "$out"
