@@ -362,14 +362,6 @@ func unstarted(sb *api.Sandbox) bool {
 	return false
 }
 
-// released reports whether the agent sb's claim names released it
-// (agentstate.Released): it is free for the next claim, whose write is
-// the release's, or its node writes the release within seconds.
-func (p *Pools) released(sb *api.Sandbox) bool {
-	o, ok := p.agents.Get(sb.Status.CurrentAgent)
-	return ok && agentstate.Released(sb, o.(*api.Agent))
-}
-
 // heldByItsAgent reports whether the agent sb's claim names is still bound
 // to sb (scheduled or running on it, and not being deleted).
 func (p *Pools) heldByItsAgent(sb *api.Sandbox) bool {
@@ -394,7 +386,7 @@ func (p *Pools) count(pool *api.SandboxPool, members []*api.Sandbox, now time.Ti
 			continue
 		}
 		s.live++
-		released := sb.Status.CurrentAgent != "" && p.released(sb)
+		released := sb.Status.CurrentAgent != "" && releasedIn(p.agents, sb)
 		held := sb.Status.CurrentAgent != "" && !released
 		if held {
 			s.busy++

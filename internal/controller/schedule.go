@@ -218,7 +218,7 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 		if lost[sb.Status.Node] {
 			return true // being taken back: an agent bound to it would not run
 		}
-		released := sb.Status.CurrentAgent != "" && s.released(sb)
+		released := sb.Status.CurrentAgent != "" && releasedIn(s.agents, sb)
 		if sb.Status.CurrentAgent != "" && !released {
 			claimed[sb.Status.CurrentAgent] = true
 			return true
@@ -314,13 +314,15 @@ func (s *Scheduler) round(ctx context.Context, key string) (reconcile.Result, er
 // names an agent, or the one that does finished and its node released
 // the sandbox without writing it (agentstate.Released).
 func (s *Scheduler) free(sb *api.Sandbox) bool {
-	return sb.Status.CurrentAgent == "" || s.released(sb)
+	return sb.Status.CurrentAgent == "" || releasedIn(s.agents, sb)
 }
 
-// released reports whether the agent sb's claim names released it
-// (agentstate.Released), as the agent cache shows that agent.
-func (s *Scheduler) released(sb *api.Sandbox) bool {
-	o, ok := s.agents.Get(sb.Status.CurrentAgent)
+// releasedIn reports whether the agent sb's claim names released it
+// (agentstate.Released), as agents, a cache of them, shows that agent: it
+// is free for the next claim, whose write is the release's too, or its
+// node writes the release within seconds.
+func releasedIn(agents *reconcile.Cache, sb *api.Sandbox) bool {
+	o, ok := agents.Get(sb.Status.CurrentAgent)
 	return ok && agentstate.Released(sb, o.(*api.Agent))
 }
 
